@@ -1,0 +1,13 @@
+"""staal: the shared core both the supervisor and the workers agree on.
+
+Also the program-facing API: operator programs import `Money` and `fail`
+from here.
+"""
+
+from __future__ import annotations
+
+from staal.money import Money
+
+__version__ = "0.1.0"
+
+__all__ = ["Money", "__version__"]

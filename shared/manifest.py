@@ -1,0 +1,168 @@
+"""The manifest (seed 000 section 2, frozen for version 1) as frozen objects.
+
+`load_manifest(path)` reads the file once, checks every rule and either
+returns a `Manifest` or raises `ManifestError` listing every problem with its
+key path. The rules themselves live in `staal.manifest_check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Iterator, Mapping, Union
+
+from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
+from staal.durations import Duration
+from staal.money import Money
+
+RUN_STATUS_TOOL = "staal_run_status"
+DEFAULT_KEEP_DAYS = 90
+DEFAULT_MAX_CONCURRENT_RUNS = 4
+DEFAULT_MAX_STEPS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A secret named by its environment variable; never its value."""
+
+    env: str
+
+    def __str__(self) -> str:
+        return f"${self.env}"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    cap: str
+    uses: int | None = None
+    each: Money | None = None
+    max: Money | None = None
+    only: tuple[str, ...] | None = None
+    idempotency_key: bool = False
+    needs: Mapping[str, Union["Grant", SecretRef]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    base_url: str | None = None
+    path: Path | None = None
+    dsn: SecretRef | None = None
+    library: str | None = None
+
+    @property
+    def spec(self) -> CapSpec:
+        return CATALOGUE[self.cap]
+
+    def walk(self) -> Iterator[Grant]:
+        """This grant and every grant it acts through."""
+        yield self
+        for need in self.needs.values():
+            if isinstance(need, Grant):
+                yield from need.walk()
+
+    def worst_case(self) -> Money | None:
+        """The most one run can spend through this grant, if it is bounded."""
+        if self.max is not None:
+            return self.max
+        if self.each is not None and self.uses is not None:
+            return self.each * self.uses
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NetConfig:
+    timeout_ms: int
+    connect_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OnceConfig:
+    by: tuple[str, ...]
+    # None: kept for ever (server.keep is "forever" and once.keep is not set).
+    keep: Duration | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    window: Duration
+    calls: int | None = None
+    money: Money | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    program: Path
+    entry: str
+    grants: Mapping[str, Grant]
+    net: NetConfig
+    title: str | None = None
+    deadline: Duration | None = None
+    max_concurrent_runs: int | None = None
+    once: OnceConfig | None = None
+    quota: QuotaConfig | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def all_grants(self) -> Iterator[Grant]:
+        for grant in self.grants.values():
+            yield from grant.walk()
+
+    def can_reach_model(self) -> bool:
+        return any(g.cap == MODEL_CAP for g in self.all_grants())
+
+    def can_spend_money(self) -> bool:
+        return any(g.spec.money for g in self.all_grants())
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    name: str
+    journals: Path
+    # None: "forever".
+    keep_days: int | None = DEFAULT_KEEP_DAYS
+    max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
+    notify: tuple[str, ...] | None = None
+    notify_env: tuple[str, ...] = ()
+
+    @property
+    def keep(self) -> Duration | None:
+        return None if self.keep_days is None else Duration.of_days(self.keep_days)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    provider: str
+    model: str
+    api_key: SecretRef
+    timeout_ms: int | None = None
+    retries: int | None = None
+    base_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    path: Path
+    server: ServerConfig
+    tools: tuple[Tool, ...]
+    model: ModelConfig | None = None
+
+    def tool(self, name: str) -> Tool | None:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    def warnings(self) -> list[str]:
+        """What is allowed but worth an operator's attention at start."""
+        return [
+            f"tool '{tool.name}' can spend money and has no once: a repeated call is a new "
+            "run that can pay again; only the quota bounds it"
+            for tool in self.tools
+            if tool.can_spend_money() and tool.once is None
+        ]
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    from staal.manifest_check import load
+
+    return load(Path(path))

@@ -1,0 +1,383 @@
+"""Every rule of the manifest, checked at load, every problem reported at once.
+
+Each problem names its key path and what was expected, e.g.
+`tools[0].grants.pay.each.amount: "5O.00" is not a decimal amount`.
+Nothing here reads a secret's value or runs a program: it only reads the
+manifest and looks at the files it names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from staal.errors import ManifestError
+from staal.manifest import (
+    DEFAULT_KEEP_DAYS,
+    DEFAULT_MAX_CONCURRENT_RUNS,
+    DEFAULT_MAX_STEPS,
+    RUN_STATUS_TOOL,
+    Manifest,
+    ModelConfig,
+    NetConfig,
+    OnceConfig,
+    QuotaConfig,
+    ServerConfig,
+    Tool,
+)
+from staal.manifest_grants import GrantReader
+from staal.manifest_values import ValueReader, show
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+TOP = ("server", "model", "tools")
+SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env")
+MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
+TOOL = (
+    "name", "title", "description", "program", "entry", "grants", "net", "deadline",
+    "max_concurrent_runs", "once", "quota", "max_steps",
+)
+NET = ("timeout_ms", "connect_timeout_ms")
+ONCE = ("by", "keep")
+QUOTA = ("window", "calls", "money")
+PROVIDERS = ("anthropic",)
+HOUR_MS = 3_600_000
+
+
+class _Pairs(dict):
+    """A JSON object that remembers keys written more than once."""
+
+    duplicates: list[str]
+
+
+def _object_with_duplicates(pairs: list[tuple[str, Any]]) -> _Pairs:
+    obj = _Pairs()
+    obj.duplicates = []
+    for key, value in pairs:
+        if key in obj:
+            obj.duplicates.append(key)
+        obj[key] = value
+    return obj
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(str(path), ["the manifest file does not exist"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(str(path), [f"cannot be read: {exc}"]) from exc
+    try:
+        return json.loads(
+            text, object_pairs_hook=_object_with_duplicates, parse_constant=_refuse_constant
+        )
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise ManifestError(str(path), [f"not valid JSON at {where}: {exc.msg}"]) from exc
+    except ValueError as exc:
+        raise ManifestError(str(path), [f"not valid JSON: {exc}"]) from exc
+
+
+def load(path: Path) -> Manifest:
+    path = path.resolve()
+    return check(read_json(path), path)
+
+
+def check(data: Any, path: Path) -> Manifest:
+    """The manifest `data` (read from `path`), or every problem in it."""
+    checker = _ManifestChecker(path)
+    manifest = checker.manifest(data)
+    if checker.values.problems or manifest is None:
+        raise ManifestError(str(path), checker.values.problems or ["no manifest"])
+    return manifest
+
+
+class _ManifestChecker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.values = ValueReader(base_dir=path.parent)
+        self.grants = GrantReader(self.values)
+
+    def manifest(self, data: Any) -> Manifest | None:
+        v = self.values
+        top = v.obj(data, "", TOP, required=("server", "tools"))
+        if top is None:
+            return None
+        server = self.server(top.get("server"))
+        tools = self.tools(top.get("tools"), server)
+        model = self.model(top.get("model"), tools) if "model" in top else None
+        self.model_needed(top, tools)
+        if server is None or tools is None:
+            return None
+        return Manifest(path=self.path, server=server, tools=tuple(tools), model=model)
+
+    # -- server ---------------------------------------------------------
+
+    def server(self, value: Any) -> ServerConfig | None:
+        v = self.values
+        obj = v.obj(value, "server", SERVER, required=("name", "journals"))
+        if obj is None:
+            return None
+        name = v.string(obj.get("name"), "server.name")
+        journals = v.path(obj.get("journals"), "server.journals")
+        if journals is not None and journals.exists() and not journals.is_dir():
+            v.add("server.journals", f"{journals} exists and is not a directory")
+        keep = self.keep(obj.get("keep", DEFAULT_KEEP_DAYS))
+        limit = v.whole(
+            obj.get("max_concurrent_runs", DEFAULT_MAX_CONCURRENT_RUNS),
+            "server.max_concurrent_runs", 1, 1024,
+        )
+        notify = self.notify(obj.get("notify"))
+        notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
+        if None in (name, journals, limit, notify_env) or keep is False:
+            return None
+        return ServerConfig(
+            name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
+            notify=notify, notify_env=notify_env,
+        )
+
+    def keep(self, value: Any) -> int | None | bool:
+        """Whole days >= 1, or None for "forever"; False when refused."""
+        if value == "forever":
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 36_500:
+            return value
+        self.values.add(
+            "server.keep",
+            f"expected whole days from 1 to 36500, or \"forever\", not {show(value)}",
+        )
+        return False
+
+    def notify(self, value: Any) -> tuple[str, ...] | None:
+        v = self.values
+        if value is None:
+            return None
+        items = v.string_list(value, "server.notify", non_empty=True)
+        if not items:
+            return None
+        program = items[0]
+        if "/" in program:
+            resolved = (self.path.parent / program).resolve()
+            if not (resolved.is_file() and os.access(resolved, os.X_OK)):
+                v.add("server.notify[0]", f"{resolved} is not an executable file")
+                return None
+            return (str(resolved), *items[1:])
+        if shutil.which(program) is None:
+            v.add("server.notify[0]", f"{show(program)} is not a command found on PATH")
+            return None
+        return tuple(items)
+
+    def env_names(self, value: Any, path: str) -> tuple[str, ...] | None:
+        items = self.values.string_list(value, path)
+        if items is None:
+            return None
+        ok = True
+        for i, name in enumerate(items):
+            if not _ENV_NAME.fullmatch(name):
+                self.values.add(f"{path}[{i}]", f"{show(name)} is not an environment variable name")
+                ok = False
+        return tuple(items) if ok else None
+
+    # -- model ----------------------------------------------------------
+
+    def model(self, value: Any, tools: list[Tool] | None) -> ModelConfig | None:
+        v = self.values
+        obj = v.obj(value, "model", MODEL, required=("provider", "model", "api_key"))
+        if obj is None:
+            return None
+        provider = v.string(obj.get("provider"), "model.provider")
+        if provider is not None and provider not in PROVIDERS:
+            v.add("model.provider", f"{show(provider)} is not a provider staal speaks "
+                  f"(known: {', '.join(PROVIDERS)})")
+        name = v.string(obj.get("model"), "model.model")
+        api_key = v.secret(obj.get("api_key"), "model.api_key")
+        timeout = v.optional(obj, "timeout_ms", "model", lambda x, p: v.whole(x, p, 1, HOUR_MS))
+        retries = v.optional(obj, "retries", "model", lambda x, p: v.whole(x, p, 0, 10))
+        base_url = v.optional(obj, "base_url", "model", v.url)
+        if None in (provider, name, api_key) or provider not in PROVIDERS:
+            return None
+        return ModelConfig(provider, name, api_key, timeout, retries, base_url)
+
+    def model_needed(self, top: dict, tools: list[Tool] | None) -> None:
+        """A tool that can reach a model needs the model section, with its
+        timeout_ms and retries (seed 000 section 3, "How long a call can take")."""
+        users = [t.name for t in tools or () if t.can_reach_model()]
+        if not users:
+            return
+        who = f"tool '{users[0]}' can reach a model"
+        model = top.get("model")
+        if "model" not in top:
+            self.values.add("model", f"is required: {who}")
+            return
+        if isinstance(model, dict):
+            for key in ("timeout_ms", "retries"):
+                if key not in model:
+                    self.values.add(f"model.{key}", f"is required: {who}")
+
+    # -- tools ----------------------------------------------------------
+
+    def tools(self, value: Any, server: ServerConfig | None) -> list[Tool] | None:
+        v = self.values
+        items = v.list(value, "tools")
+        if items is None:
+            return None
+        if not items:
+            v.add("tools", "a manifest serves at least one tool")
+            return None
+        tools: list[Tool] = []
+        seen: dict[str, int] = {}
+        ok = True
+        for i, item in enumerate(items):
+            tool = self.tool(item, f"tools[{i}]", server)
+            if tool is None:
+                ok = False
+                continue
+            if tool.name in seen:
+                v.add(f"tools[{i}].name", f"'{tool.name}' is already the name of tools[{seen[tool.name]}]")
+                ok = False
+            seen.setdefault(tool.name, i)
+            tools.append(tool)
+        return tools if ok else None
+
+    def tool_name(self, value: Any, path: str) -> str | None:
+        name = self.values.string(value, path)
+        if name is None:
+            return None
+        if not _TOOL_NAME.fullmatch(name):
+            self.values.add(path, f"{show(name)} is not a tool name (1 to 128 of A-Z a-z 0-9 _ - .)")
+            return None
+        if name == RUN_STATUS_TOOL:
+            self.values.add(path, f"'{RUN_STATUS_TOOL}' is the server's own tool")
+            return None
+        return name
+
+    def tool(self, value: Any, path: str, server: ServerConfig | None) -> Tool | None:
+        v = self.values
+        obj = v.obj(value, path, TOOL, required=("name", "description", "program", "net"))
+        if obj is None:
+            return None
+        name = self.tool_name(obj.get("name"), f"{path}.name")
+        title = v.optional(obj, "title", path, v.string)
+        description = v.string(obj.get("description"), f"{path}.description")
+        program = self.program(obj.get("program"), f"{path}.program")
+        entry = v.identifier(obj.get("entry", "main"), f"{path}.entry")
+        grants = self.grants.grants(obj.get("grants", {}), f"{path}.grants")
+        net = self.net(obj.get("net"), f"{path}.net")
+        deadline = v.optional(obj, "deadline", path, v.duration)
+        limit = v.optional(obj, "max_concurrent_runs", path, lambda x, p: v.whole(x, p, 1, 1024))
+        once = v.optional(obj, "once", path, lambda x, p: self.once(x, p, server, grants))
+        quota = v.optional(obj, "quota", path, lambda x, p: self.quota(x, p, grants))
+        steps = v.whole(obj.get("max_steps", DEFAULT_MAX_STEPS), f"{path}.max_steps", 1, 10**12)
+        needed = (name, description, program, entry, grants, net, steps)
+        if any(x is None for x in needed) or v.failed(obj, path, "title", "deadline",
+                                                        "max_concurrent_runs", "once", "quota"):
+            return None
+        return Tool(
+            name=name, title=title, description=description, program=program, entry=entry,
+            grants=grants, net=net, deadline=deadline, max_concurrent_runs=limit,
+            once=once, quota=quota, max_steps=steps,
+        )
+
+    def program(self, value: Any, path: str) -> Path | None:
+        resolved = self.values.path(value, path)
+        if resolved is None:
+            return None
+        if not resolved.is_file():
+            self.values.add(path, f"{resolved} does not exist or is not a file")
+            return None
+        if resolved.suffix != ".py":
+            self.values.add(path, f"{resolved} is not a Python file (.py)")
+            return None
+        return resolved
+
+    def net(self, value: Any, path: str) -> NetConfig | None:
+        v = self.values
+        obj = v.obj(value, path, NET, required=NET)
+        if obj is None:
+            return None
+        timeout = v.whole(obj.get("timeout_ms"), f"{path}.timeout_ms", 1, HOUR_MS) if "timeout_ms" in obj else None
+        connect = (v.whole(obj.get("connect_timeout_ms"), f"{path}.connect_timeout_ms", 1, HOUR_MS)
+                   if "connect_timeout_ms" in obj else None)
+        if timeout is None or connect is None:
+            return None
+        return NetConfig(timeout_ms=timeout, connect_timeout_ms=connect)
+
+    def once(self, value: Any, path: str, server: ServerConfig | None,
+             grants: dict | None) -> OnceConfig | None:
+        v = self.values
+        obj = v.obj(value, path, ONCE, required=("by",))
+        if obj is None:
+            return None
+        by = self.once_by(obj.get("by"), f"{path}.by", grants)
+        keep = v.optional(obj, "keep", path, lambda x, p: v.duration(x, p, units="mhd"))
+        if "keep" in obj and keep is None:
+            return None
+        if server is not None and keep is not None and server.keep is not None:
+            if keep.ms > server.keep.ms:
+                days = f"{server.keep_days} day{'s' if server.keep_days != 1 else ''}"
+                v.add(f"{path}.keep", f"\"{keep}\" is longer than server.keep ({days})")
+                return None
+        if by is None:
+            return None
+        if keep is None and server is not None:
+            keep = server.keep
+        return OnceConfig(by=by, keep=keep)
+
+    def once_by(self, value: Any, path: str, grants: dict | None) -> tuple[str, ...] | None:
+        v = self.values
+        names = v.string_list(value, path, non_empty=True)
+        if names is None:
+            return None
+        ok = True
+        for i, name in enumerate(names):
+            where = f"{path}[{i}]"
+            if v.identifier(name, where) is None:
+                ok = False
+            elif name in names[:i]:
+                v.add(where, f"'{name}' is named twice")
+                ok = False
+            elif grants and name in grants:
+                v.add(where, f"'{name}' is a capability, not an argument")
+                ok = False
+        return tuple(names) if ok else None
+
+    def quota(self, value: Any, path: str, grants: dict | None) -> QuotaConfig | None:
+        v = self.values
+        obj = v.obj(value, path, QUOTA, required=("window",))
+        if obj is None:
+            return None
+        window = v.duration(obj.get("window"), f"{path}.window") if "window" in obj else None
+        calls = v.optional(obj, "calls", path, lambda x, p: v.whole(x, p, 1, 10**9))
+        money = v.optional(obj, "money", path, v.positive_money)
+        if "calls" not in obj and "money" not in obj:
+            v.add(path, "a quota limits calls, money or both; it has neither")
+            return None
+        if money is not None and grants is not None:
+            self.quota_money_bounded(money, f"{path}.money", grants)
+        if window is None or v.failed(obj, path, "calls", "money"):
+            return None
+        return QuotaConfig(window=window, calls=calls, money=money)
+
+    def quota_money_bounded(self, money: Any, path: str, grants: dict) -> None:
+        """A money quota reserves each run's worst case, so it must be finite
+        and in the quota's currency (seed 000 section 6)."""
+        for name, grant in grants.items():
+            for inner in grant.walk():
+                if not inner.spec.money:
+                    continue
+                worst = inner.worst_case()
+                if worst is None:
+                    self.values.add(path, f"grant '{name}' has no max and no each with uses, "
+                                    "so a run's worst-case spend is unbounded")
+                elif worst.currency != money.currency:
+                    self.values.add(path, f"grant '{name}' spends {worst.currency}; "
+                                    f"this quota counts {money.currency}")

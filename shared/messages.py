@@ -1,0 +1,121 @@
+"""Messages between the supervisor and its workers (DESIGN.md section 6).
+
+Versioned orjson objects over ZeroMQ. Failures cross the process boundary as
+data (kind, message), never as pickled exceptions or tracebacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping
+
+import orjson
+
+from staal.errors import RecordError
+from staal.outcomes import Failure, Outcome, Usage, check_outcome
+from staal.records import Count, Family, Json, OpNumber, Record, RunId
+
+
+@dataclass(frozen=True, slots=True)
+class Run(Record):
+    """Supervisor → worker: run (or resume) one run."""
+
+    TYPE: ClassVar[str] = "run"
+    run: RunId
+    tool: str
+    journal: str
+    inputs: str
+    resume: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Started(Record):
+    TYPE: ClassVar[str] = "started"
+    run: RunId
+    pid: Count
+
+
+@dataclass(frozen=True, slots=True)
+class PrintLine(Record):
+    TYPE: ClassVar[str] = "print"
+    run: RunId
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Progress(Record):
+    TYPE: ClassVar[str] = "progress"
+    run: RunId
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedMsg(Record):
+    """The run stopped in doubt at `op` and waits for an operator."""
+
+    TYPE: ClassVar[str] = "stopped"
+    run: RunId
+    op: OpNumber
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ended(Record):
+    TYPE: ClassVar[str] = "ended"
+    run: RunId
+    outcome: Outcome
+    result: Json = None
+    failure: Failure | None = None
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_outcome(self.outcome, self.failure)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Record):
+    TYPE: ClassVar[str] = "heartbeat"
+    pid: Count
+    run: RunId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Check(Record):
+    """Supervisor → worker at start: check one tool's program and config."""
+
+    TYPE: ClassVar[str] = "check"
+    manifest: str
+    tool: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checked(Record):
+    """The start-up check's answer: problems, or the input type description
+    the supervisor checks arguments with (it never imports a program)."""
+
+    TYPE: ClassVar[str] = "checked"
+    tool: str
+    ok: bool
+    problems: tuple[str, ...] = field(default_factory=tuple)
+    inputs: Json = None
+    schema: Json = None
+
+
+MESSAGES = Family(
+    name="message",
+    tag="type",
+    version=1,
+    types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked),
+)
+
+
+def pack(message: Record) -> bytes:
+    return orjson.dumps(MESSAGES.encode(message))
+
+
+def unpack(frame: bytes) -> Record:
+    try:
+        data = orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"a message frame is not JSON: {exc}") from exc
+    return MESSAGES.decode(data)

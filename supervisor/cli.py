@@ -1,0 +1,60 @@
+"""`staal-supervisor`: the server's command line.
+
+`check` reads a manifest exactly as `serve` will at start and reports every
+problem at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from staal.errors import ManifestError
+from staal.manifest import Manifest, load_manifest
+
+EXIT_MANIFEST = 2
+
+app = typer.Typer(
+    name="staal-supervisor",
+    help="Serve staal programs as MCP tools, and look after their runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Serve staal programs as MCP tools, and look after their runs."""
+
+
+def load_or_exit(manifest: Path) -> Manifest:
+    """The manifest, or every problem in it on stderr and a non-zero exit
+    before anything else happens."""
+    try:
+        loaded = load_manifest(manifest)
+    except ManifestError as exc:
+        print(exc.message, file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
+    for warning in loaded.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
+    return loaded
+
+
+@app.command()
+def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) -> None:
+    """Check a manifest: report every problem with its key path."""
+    loaded = load_or_exit(manifest)
+    names = ", ".join(tool.name for tool in loaded.tools)
+    count = len(loaded.tools)
+    print(f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({names})")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""The requirements map: every testable statement of seed 000, sections 2, 3, 5, 6 and 7.
+
+Each row paraphrases one statement of the seed (/work/shared/seeds/000_*.txt), with
+the gaps filled by DESIGN.md section 9, and lists the pytest node ids of the tests
+that prove it. An empty ``tests`` tuple means the requirement has no test yet.
+
+Ids are stable: ``<seed>-<section>.<running number>``. Never renumber a row; a
+new row takes the next free number in its section, and a dropped row leaves a gap.
+
+To mark a requirement covered, add node ids such as
+``"tests/test_manifest.py::test_unknown_keys_are_refused_at_every_level"`` or
+``"tests/test_ledger.py::TestCompaction::test_released_runs_are_dropped[start]"``.
+``tests/test_requirements_map.py`` checks that every listed test exists.
+
+Run ``python -m tests.requirements`` from the project root for the coverage table.
+"""
+
+# One requirement per line, however long.
+# ruff: noqa: E501
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+SECTIONS = ("2", "3", "5", "6", "7")
+SECTION_TITLES = {
+    "2": "manifest",
+    "3": "protocol",
+    "5": "calling a tool",
+    "6": "quotas across calls",
+    "7": "crashes and restarts",
+}
+ID_PATTERN = re.compile(r"^(?P<seed>\d{3})-(?P<section>\d+)\.(?P<number>\d{2,})$")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    id: str
+    seed: str
+    section: str
+    text: str
+    tests: tuple[str, ...] = ()
+
+
+def _r(id: str, text: str, tests: tuple[str, ...] = ()) -> Requirement:
+    """A row: seed and section are read from the id, so they cannot disagree with it."""
+    match = ID_PATTERN.match(id)
+    seed, section = (match["seed"], match["section"]) if match else ("", "")
+    return Requirement(id=id, seed=seed, section=section, text=text, tests=tests)
+
+
+REQUIREMENTS: tuple[Requirement, ...] = (
+    # ------------------------------------------------------------------ 2. The manifest
+    _r("000-2.01", "The manifest is a single JSON file named on the command line; the server reads it exactly once, at start, and later edits to the file change nothing in the running server."),
+    _r("000-2.02", "Any problem in the manifest makes the server exit non-zero before it writes a single line to the client, so no request is ever answered from a bad manifest."),
+    _r("000-2.03", "A manifest problem is reported on stderr in the same form as the message `staal run` gives for a refused run config."),
+    _r("000-2.04", "A key the manifest format does not define is refused at every level: top level, server, model, each tool, grants, a grant's needs, net, once, quota and quota money.", tests=("tests/test_manifest.py::test_unknown_keys_are_refused_at_every_level",)),
+    _r("000-2.05", "The seed's example manifest (server, model and the refund_order tool with grants, net, deadline, max_concurrent_runs, once and quota), with net.connect_timeout_ms added as 000-3.56 requires, is accepted.", tests=("tests/test_manifest.py::test_the_seeds_example_manifest_loads_into_frozen_objects",)),
+    _r("000-2.06", "At start every tool's program is checked as `staal check` checks it, and a program with any check error stops the server with a message naming the tool and the errors."),
+    _r("000-2.07", "At start every tool's config is turned into a run config with placeholder inputs (the ones `staal config` produces) and validated as `staal run` would; a config that would be refused stops the server."),
+    _r("000-2.08", "The start-up checks execute nothing: no program entry function is called, no action reaches any service, and the ledger gains no event."),
+    _r("000-2.09", "A tool program that tries to read standard input is refused: the attempt fails the run (kind capability) instead of blocking or receiving any byte of the protocol stream."),
+    _r("000-2.10", "A tool program that tries to listen for connections (bind/listen/accept a server socket) is refused: the attempt fails the run (kind capability)."),
+    _r("000-2.11", "print is allowed in a tool program: a printed line appears on the server's stderr and never on the protocol stream."),
+    _r("000-2.12", "Every line a tool program prints is recorded in its run's journal as a print record."),
+    _r("000-2.13", "Secrets appear in the manifest only as environment variable names ({\"env\": NAME}); a literal string where a secret is expected (api_key, a grant's key or dsn) is refused at start.", tests=("tests/test_manifest.py::test_a_secret_written_as_a_value_is_refused_without_repeating_it", "tests/test_manifest.py::test_a_secret_names_an_environment_variable")),
+    _r("000-2.14", "A secret's value is read from the server's environment at run time and appears nowhere in the manifest, so a manifest with only env names is complete and safe to commit."),
+
+    # ------------------------------------------------------------------ 3. Protocol
+    _r("000-3.01", "The transport is stdio: each JSON-RPC 2.0 message is one line terminated by a newline, and no message the server writes contains a newline inside it."),
+    _r("000-3.02", "Everything the server writes to the client's stdout is an MCP/JSON-RPC message; nothing else ever appears there."),
+    _r("000-3.03", "The server's own log lines go to stderr."),
+    _r("000-3.04", "When stdin reaches end of file, the server stops reading and exits once its in-progress runs have ended or stopped as usual."),
+    _r("000-3.05", "Before reading the manifest, the server duplicates descriptors 0 and 1 to private close-on-exec descriptors used only by the protocol reader and writer."),
+    _r("000-3.06", "After the duplication, descriptor 1 points at stderr, so any other write to standard output (a stray print, a traceback, C code) lands on stderr."),
+    _r("000-3.07", "After the duplication, descriptor 0 points at /dev/null, so nothing but the protocol reader can read the client's messages."),
+    _r("000-3.08", "End to end: a tool whose program prints and whose C library (cap ffi.c) writes to standard output is called, and every line the client receives parses as a valid MCP message while the printed text shows up on stderr."),
+    _r("000-3.09", "The protocol writer serializes a message, then holds an output lock while it writes the whole line and flushes, so concurrent answers never interleave on the stream."),
+    _r("000-3.10", "The protocol writer retries short writes and interrupted (EINTR) writes until every byte of the line is written."),
+    _r("000-3.11", "A write that fails for good (e.g. EPIPE, the client gone) makes the server stop reading requests, let running runs finish or stop as usual (journaled and settled), and exit."),
+    _r("000-3.12", "An incoming line longer than 4 MiB is answered with -32700 (id null) without being parsed, and the server goes on reading the next line."),
+    _r("000-3.13", "An incoming message nested deeper than 64 levels is answered with -32700 or -32600 without being parsed further, and the server goes on reading the next line."),
+    _r("000-3.14", "A tool result whose JSON is longer than 1 MiB is not sent: the call answers isError: true with a text saying the result was too large and naming the run id."),
+    _r("000-3.15", "A result refused as too large is still in the run's journal and is returned by staal_run_status for that run id."),
+    _r("000-3.16", "A line holding a JSON array (a JSON-RPC batch) is answered with -32600."),
+    _r("000-3.17", "Nothing inside a refused batch is executed: no tool call in it reserves, starts a run or gets an answer of its own."),
+    _r("000-3.18", "The server speaks exactly two protocol versions, 2025-11-25 and 2026-07-28."),
+    _r("000-3.19", "Under 2025-11-25, initialize is answered with protocolVersion 2025-11-25, serverInfo and the tools capability, and notifications/initialized gets no answer."),
+    _r("000-3.20", "Under 2025-11-25, ping is answered with an empty result."),
+    _r("000-3.21", "Under 2026-07-28, every request must carry the _meta envelope (io.modelcontextprotocol/protocolVersion, .../clientCapabilities, .../clientInfo); a request missing one of these fields is -32602."),
+    _r("000-3.22", "Under 2026-07-28, server/discover is answered with the supported versions, server info and capabilities."),
+    _r("000-3.23", "Under 2026-07-28, every result carries resultType."),
+    _r("000-3.24", "Under 2026-07-28, the results of server/discover and tools/list carry ttlMs (an integer >= 0) and cacheScope."),
+    _r("000-3.25", "Under 2026-07-28, results carry _meta[\"io.modelcontextprotocol/serverInfo\"] with the server's name and version."),
+    _r("000-3.26", "Under 2026-07-28, ping is an unknown method (-32601)."),
+    _r("000-3.27", "A request whose _meta names a protocol version the server does not support is answered -32022 with data.supported (the versions served) and data.requested (the version asked for)."),
+    _r("000-3.28", "Fields of one version never appear in the other: 2025-11-25 answers carry no resultType, ttlMs, cacheScope or serverInfo _meta."),
+    _r("000-3.29", "Each version has its own request handler over shared tool listing and call running: tools/list gives the same tools and schemas, and the same call gives the same outcome, under both versions."),
+    _r("000-3.30", "A request carrying _meta[\"io.modelcontextprotocol/protocolVersion\"] is served as 2026-07-28, whether or not initialize was sent before."),
+    _r("000-3.31", "Once the client has sent initialize, a request without the _meta version is served as 2025-11-25."),
+    _r("000-3.32", "Before any initialize, a request without the _meta version is answered -32602."),
+    _r("000-3.33", "initialize is answered at any point of a connection, including after 2026-07-28 requests, and requests of both versions can be interleaved on one connection."),
+    _r("000-3.34", "The official Python SDK connects and calls tools in each of its modes: auto (server/discover first), legacy (initialize) and pinned 2026-07-28."),
+    _r("000-3.35", "The official TypeScript SDK connects and calls tools in legacy mode and in auto mode, where a throwaway probe process is started and SIGTERM'd before the real one."),
+    _r("000-3.36", "The server keeps no state between requests other than whether initialize was seen, the ledger and the journals: a 2026-07-28 request is served the same as the first line of a fresh process."),
+    _r("000-3.37", "A line that is not valid JSON is answered -32700."),
+    _r("000-3.38", "Valid JSON that is not a valid JSON-RPC 2.0 request (wrong or missing jsonrpc, bad id type, missing or non-string method) is answered -32600."),
+    _r("000-3.39", "A request for a method the server does not know is answered -32601."),
+    _r("000-3.40", "A known method with invalid parameters (an unknown tool name, a missing _meta field, arguments that are not an object) is answered -32602."),
+    _r("000-3.41", "Every problem with running a tool, including arguments that the program's types refuse, comes back as a tool result with isError: true, never as a JSON-RPC error."),
+    _r("000-3.42", "A notification the server does not use gets no answer of any kind and changes nothing."),
+    _r("000-3.43", "notifications/cancelled for a call whose run has not started yet (its arguments still being checked, or before it holds a slot) stops it: no reserve event, no journal, no run."),
+    _r("000-3.44", "notifications/cancelled for a call whose run has started does not stop the run: it runs to its end and is journaled and settled as usual."),
+    _r("000-3.45", "After notifications/cancelled for a request, the server sends no result and no error for that request, in both protocol versions."),
+    _r("000-3.46", "A cancelled call's outcome is readable through staal_run_status under its run id."),
+    _r("000-3.47", "Every run's id is written to the server's log (stderr) when it starts, so the outcome of a call the client stopped waiting for can be found."),
+    _r("000-3.48", "An HTTP request made by a capability is bounded by net.connect_timeout_ms for connecting and net.timeout_ms for the exchange; a service that never answers fails the action when the timeout passes."),
+    _r("000-3.49", "A model call is bounded by the model's timeout_ms per attempt, at most retries + 1 attempts, with each wait between attempts at most 60 s."),
+    _r("000-3.50", "A model provider that never answers is treated as a timeout like any other, failing the call within its bound."),
+    _r("000-3.51", "Any raw TCP or TLS exchange a capability makes is bounded by net.connect_timeout_ms and net.timeout_ms."),
+    _r("000-3.52", "PostgreSQL connections and each statement are bounded by net.connect_timeout_ms and net.timeout_ms."),
+    _r("000-3.53", "SQLite waits at most 5 s for a locked database and then fails the action; a statement itself has no time limit (the operator keeps a tool's queries quick)."),
+    _r("000-3.54", "Computation is bounded by max_steps; a program that exceeds it fails the run as kind budget."),
+    _r("000-3.55", "Listening cannot make a run wait without end: a tool program's attempt to listen is refused before any accept can block (as 000-2.10)."),
+    _r("000-3.56", "A tool without net.connect_timeout_ms or net.timeout_ms in the manifest stops the server at start; the script defaults are never used in a tool.", tests=("tests/test_manifest.py::test_every_tool_gives_both_network_timeouts",)),
+    _r("000-3.57", "A tool that can reach a model, with a model section lacking timeout_ms or retries, stops the server at start.", tests=("tests/test_manifest.py::test_model_timeout_and_retries_are_required_when_a_tool_can_reach_a_model", "tests/test_manifest.py::test_a_tool_that_can_reach_a_model_needs_the_model_section")),
+    _r("000-3.58", "A tool's deadline (e.g. \"120s\") is counted from when the runtime begins executing the run, not from when the request arrived."),
+    _r("000-3.59", "Past the deadline, a run that is about to start an action or model call fails as kind deadline instead of starting it."),
+    _r("000-3.60", "A deadline never cuts an action in half: an action begun before the deadline completes and its outcome is journaled, so a deadline never leaves an action in doubt."),
+    _r("000-3.61", "A run ends no later than its deadline plus its longest single operation, and the public documentation says a run does not end exactly at its deadline."),
+    _r("000-3.62", "A resumed run replays operations already in its journal and, if the journal records that it ended at its deadline, ends there again with the same deadline failure."),
+    _r("000-3.63", "A tool's deadline becomes the run's limits.deadline_ms."),
+    _r("000-3.64", "A call that carried a progressToken gets exactly one notifications/progress, when its run starts, whose message holds the run id; nothing is sent per operation."),
+    _r("000-3.65", "A call without a progressToken gets no progress notification."),
+
+    # ------------------------------------------------------------------ 5. Calling a tool
+    _r("000-5.01", "tools/call with a tool name the server does not have is answered -32602."),
+    _r("000-5.02", "A call's arguments are checked by Staal's own input rules before anything runs; refused arguments give isError: true with a message that lets the model correct them, and nothing is reserved or run."),
+    _r("000-5.03", "The steps of a call happen in order (tool lookup, argument check, once lookup, concurrency slot, reservation, run, settle, answer) and a call refused at one step does none of the later ones."),
+    _r("000-5.04", "For a tool with once, a call whose key the ledger already holds starts nothing new and is answered from the existing run, even when the server is at its concurrency limit."),
+    _r("000-5.05", "With server.max_concurrent_runs runs in progress, a further call answers isError: true saying the server is busy and to try again later; nothing is reserved and nothing runs."),
+    _r("000-5.06", "With a tool's own max_concurrent_runs runs of that tool in progress, a further call to it answers busy the same way, while other tools can still be called."),
+    _r("000-5.07", "A call refused as busy is answered at once and never run later: there is no queue."),
+    _r("000-5.08", "A burst of many simultaneous calls gets at most server.max_concurrent_runs concurrent runs (and per tool its own limit) and busy answers for the rest."),
+    _r("000-5.09", "A call that would exceed its tool's quota answers isError: true naming the quota and when it frees up, and nothing runs."),
+    _r("000-5.10", "Each run has a fresh run id of 32 random lowercase hexadecimal characters.", tests=("tests/test_ids.py::test_a_run_id_is_32_random_hexadecimal_characters", "tests/test_ids.py::test_anything_else_is_not_a_run_id")),
+    _r("000-5.11", "A run's journal is <journals>/<tool>/<first two characters of the run id>/<run id>.journal."),
+    _r("000-5.12", "A run's inputs are exactly the call's arguments (defaults filled in); no argument can add or change a grant, a secret or a limit, whatever its name."),
+    _r("000-5.13", "A run is settled in the ledger before the call is answered."),
+    _r("000-5.14", "A run that is done answers isError: false, structuredContent {\"result\": <result>}, and content holding exactly one text item whose text is the result's JSON."),
+    _r("000-5.15", "A run that failed with kind capability answers isError: true with the broker's own message as the text (e.g. which limit and what the action needed)."),
+    _r("000-5.16", "A run that failed with kind validation, action, value, provider, budget or deadline answers isError: true with a text giving the kind and the failure's message."),
+    _r("000-5.17", "A run that failed with kind internal answers isError: true with a text saying an internal error happened and naming the run id; the details go to stderr, not to the client."),
+    _r("000-5.18", "A stopped run answers isError: true with a text saying the action may already have happened, that the run waits for an operator, its run id, and not to call the tool again for it, plus structuredContent {\"status\": \"waiting_for_operator\", \"run\": <run id>}."),
+    _r("000-5.19", "A config or input problem found when the run is built (an error) answers isError: true with the problem, so the model can correct its arguments."),
+    _r("000-5.20", "After a failed call the model can call again with different arguments and get a new run."),
+    _r("000-5.21", "No text sent to the client ever contains a secret's value, even when the failure involves the secret (e.g. a service echoing the key)."),
+    _r("000-5.22", "A run's log is never sent to the client; it stays beside the journal in the journal directory."),
+    _r("000-5.23", "Without once, every call is a new run: sending the same call twice gives two runs with different run ids, and both may act."),
+    _r("000-5.24", "At start the server logs a warning on stderr for each tool that can spend money and has no once, and none for other tools."),
+    _r("000-5.25", "once.by must name at least one of the tool's inputs and may name all of them; an empty by, or a name that is not an input, stops the server at start."),
+    _r("000-5.26", "The once key is the SHA-256 of the tool's name and the by-named arguments in canonical JSON (keys sorted, money as the runtime writes it), so equal operations give equal keys.", tests=("tests/test_canonical.py::test_the_once_key_is_sha256_of_the_tool_and_named_arguments_in_canonical_form", "tests/test_canonical.py::test_the_once_key_depends_only_on_the_tool_and_the_named_arguments", "tests/test_canonical.py::test_key_order_never_changes_the_canonical_form")),
+    _r("000-5.27", "The once key is written in the reserve event that starts the run and fsync'd before the run begins, so a repeated call arriving while the run is still going finds it."),
+    _r("000-5.28", "A call whose once key is found never starts a run: no new reserve event, journal or action."),
+    _r("000-5.29", "A repeated once call whose earlier run is still running answers isError: true saying it is already in progress, with the run id, to follow with staal_run_status."),
+    _r("000-5.30", "A repeated once call whose earlier run is done gets the earlier result exactly as it was first answered."),
+    _r("000-5.31", "A repeated once call whose earlier run failed gets the earlier failure."),
+    _r("000-5.32", "A repeated once call whose earlier run waits for an operator gets the same stopped result."),
+    _r("000-5.33", "A call with the same once key but different arguments (same order, other amount) is refused with isError: true as a different operation, and nothing runs."),
+    _r("000-5.34", "Arguments are compared as the runtime reads them, with defaults filled in: \"35\" and \"35.00\" USD are equal, and an omitted default equals the default given explicitly."),
+    _r("000-5.35", "once.keep is a whole number followed by m, h or d; any other form stops the server at start.", tests=("tests/test_manifest.py::test_once_keep_is_in_minutes_hours_or_days",)),
+    _r("000-5.36", "once.keep longer than server.keep stops the server at start; once.keep left out means server.keep.", tests=("tests/test_manifest.py::test_once_keep_may_not_outlast_server_keep", "tests/test_manifest.py::test_once_keep_defaults_to_server_keep")),
+    _r("000-5.37", "A once key is remembered for keep counted from the end of its run; after that the same arguments start a new run."),
+    _r("000-5.38", "A call that never started (refused busy, refused over quota, or released at start) holds no once key: the same call afterwards starts a run."),
+    _r("000-5.39", "Once keys are scoped to the tool: the same by-arguments on two different tools are two different operations."),
+    _r("000-5.40", "A repeated once call is answered from the same run, and a resumed run sends the same Idempotency-Key values to the service as its first attempt."),
+    _r("000-5.41", "A payment grant with idempotency_key keeps sending Idempotency-Key headers whether or not the tool has once."),
+    _r("000-5.42", "Runs resumed at start are resumed one at a time, and all of them before the first request is answered."),
+    _r("000-5.43", "With more than 4 x server.max_concurrent_runs + 16 calls in progress (being checked or running), a new call is answered busy at once."),
+    _r("000-5.44", "A tool with no grants is annotated read-only, not destructive, idempotent and closed-world."),
+    _r("000-5.45", "A tool whose grants are all read capabilities is annotated read-only and idempotent, and closed-world when none of them reaches the network."),
+    _r("000-5.46", "A tool with only read capabilities, one of which reaches the network, is annotated open-world."),
+    _r("000-5.47", "A tool with any write capability is annotated not read-only and destructive, and not idempotent without once."),
+    _r("000-5.48", "A tool with a write capability and once is annotated idempotent."),
+    _r("000-5.49", "idempotency_key alone does not make a tool idempotent (a repeated call is a new run with new keys)."),
+    _r("000-5.50", "A narrowed grant (only, each, uses, max) is annotated by its capability's read/write and network nature; narrowing never makes a tool look read-only, closed-world or idempotent."),
+    _r("000-5.51", "Annotations never claim more than the broker enforces: a grant's needs count when deciding read-only, destructive and open-world."),
+    _r("000-5.52", "A tool's title annotation is the manifest tool's title."),
+
+    # ------------------------------------------------------------------ 6. Quotas across calls
+    _r("000-6.01", "A quota bounds a tool's calls and money over a sliding window: only reservations made within the last window count."),
+    _r("000-6.02", "Before a run starts, the server reserves one call and the run's worst-case spend: per money grant its max, or each x uses where there is no max, summed."),
+    _r("000-6.03", "A call that would take the tool past quota.calls within the window is refused and nothing runs."),
+    _r("000-6.04", "A call whose worst-case spend would take the tool past quota.money within the window is refused and nothing runs."),
+    _r("000-6.05", "A call refused over quota writes no ledger event and holds nothing."),
+    _r("000-6.06", "The quota refusal text names the quota that is exhausted (calls or money, with its limit) and when enough of it frees up."),
+    _r("000-6.07", "When a run ends, its reservation is settled to what the broker actually charged, per grant as the run's usage reports it; the call itself stays counted."),
+    _r("000-6.08", "Concurrent calls cannot overspend together: each holds its worst case until it settles, so a call that would fit only if another's reservation were ignored is refused."),
+    _r("000-6.09", "A run that stops in doubt keeps its whole reservation (no settle event) until it is resolved and resumed to an end."),
+    _r("000-6.10", "Quota use survives a restart: calls and money held before the server stopped still count within the window afterwards."),
+    _r("000-6.11", "The ledger is <journals>/server.ledger, one JSON object per line per event."),
+    _r("000-6.12", "Each ledger event is written and fsync'd before anything that depends on it: reserve before the inputs file and the run, settle before the answer, release before the inputs file is removed."),
+    _r("000-6.13", "A run exists from its reserve event, and its journal (header run id, file name and the run id inside its idempotency keys) is named by the run id that event records."),
+    _r("000-6.14", "A serving process holds an OS lock on <journals>/server.lock, which is freed when the process dies, even by SIGKILL."),
+    _r("000-6.15", "A second server on the same journal directory waits up to 5 s for the lock and, if it is still held, refuses to start with a message saying the directory is in use."),
+    _r("000-6.16", "A server that gets the lock within the 5 s wait (the previous process exiting, e.g. an SDK probe that was SIGTERM'd) starts normally."),
+    _r("000-6.17", "A torn last line of the ledger is discarded at start and the server starts."),
+    _r("000-6.18", "Any other ledger damage (a bad line before the last, an unknown event, a missing field) stops the server with a clear error."),
+    _r("000-6.19", "A reserve event holds the run id, tool, time, calls and money held, and, for a tool with once, the once key and the arguments hash.", tests=("tests/test_records.py::test_every_record_round_trips_through_json", "tests/test_records.py::test_a_missing_required_field_is_named")),
+    _r("000-6.20", "A settle event holds the run id, the money actually charged and the run's outcome kind.", tests=("tests/test_records.py::test_every_record_round_trips_through_json", "tests/test_records.py::test_an_outcome_must_be_one_of_the_three")),
+    _r("000-6.21", "A release event holds the run id and is written only for a reservation whose run never started."),
+    _r("000-6.22", "Recovery at start checks that each run has exactly one reserve and at most one settle or release, and a ledger that breaks this stops the server."),
+    _r("000-6.23", "The ledger writer refuses to commit a second reserve, or a settle/release for a run already settled or released, or for a run with no reserve."),
+    _r("000-6.24", "The ledger is compacted at start and at each daily sweep."),
+    _r("000-6.25", "Compaction keeps every event of a run that is not settled."),
+    _r("000-6.26", "Compaction keeps every event of a run whose journal or log is still kept under retention."),
+    _r("000-6.27", "Compaction keeps every event of a run reserved within its tool's quota window."),
+    _r("000-6.28", "Compaction keeps every event of a run that holds a once key not yet expired."),
+    _r("000-6.29", "Compaction drops the events of released runs, and of settled runs that meet none of the keep conditions."),
+    _r("000-6.30", "Compaction writes the new ledger to a temporary file, fsyncs it and renames it over the old one, so a crash at any point leaves either the old or the new ledger intact."),
+    _r("000-6.31", "Each ledger event records its time as an integer count of UTC milliseconds since 1970."),
+    _r("000-6.32", "Ledger time never goes backwards: each event is stamped with the later of the wall clock and the last event's time."),
+    _r("000-6.33", "A wall clock found behind the ledger's last time is logged as a warning on stderr."),
+    _r("000-6.34", "A clock set back can neither shorten a quota window nor reorder ledger events: a full quota stays full until the window has passed in ledger time."),
+    _r("000-6.35", "A run's result reports usage per capability parameter of the entry function: actions attempted and money charged per currency, including capabilities narrowed from it."),
+    _r("000-6.36", "A resumed run's usage includes its replayed operations, so the settlement after a resume counts money charged before the crash."),
+
+    # ------------------------------------------------------------------ 7. Crashes and restarts
+    _r("000-7.01", "If the server dies during a call, the client sees its connection close (end of file on the server's stdout)."),
+    _r("000-7.02", "After a restart, repeating a call of a tool with once gets the original run (same run id, no new run)."),
+    _r("000-7.03", "After a restart, repeating a call of a tool without once starts a new run."),
+    _r("000-7.04", "Each step of a call (reserve, keep arguments, create journal, run, waiting record, settle, answer) is durable before the next one begins."),
+    _r("000-7.05", "Killed right after the reserve event: at the next start there is no journal, and the run gets a release event."),
+    _r("000-7.06", "Killed right after the inputs file was written: at the next start the run gets a release event and its inputs file is removed."),
+    _r("000-7.07", "Killed right after the journal's first line was written: at the next start the run is resumed, which runs it from the beginning, and it is settled."),
+    _r("000-7.08", "Killed while running (after an intent or after an outcome record): at the next start the run is resumed from its journal and kept arguments as `staal resume` would, and it finishes, fails or stops in doubt."),
+    _r("000-7.09", "Killed after the waiting record was written: at the next start the run is resumed and stops again, and the waiting record is left byte-for-byte as first written."),
+    _r("000-7.10", "Killed right after the settle event: at the next start nothing is redone, no second settle is written, and the inputs file is gone."),
+    _r("000-7.11", "Killed after the answer was sent: nothing is recovered, and a repeated once call is answered from the ledger and journal."),
+    _r("000-7.12", "Across every kill point, each action reaches the service at most once and the ledger invariants hold after recovery."),
+    _r("000-7.13", "A run's arguments are written to <run id>.inputs.json beside its journal, after the reserve and before the journal is created."),
+    _r("000-7.14", "A run's inputs file is removed as soon as the run is settled."),
+    _r("000-7.15", "At every start, any inputs file left for a settled or released run is removed."),
+    _r("000-7.16", "A run's inputs file is kept while the run may still need resuming (unfinished or waiting for an operator)."),
+    _r("000-7.17", "A run's log is written beside its journal as <run id>.log.jsonl."),
+    _r("000-7.18", "Recovery goes through the ledger and the journal directory together and completes before the server answers anything."),
+    _r("000-7.19", "At start, a journal with no end record is resumed; such runs are resumed one after another."),
+    _r("000-7.20", "At start, a journal that has an end record but no settle event is settled from its end record's usage and outcome."),
+    _r("000-7.21", "At start, a run with a waiting record is resumed: it stops again unless an operator resolved it, in which case it runs to an end and is settled."),
+    _r("000-7.22", "At start, a journal whose run has no reserve event stops the server with a message naming that journal."),
+    _r("000-7.23", "At start, an unfinished run whose program, config or runtime version no longer matches its journal stops the server with a message naming each such run."),
+    _r("000-7.24", "Settling never gives back a reservation that must stay: a run stopped in doubt is settled only after it is resolved and resumed to an end."),
+    _r("000-7.25", "`staal-supervisor status <manifest>` lists each run waiting for an operator with the operation in doubt and the `staal resolve --journal <path> ...` command to resolve it."),
+    _r("000-7.26", "`staal-supervisor status` lists every other unfinished run (in progress, or interrupted and to be resumed at the next start)."),
+    _r("000-7.27", "`staal-supervisor status` gives each tool's quota use (calls and money within the window)."),
+    _r("000-7.28", "`staal-supervisor status` reads the ledger without taking the lock or changing any file, so it works while a server is running."),
+    _r("000-7.29", "An operator resolves a stopped run with `staal resolve`, unchanged, and the next start of the server resumes it to an end."),
+    _r("000-7.30", "Resolution never travels over MCP in either version: no method or tool lets the client resolve a run, and staal_run_status is read-only."),
+    _r("000-7.31", "The server never answers with input_required, in either protocol version."),
+    _r("000-7.32", "The caller of a run that waits gets the stopped result and can poll staal_run_status, which reports the run as waiting for an operator."),
+    _r("000-7.33", "When a run stops in doubt, the operator gets waiting/<run id>.json under the journal directory, written once."),
+    _r("000-7.34", "When a run stops in doubt, a line on stderr names the run and says it waits for an operator."),
+    _r("000-7.35", "When a run stops in doubt, the server.notify command is run with the waiting record's path as its argument."),
+    _r("000-7.36", "The notify command is retried with backoff until it exits 0."),
+    _r("000-7.37", "The notify command's environment holds only the variables named in server.notify_env."),
+    _r("000-7.38", "A notify command that is missing or keeps failing changes nothing else: the waiting record is on disk, status lists it, stderr has it, and the server keeps serving."),
+    _r("000-7.39", "The release notes tell operators to run `staal-supervisor status` and let every unfinished run end (resolving waiting ones) before an upgrade or a tool change."),
+    _r("000-7.40", "server.keep is a whole number of days, at least 1, or \"forever\", and defaults to 90; any other value stops the server at start.", tests=("tests/test_manifest.py::test_server_keep_is_whole_days_or_forever", "tests/test_manifest.py::test_server_keep_refuses_anything_else")),
+    _r("000-7.41", "At each start and once a day while running, the journal and log of every run settled more than server.keep days ago are deleted."),
+    _r("000-7.42", "With server.keep \"forever\", no journal or log is ever deleted."),
+    _r("000-7.43", "A run's log is deleted before its journal, so a failure in between leaves a journal without a log (retried at the next sweep) and never a log without a journal."),
+    _r("000-7.44", "A run that is in progress, unsettled (including waiting for an operator) or holding a once key not yet expired is never deleted, whatever its age."),
+    _r("000-7.45", "Journals are deleted only by the retention sweep; nothing else in the server removes a journal."),
+    _r("000-7.46", "staal_run_status answers expired for a run whose journal is gone while its ledger events are still kept."),
+    _r("000-7.47", "staal_run_status answers unknown for a run id with no ledger events (never existed, or compacted away)."),
+)
+
+
+def _split_node_id(node_id: str) -> tuple[str, list[str]] | None:
+    """``path::name`` or ``path::Class::...::method``, optional ``[param]`` on the last part."""
+    base = node_id
+    if base.endswith("]"):
+        open_at = base.find("[")
+        if open_at == -1:
+            return None
+        base = base[:open_at]
+    parts = base.split("::")
+    if len(parts) < 2 or not parts[0] or not all(p.isidentifier() for p in parts[1:]):
+        return None
+    return parts[0], parts[1:]
+
+
+def check_test_id(node_id: str, root: Path = PROJECT_ROOT) -> str | None:
+    """None if ``node_id`` names a test defined in a file under ``root``; else why not.
+
+    The test module is read with ``ast``, never imported.
+    """
+    split = _split_node_id(node_id)
+    if split is None:
+        return f"{node_id!r} is not a node id of the form path::function or path::Class::method"
+    rel, names = split
+    root = Path(root).resolve()
+    path = (root / rel).resolve()
+    if path == root or root not in path.parents:
+        return f"{rel!r} is outside the project root"
+    if path.suffix != ".py" or not path.is_file():
+        return f"{rel!r} is not a Python file under {root}"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as e:
+        return f"{rel!r} cannot be parsed: {e}"
+    body: list[ast.stmt] = tree.body
+    for depth, name in enumerate(names):
+        last = depth == len(names) - 1
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        found = next((n for n in body if isinstance(n, kinds) and n.name == name), None)
+        if found is None:
+            what = "function" if last else "class"
+            return f"no {what} {name!r} defined in {rel}"
+        if not last:
+            body = found.body
+    return None
+
+
+def broken_test_ids(requirements: tuple[Requirement, ...] = REQUIREMENTS,
+                    root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """Every listed test id that does not resolve, mapped to the reason."""
+    broken: dict[str, str] = {}
+    for req in requirements:
+        for node_id in req.tests:
+            problem = check_test_id(node_id, root)
+            if problem is not None:
+                broken[node_id] = problem
+    return broken
+
+
+def summary(requirements: tuple[Requirement, ...] = REQUIREMENTS) -> dict:
+    """Counts: total, covered (at least one test), missing, and the same per section."""
+    sections: dict[str, dict[str, int]] = {
+        s: {"total": 0, "covered": 0, "missing": 0} for s in SECTIONS
+    }
+    for req in requirements:
+        counts = sections.setdefault(req.section, {"total": 0, "covered": 0, "missing": 0})
+        counts["total"] += 1
+        counts["covered" if req.tests else "missing"] += 1
+    total = len(requirements)
+    covered = sum(1 for r in requirements if r.tests)
+    return {
+        "total": total,
+        "covered": covered,
+        "missing": total - covered,
+        "sections": sections,
+    }
+
+
+def main() -> None:
+    s = summary()
+    print(f"{'section':<28} {'covered':>7} {'missing':>7} {'total':>5}")
+    for section, counts in s["sections"].items():
+        title = f"{section}. {SECTION_TITLES.get(section, '')}".rstrip()
+        print(f"{title:<28} {counts['covered']:>7} {counts['missing']:>7} {counts['total']:>5}")
+    print(f"covered {s['covered']} / total {s['total']} (missing {s['missing']})")
+
+
+if __name__ == "__main__":
+    main()
