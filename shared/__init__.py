@@ -7,7 +7,8 @@ from here.
 from __future__ import annotations
 
 from staal.money import Money
+from staal.program import ActionFailed, Json, fail
 
 __version__ = "0.1.0"
 
-__all__ = ["Money", "__version__"]
+__all__ = ["ActionFailed", "Json", "Money", "__version__", "fail"]

@@ -1,0 +1,62 @@
+"""What a program sees of staal besides its capabilities (DESIGN.md section 3).
+
+`fail(kind, message)` ends the run as failed. The exceptions that end a run
+derive from `RunEnded`, a BaseException, so a program's `except Exception`
+cannot swallow a refusal or a failure it asked for; an action that merely
+went wrong (`ActionFailed`) is an ordinary Exception the program may handle.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NoReturn
+
+from staal.outcomes import FAILURE_KINDS
+
+
+class _JsonMarker:
+    def __repr__(self) -> str:
+        return "staal.Json"
+
+
+JSON_MARKER = _JsonMarker()
+# Any JSON value, as an input or a result type.
+Json = Annotated[Any, JSON_MARKER]
+
+
+class RunEnded(BaseException):
+    """Control flow that ends a run; never caught by `except Exception`."""
+
+
+class RunFailed(RunEnded):
+    """The run fails with `kind` and `message` (seed 000 section 5)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class CapabilityRefused(RunFailed):
+    """The broker or the confinement tripwire refused something."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("capability", message)
+
+
+class ActionFailed(Exception):
+    """An action was performed and failed (a refused connection, an HTTP
+    error the capability treats as failure). A program may catch it; if it
+    escapes, the run fails with kind `action`."""
+
+    kind = "action"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def fail(kind: str, message: str) -> NoReturn:
+    """End the run as failed, with one of the failure kinds."""
+    if kind not in FAILURE_KINDS:
+        raise ValueError(f"{kind!r} is not a failure kind ({', '.join(FAILURE_KINDS)})")
+    raise RunFailed(kind, str(message))
