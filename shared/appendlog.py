@@ -95,6 +95,7 @@ class AppendLog:
         self._syncer = syncer
         self._lock = threading.Lock()
         self._failure: BaseException | None = None
+        self._unsynced = False
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], syncer: Syncer = OS_SYNC) -> AppendLog:
@@ -170,8 +171,13 @@ class AppendLog:
     def closed(self) -> bool:
         return self._fd < 0
 
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Write `record` as one line and return once it is fsync'd."""
+    def append(self, record: Mapping[str, Any], sync: bool = True) -> None:
+        """Write `record` as one line and return once it is fsync'd.
+
+        With `sync=False` the line is written but made durable only by the
+        next synced append (or `close`): for a record whose loss in a power
+        cut is harmless because nothing after it can be durable either.
+        """
         if not isinstance(record, Mapping):
             raise TypeError(f"a log record is a mapping, not {type(record).__name__}")
         # Serialize before taking the lock: a value with no canonical form
@@ -181,7 +187,9 @@ class AppendLog:
             self._check_usable()
             try:
                 write_all(self._fd, line)
-                self._syncer.sync_file(self._fd)
+                if sync:
+                    self._syncer.sync_file(self._fd)
+                self._unsynced = not sync
             except BaseException as exc:
                 self._failure = exc
                 raise
@@ -201,7 +209,11 @@ class AppendLog:
         with self._lock:
             if self._fd >= 0:
                 fd, self._fd = self._fd, -1
-                os.close(fd)
+                try:
+                    if self._unsynced and self._failure is None:
+                        self._syncer.sync_file(fd)
+                finally:
+                    os.close(fd)
 
     def __enter__(self) -> AppendLog:
         return self

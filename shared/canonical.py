@@ -13,6 +13,7 @@ values are refused.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import math
 from decimal import Decimal
@@ -37,7 +38,10 @@ def decimal_text(value: Decimal) -> str:
         raise CanonicalError(f"{value} has no JSON form")
     if value == 0:
         return "0"
-    return format(value.normalize(), "f")
+    # normalize() rounds to the context's precision; never lose a digit.
+    with decimal.localcontext() as context:
+        context.prec = max(context.prec, len(value.as_tuple().digits))
+        return format(value.normalize(), "f")
 
 
 def _written_form(value: Any) -> Any:

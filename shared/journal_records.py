@@ -20,10 +20,15 @@ class Header(Record):
     TYPE: ClassVar[str] = "header"
     run: RunId
     tool: str
+    program: str
     program_sha256: Sha256
     config_sha256: Sha256
+    inputs_sha256: Sha256
     runtime: str
+    # When the run began; its deadline is counted from here, resumed or not.
     time: TimeMs
+    # The run config file a `staal run` read, which `staal resume` reads again.
+    config: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,11 @@ class OutcomeRecord(Record):
 
 @dataclass(frozen=True, slots=True)
 class Print(Record):
+    """The seq-th line the program printed; a resumed run that prints it
+    again neither journals nor shows it twice."""
+
     TYPE: ClassVar[str] = "print"
+    seq: OpNumber
     text: str
     time: TimeMs
 

@@ -94,14 +94,14 @@ def load(path: Path) -> Manifest:
 
 def check(data: Any, path: Path) -> Manifest:
     """The manifest `data` (read from `path`), or every problem in it."""
-    checker = _ManifestChecker(path)
+    checker = ManifestChecker(path)
     manifest = checker.manifest(data)
     if checker.values.problems or manifest is None:
         raise ManifestError(str(path), checker.values.problems or ["no manifest"])
     return manifest
 
 
-class _ManifestChecker:
+class ManifestChecker:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.values = ValueReader(base_dir=path.parent)

@@ -225,6 +225,11 @@ class ValueReader:
         if "?" in text or "#" in text or "@" in urlsplit(text).netloc:
             self.add(path, f"{show(text)}: a pattern matches scheme, host and path only")
             return None
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError:
+            self.add(path, f"{show(text)} has an invalid port")
+            return None
         if "*" in urlsplit(text).netloc:
             self.add(path, f"{show(text)}: the host is written in full; * and ** match in the path")
             return None

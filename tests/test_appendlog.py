@@ -591,3 +591,42 @@ def test_any_tail_without_a_newline_is_torn_and_the_rest_kept(
         with log:
             log.append({"after": True})
         assert read_log(path).records == (*records, {"after": True})
+
+
+def test_an_unsynced_append_is_made_durable_by_the_next_synced_one_or_by_close(tmp_path):
+    syncs: list[bytes] = []
+
+    class Recording:
+        def sync_file(self, fd: int) -> None:
+            syncs.append((tmp_path / "log").read_bytes())
+
+        def sync_dir(self, path) -> None:
+            pass
+
+    log = AppendLog.create(tmp_path / "log", syncer=Recording())
+    syncs.clear()
+    log.append({"n": 1}, sync=False)
+    assert syncs == []
+    log.append({"n": 2})
+    assert syncs == [b'{"n":1}\n{"n":2}\n']
+    log.append({"n": 3}, sync=False)
+    log.close()
+    assert syncs[-1] == b'{"n":1}\n{"n":2}\n{"n":3}\n'
+    assert len(syncs) == 2
+
+
+def test_close_after_only_synced_appends_syncs_nothing_more(tmp_path):
+    count = []
+
+    class Counting:
+        def sync_file(self, fd: int) -> None:
+            count.append(fd)
+
+        def sync_dir(self, path) -> None:
+            pass
+
+    log = AppendLog.create(tmp_path / "log", syncer=Counting())
+    log.append({"n": 1})
+    before = len(count)
+    log.close()
+    assert len(count) == before

@@ -78,6 +78,12 @@ def test_decimals_are_written_as_plain_digits():
     assert canonical_json([Decimal("1.50"), Decimal("1E+2"), Decimal("-0.0")]) == b'["1.5","100","0"]'
 
 
+def test_long_decimals_keep_every_digit():
+    long = "1.234567890123456789012345678901234"
+    assert canonical_json(Decimal(long)) == f'"{long}"'.encode()
+    assert canonical_json(Decimal(long)) != canonical_json(Decimal(long[:-1] + "5"))
+
+
 @pytest.mark.parametrize(
     "value", [float("nan"), float("inf"), [1, {"a": float("-inf")}], {1: "x"}, {"a": {1, 2}}, 2**64,
               -(2**63) - 1, object(), Decimal("NaN"), "\ud800", {"\udfff": 1}]

@@ -580,7 +580,8 @@ def test_uses_is_a_positive_count(here, uses):
 @pytest.mark.parametrize(
     "pattern",
     ["api.stripe.com/v1/refunds", "ftp://api.stripe.com/x", "https:///v1", "https://*.stripe.com/v1",
-     "https://api.stripe.com/v1/refunds?x=1", "https://api.stripe.com/v1/re**", "https://u:p@api.stripe.com/v1"],
+     "https://api.stripe.com/v1/refunds?x=1", "https://api.stripe.com/v1/re**", "https://u:p@api.stripe.com/v1",
+     "https://api.stripe.com:99999/v1", "https://api.stripe.com:port/v1"],
 )
 def test_only_patterns_are_http_urls_with_wildcards_in_the_path(here, pattern):
     def change(d):

@@ -37,13 +37,14 @@ EXAMPLES = {
         Release(run=RUN, time=4),
     ],
     JOURNAL: [
-        Header(run=RUN, tool="refund_order", program_sha256=SHA, config_sha256=SHA,
-               runtime="staal 0.1.0", time=1),
+        Header(run=RUN, tool="refund_order", program="/srv/refund.py", program_sha256=SHA,
+               config_sha256=SHA, inputs_sha256=SHA, runtime="staal 0.1.0", time=1,
+               config="/srv/refund.json"),
         Intent(op=1, param="pay", cap="net.http.post", action="post", args_sha256=SHA, time=2,
                idempotency_key=f"{RUN}-1"),
         OutcomeRecord(op=1, ok=True, time=3, result={"id": "re_1"}, charged=(USD,)),
         OutcomeRecord(op=2, ok=False, time=3, failure=Failure("action", "HTTP 402")),
-        Print(text="refunded re_1", time=4),
+        Print(seq=1, text="refunded re_1", time=4),
         Value(op=3, cap="clock.now", value=1_700_000_000_000, time=5),
         Stopped(op=4, message="op 4 may have happened", time=6),
         Resolved(op=4, happened=True, result={"id": "re_2"}, time=7),
@@ -219,7 +220,7 @@ def test_a_failure_crosses_the_process_boundary_as_kind_and_message_only():
 
 def test_encoding_a_record_of_another_family_is_a_bug():
     with pytest.raises(TypeError):
-        LEDGER.encode(Print(text="x", time=1))
+        LEDGER.encode(Print(seq=1, text="x", time=1))
 
 
 json_values = st.recursive(

@@ -1,0 +1,177 @@
+"""The run engine against references, in one run.
+
+1. Per-action overhead of the journaled broker: a GET through a program's
+   `HttpGet` capability (broker check, durable intent, request, outcome)
+   against a bare `httpx.Client.get` of the same URL on the same local
+   service. The journal is on the disk the benchmark runs on (BENCH_DIR, or
+   the temporary directory); a second staal row puts it on /dev/shm to show
+   what the fsync costs.
+2. The slowdown of `max_steps` counting: a pure-Python loop in a program
+   module, counted against not counted.
+
+    python benchmarks/engine.py [--requests 500] [--rounds 5]
+
+Prints Markdown tables of medians and ratios (staal / reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+from staal.clock import SYSTEM_CLOCK
+from staal.ids import new_run_id
+from staal.journal_records import Header
+from staal.manifest import Grant, NetConfig
+from staal.worker.broker import GrantState
+from staal.worker.capabilities.http import HttpClient, HttpGetCapability
+from staal.worker.engine import RunContext
+from staal.worker.journal import JournalWriter
+from staal.worker.limits import StepCounter
+from staal.worker.program import load_module
+from staal.worker.run import Services
+
+SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        body = b'{"id":"o1","total":500}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+LOOP = """
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+def work(n):
+    items = {}
+    for i in range(n):
+        key = "k" + str(i % 97)
+        items[key] = items.get(key, 0) + i
+    return len(items)
+"""
+
+
+def bare_gets(url: str, count: int) -> float:
+    with httpx.Client() as client:
+        client.get(url)
+        start = time.perf_counter()
+        for _ in range(count):
+            client.get(url).json()
+        return time.perf_counter() - start
+
+
+def staal_gets(url: str, count: int, directory: Path) -> float:
+    run_id = new_run_id()
+    header = Header(run=run_id, tool="bench", program="/bench.py", program_sha256="0" * 64,
+                    config_sha256="0" * 64, inputs_sha256="0" * 64, runtime="bench",
+                    time=SYSTEM_CLOCK.now_ms())
+    writer = JournalWriter.create(directory / f"{run_id}.journal", header)
+    ctx = RunContext(run_id, writer, SYSTEM_CLOCK, header.time)
+    state = GrantState.for_param("get", Grant(cap="net.http.get", only=(url,)))
+    ctx.params["get"] = state
+    services = Services(http=HttpClient(NetConfig(10_000, 2_000)), clock=SYSTEM_CLOCK)
+    get = HttpGetCapability(ctx, state, services)
+    services.http._get().get(url)  # the same warm connection as the bare client
+    start = time.perf_counter()
+    for _ in range(count):
+        get.get(url).json()
+    elapsed = time.perf_counter() - start
+    services.http.close()
+    writer.close()
+    return elapsed
+
+
+def loops(module, n: int, counted: bool, which: str) -> float:
+    function = getattr(module, which)
+    counter = StepCounter(10**12, Path(module.__file__).parent)
+    start = time.perf_counter()
+    if counted:
+        counter.start()
+    try:
+        function(n)
+    finally:
+        counter.stop()
+    return time.perf_counter() - start
+
+
+def table(title: str, rows: dict[str, list[float]], per: int, ours: str, reference: str) -> None:
+    medians = {name: statistics.median(times) / per for name, times in rows.items()}
+    print(f"\n### {title}\n")
+    print(f"| contender | median | {ours.split(' (')[0]} / this |")
+    print("|---|---|---|")
+    for name, value in medians.items():
+        print(f"| {name} | {value * 1e6:.1f} µs | {medians[ours] / value:.2f} |")
+    print(f"\nratio {ours} / {reference}: {medians[ours] / medians[reference]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--loop", type=int, default=2_000_000)
+    args = parser.parse_args()
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        url = f"http://127.0.0.1:{port}/v1/orders/o1"
+        disk = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+        rows: dict[str, list[float]] = {"bare httpx.Client.get": [],
+                                        "staal HttpGet.get, journal on disk": []}
+        if shm:
+            rows["staal HttpGet.get, journal on /dev/shm"] = []
+        for _ in range(args.rounds):
+            rows["bare httpx.Client.get"].append(bare_gets(url, args.requests))
+            with tempfile.TemporaryDirectory(dir=disk) as tmp:
+                rows["staal HttpGet.get, journal on disk"].append(staal_gets(url, args.requests, Path(tmp)))
+            if shm:
+                with tempfile.TemporaryDirectory(dir=shm) as tmp:
+                    rows["staal HttpGet.get, journal on /dev/shm"].append(
+                        staal_gets(url, args.requests, Path(tmp)))
+        table("One GET to a local service", rows, args.requests,
+              "staal HttpGet.get, journal on disk", "bare httpx.Client.get")
+    finally:
+        server.kill()
+        server.wait()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        program = Path(tmp) / "program_loops.py"
+        program.write_text(textwrap.dedent(LOOP))
+        module = load_module(program)
+        for which in ("spin", "work"):
+            steps = {"not counted": [], "max_steps counting": []}
+            for _ in range(args.rounds):
+                steps["not counted"].append(loops(module, args.loop, False, which))
+                steps["max_steps counting"].append(loops(module, args.loop, True, which))
+            table(f"A pure-Python loop ({which}), per iteration", steps, args.loop,
+                  "max_steps counting", "not counted")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Kill points for the crash harness (DESIGN.md section 7).
+
+With `STAAL_TEST_KILL_POINTS=1` and `STAAL_KILL_AT=<process>:<name>` set, the
+process kills itself with SIGKILL right after that step is durable.
+`STAAL_KILL_AT=worker:intent#2` kills at the second time it gets there.
+`STAAL_KILL_ONCE=<path>` makes it happen once across restarts: the first
+process to get there creates the file and dies; later ones see the file and
+go on. Without the two variables this costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_counts: dict[str, int] = {}
+
+
+def kill_point(process: str, name: str) -> None:
+    if os.environ.get("STAAL_TEST_KILL_POINTS") != "1":
+        return
+    target = os.environ.get("STAAL_KILL_AT", "")
+    where, _, nth = target.partition("#")
+    if where != f"{process}:{name}":
+        return
+    _counts[where] = _counts.get(where, 0) + 1
+    if _counts[where] != (int(nth) if nth else 1):
+        return
+    once = os.environ.get("STAAL_KILL_ONCE")
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return
+    os.kill(os.getpid(), signal.SIGKILL)

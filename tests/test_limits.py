@@ -1,0 +1,395 @@
+"""staal.worker.limits: max_steps counted in the program's own lines, and the
+CPU-time backstop (DESIGN.md section 4, "Limits").
+
+Trace functions, signal handlers and rlimits belong to a whole process, so
+each scenario runs in a fresh Python process that prints one JSON line. The
+"program" is a module written into a temporary folder and imported from
+there, as the worker imports an operator's program.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BOUND = 120.0  # seconds a scenario's process may take before the test fails
+
+PROGRAM = """\
+import heapq
+import threading
+
+
+def straight(a):
+    b = a + 1
+    c = b * 2
+    d = [b, c]
+    e = {"d": d}
+    return e
+
+
+def loop(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+def spin():
+    n = 0
+    while True:
+        n += 1
+
+
+def key(x):
+    return -x
+
+
+def sort_both_ways(data):
+    by_sorted = sorted(data, key=key)
+    by_heapq = heapq.nsmallest(1, data, key=key)
+    return by_sorted, by_heapq
+
+
+def in_a_thread(n):
+    worker = threading.Thread(target=loop, args=(n,))
+    worker.start()
+    worker.join()
+    return n
+
+
+def wait_then_loop(ready, go, done, n):
+    ready.set() or go.wait(120)
+    loop(n)
+    done.set()
+"""
+
+# Line events per call, as CPython 3.11 reports them: every line once, and a
+# `for` line once more each time the loop jumps back to it.
+STRAIGHT_LINES = 5
+IN_A_THREAD_LINES = 4
+
+
+def loop_lines(n: int) -> int:
+    # `total = 0`, the `for` line n + 1 times, the body n times, `return`
+    return 1 + (n + 1) + n + 1
+
+
+PRELUDE = """
+import json, os, sys
+from pathlib import Path
+from staal.program import RunFailed
+from staal.worker.limits import StepCounter, cpu_backstop
+
+ROOT = Path(sys.argv[1])
+sys.path.insert(0, str(ROOT / "program"))
+import program
+
+def report(**values):
+    print(json.dumps(values), flush=True)
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    folder = tmp_path / "program"
+    folder.mkdir()
+    (folder / "program.py").write_text(PROGRAM)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "library.py").write_text(
+        "def library_loop(n):\n    total = 0\n    for i in range(n):\n        total += i\n"
+        "    return total\n"
+    )
+    return tmp_path
+
+
+def run(body: str, root: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-B", "-c", PRELUDE + textwrap.dedent(body), str(root)],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def result_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------- StepCounter
+
+
+def test_a_loop_in_program_code_fails_as_budget_just_past_max_steps(root):
+    result = result_of(
+        run(
+            """
+            counter = StepCounter(1000, ROOT / "program")
+            counter.start()
+            try:
+                program.spin()
+                outcome = None
+            except RunFailed as failed:
+                outcome = [failed.kind, failed.message]
+            counter.stop()
+            report(outcome=outcome, steps=counter.steps, exceeded=counter.exceeded)
+            """,
+            root,
+        )
+    )
+    assert result["outcome"] == ["budget", "the run exceeded max_steps (1000 line events)"]
+    assert result["steps"] == 1001
+    assert result["exceeded"] is True
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 250])
+def test_the_count_is_exact_for_straight_line_code_and_for_loops(root, n):
+    result = result_of(
+        run(
+            f"""
+            counter = StepCounter(10_000, ROOT / "program")
+            counter.start()
+            program.straight(1)
+            after_straight = counter.steps
+            program.loop({n})
+            counter.stop()
+            report(straight=after_straight, total=counter.steps, exceeded=counter.exceeded)
+            """,
+            root,
+        )
+    )
+    assert result["straight"] == STRAIGHT_LINES
+    assert result["total"] == STRAIGHT_LINES + loop_lines(n)
+    assert result["exceeded"] is False
+
+
+def test_exactly_max_steps_lines_run_without_failing(root):
+    limit = STRAIGHT_LINES + loop_lines(10)
+    result = result_of(
+        run(
+            f"""
+            counter = StepCounter({limit}, ROOT / "program")
+            counter.start()
+            program.straight(1)
+            program.loop(10)
+            counter.stop()
+            report(steps=counter.steps, exceeded=counter.exceeded)
+            """,
+            root,
+        )
+    )
+    assert result == {"steps": limit, "exceeded": False}
+
+
+def test_code_outside_the_program_root_is_not_counted(root):
+    data = list(range(40))
+    result = result_of(
+        run(
+            f"""
+            sys.path.insert(0, str(ROOT / "elsewhere"))
+            import json, library
+            counter = StepCounter(100_000, ROOT / "program")
+            counter.start()
+            program.sort_both_ways({data!r})   # sorted() is C, heapq.nsmallest is Python
+            json.dumps({{"a": [1, 2, 3]}}, indent=2)  # the stdlib's own lines
+            library.library_loop(100)                 # a module outside the root
+            counter.stop()
+            report(steps=counter.steps)
+            """,
+            root,
+        )
+    )
+    # the three lines of sort_both_ways, and `key` once per element for each
+    assert result["steps"] == 3 + 2 * len(data)
+
+
+def test_threads_started_by_the_program_are_counted(root):
+    result = result_of(
+        run(
+            """
+            counter = StepCounter(100_000, ROOT / "program")
+            counter.start()
+            program.in_a_thread(20)
+            counter.stop()
+            report(steps=counter.steps)
+            """,
+            root,
+        )
+    )
+    assert result["steps"] == IN_A_THREAD_LINES + loop_lines(20)
+
+
+def test_a_program_thread_past_the_budget_fails_and_marks_the_counter_exceeded(root):
+    result = result_of(
+        run(
+            """
+            import threading
+            failures = []
+            threading.excepthook = lambda args: failures.append(str(args.exc_value))
+            counter = StepCounter(50, ROOT / "program")
+            counter.start()
+            worker = threading.Thread(target=program.loop, args=(1000,))
+            worker.start()
+            worker.join(120)
+            counter.stop()
+            report(failures=failures, exceeded=counter.exceeded, steps=counter.steps)
+            """,
+            root,
+        )
+    )
+    assert result["failures"] == ["budget: the run exceeded max_steps (50 line events)"]
+    assert result["exceeded"] is True
+    assert result["steps"] == 51
+
+
+def test_a_program_that_catches_the_budget_failure_still_leaves_the_counter_exceeded(root):
+    result = result_of(
+        run(
+            """
+            counter = StepCounter(10, ROOT / "program")
+            counter.start()
+            try:
+                program.loop(100)
+            except BaseException:
+                pass
+            counter.stop()
+            report(exceeded=counter.exceeded)
+            """,
+            root,
+        )
+    )
+    assert result["exceeded"] is True
+
+
+def test_stop_removes_tracing_from_this_thread_new_threads_and_running_ones(root):
+    result = result_of(
+        run(
+            """
+            import threading
+            previous = lambda frame, event, arg: None
+            sys.settrace(previous)
+            counter = StepCounter(100_000, ROOT / "program")
+            counter.start()
+            tracing = sys.gettrace() is not None and threading.gettrace() is not None
+            ready, go, done = threading.Event(), threading.Event(), threading.Event()
+            running = threading.Thread(target=program.wait_then_loop, args=(ready, go, done, 30))
+            running.start()
+            ready.wait(120)  # it has run (and been counted for) one line, and waits
+            program.straight(1)
+            counter.stop()
+            at_stop = counter.steps
+            restored = sys.gettrace() is previous and threading.gettrace() is None
+            sys.settrace(None)
+            go.set()
+            finished = done.wait(120)
+            program.loop(10)
+            later = threading.Thread(target=program.loop, args=(10,))
+            later.start()
+            later.join(120)
+            report(tracing=tracing, at_stop=at_stop, restored=restored, finished=finished,
+                   steps=counter.steps)
+            """,
+            root,
+        )
+    )
+    assert result["tracing"] is True
+    assert result["at_stop"] == STRAIGHT_LINES + 1
+    assert result["restored"] is True
+    assert result["finished"] is True
+    assert result["steps"] == result["at_stop"]
+
+
+# ---------------------------------------------------------------- cpu_backstop
+
+
+def test_the_cpu_backstop_fails_a_loop_of_c_calls_as_budget(root):
+    result = result_of(
+        run(
+            """
+            import hashlib
+            cpu_backstop(1)
+            block = bytes(1 << 20)
+            try:
+                while True:
+                    hashlib.sha256(block).digest()  # the time goes in C; no lines to count
+                outcome = None
+            except RunFailed as failed:
+                outcome = [failed.kind, failed.message]
+            usage = os.times()
+            report(outcome=outcome, cpu=usage.user + usage.system)
+            """,
+            root,
+        )
+    )
+    assert result["outcome"] == ["budget", "the run used more than 1 s of CPU time"]
+    assert result["cpu"] >= 1
+
+
+def test_a_run_stuck_in_one_c_call_past_the_backstop_ends_by_budget_or_kill(root):
+    proc = run(
+        """
+        cpu_backstop(1)
+        try:
+            sum(range(10**14))  # one C call that never checks for signals
+            report(outcome="finished")
+        except RunFailed as failed:
+            report(outcome=[failed.kind, failed.message])
+        """,
+        root,
+        check=False,
+    )
+    if proc.returncode == -signal.SIGKILL:
+        assert proc.stdout == ""
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert result_of(proc)["outcome"] == ["budget", "the run used more than 1 s of CPU time"]
+
+
+def test_the_cpu_backstop_sets_a_soft_and_a_hard_limit_two_seconds_apart(root):
+    result = result_of(
+        run(
+            """
+            import resource
+            def used():
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                return usage.ru_utime + usage.ru_stime
+            before = used()
+            cpu_backstop(5)
+            after = used()
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            report(soft=soft, hard=hard, before=before, after=after)
+            """,
+            root,
+        )
+    )
+    # soft: the CPU time used when it was set, plus 5 s, up to the next second
+    assert result["before"] + 5 <= result["soft"] <= result["after"] + 6
+    assert result["hard"] == result["soft"] + 2
+
+
+def test_the_cpu_backstop_never_raises_a_lower_hard_limit(root):
+    result = result_of(
+        run(
+            """
+            import resource
+            resource.setrlimit(resource.RLIMIT_CPU, (30, 30))
+            cpu_backstop(1000)
+            report(limits=resource.getrlimit(resource.RLIMIT_CPU))
+            """,
+            root,
+        )
+    )
+    assert result["limits"] == [30, 30]

@@ -1,0 +1,138 @@
+"""`net.http.get` and `net.http.post` over httpx.
+
+Every request is bounded by the tool's `net.connect_timeout_ms` (to
+connect) and `net.timeout_ms` (for the whole exchange). Redirects are not
+followed (a redirect could lead outside `only`); the program sees the 3xx.
+A request that never left (no connection) fails for certain. A POST whose
+answer was lost may have happened: it is in doubt.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import httpx
+
+from staal.caps import HttpGet, HttpPost, Response
+from staal.manifest import NetConfig
+from staal.worker.capabilities import Bound
+from staal.worker.engine import ActionSpec, InDoubt, Performed
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+class TooSlow(Exception):
+    pass
+
+
+class HttpClient:
+    """One run's HTTP client, made on first use."""
+
+    def __init__(self, net: NetConfig) -> None:
+        self.net = net
+        self._client: httpx.Client | None = None
+
+    def _get(self) -> httpx.Client:
+        if self._client is None:
+            timeout = httpx.Timeout(self.net.timeout_ms / 1000,
+                                    connect=self.net.connect_timeout_ms / 1000)
+            self._client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
+        return self._client
+
+    def send(self, method: str, url: str, headers: Mapping[str, str], **body: Any) -> Performed:
+        try:
+            return self._exchange(method, url, headers, body)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
+                httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
+                UnicodeEncodeError) as exc:
+            # Raised before a byte of the request left: it failed for certain.
+            return Performed(failure=f"{method} {url} could not be sent: {_reason(exc)}")
+        except (httpx.TransportError, TooSlow) as exc:
+            if method == "GET":
+                return Performed(failure=f"GET {url} got no complete answer: {_reason(exc)}")
+            raise InDoubt(f"{method} {url} was sent and its answer was lost: {_reason(exc)}") from exc
+
+    def _exchange(self, method: str, url: str, headers: Mapping[str, str],
+                  body: dict[str, Any]) -> Performed:
+        limit = self.net.timeout_ms / 1000
+        start = time.monotonic()
+        with self._get().stream(method, url, headers=dict(headers), **body) as response:
+            data = bytearray()
+            for chunk in response.iter_bytes():
+                data += chunk
+                if time.monotonic() - start > limit:
+                    raise TooSlow(f"no complete answer within {self.net.timeout_ms} ms")
+                if len(data) > MAX_RESPONSE_BYTES:
+                    return Performed(failure=f"{method} {url} answered {response.status_code} with "
+                                     f"more than {MAX_RESPONSE_BYTES} bytes")
+            text = data.decode(response.encoding or "utf-8", errors="replace")
+            result = {"status": response.status_code, "headers": dict(response.headers), "text": text}
+            return Performed(result=result)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def response_of(result: Any) -> Response:
+    return Response(result["status"], result["headers"], result["text"])
+
+
+def check_result(result: Any) -> None:
+    """The shape an operator's --result must have for an HTTP action."""
+    if not (isinstance(result, dict) and isinstance(result.get("status"), int)
+            and isinstance(result.get("text", ""), str)
+            and isinstance(result.get("headers", {}), dict)):
+        raise ValueError('an HTTP result is {"status": 200, "headers": {...}, "text": "..."}')
+    result.setdefault("headers", {})
+    result.setdefault("text", "")
+
+
+def _headers(ctx: Any, headers: Any, keyed: bool) -> dict[str, str]:
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        ctx.refuse("headers are a mapping of strings to strings")
+    if keyed and any(k.lower() == IDEMPOTENCY_HEADER.lower() for k in headers):
+        ctx.refuse("this grant sets the Idempotency-Key header itself; a program may not")
+    return dict(headers)
+
+
+class HttpGetCapability(Bound, HttpGet):
+    def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
+        sent = _headers(self._ctx, headers, keyed=False)
+        spec = ActionSpec("net.http.get", "get", {"url": url, "headers": sent}, resend="always")
+        result = self._ctx.act(
+            self._state, spec, lambda key: self._services.http.send("GET", url, sent))
+        return response_of(result)
+
+
+class HttpPostCapability(Bound, HttpPost):
+    def post(self, url: str, json: Any = None, data: Mapping[str, str] | None = None,
+             headers: Mapping[str, str] | None = None) -> Response:
+        keyed = self._state.grant.idempotency_key
+        sent = _headers(self._ctx, headers, keyed)
+        if json is not None and data is not None:
+            self._ctx.refuse("post() takes json= or data=, not both")
+        args: dict[str, Any] = {"url": url, "headers": sent}
+        body: dict[str, Any] = {}
+        if data is not None:
+            args["data"] = body["data"] = dict(data)
+        else:
+            args["json"] = body["json"] = json
+        spec = ActionSpec("net.http.post", "post", args, resend="keyed" if keyed else "never",
+                          keyed=keyed)
+
+        def perform(key: str | None) -> Performed:
+            extra = {IDEMPOTENCY_HEADER: key} if key else {}
+            return self._services.http.send("POST", url, {**sent, **extra}, **body)
+
+        return response_of(self._ctx.act(self._state, spec, perform))

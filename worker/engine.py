@@ -1,0 +1,396 @@
+"""The run context: every action and value of a run passes through here.
+
+A new op is checked (deadline, then the grant's limits), its intent is made
+durable, it is performed, and its outcome is made durable before the
+program sees it. On resume the program runs again from the start and each
+op the journal already holds is replayed instead of performed; an op whose
+intent has no outcome is in doubt and is sent again only when that is safe
+(a read, or a keyed request inside the service's retention), otherwise the
+run stops and waits for an operator (DESIGN.md section 5).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import orjson
+
+from staal.canonical import canonical_json, sha256_hex
+from staal.clock import Clock
+from staal.errors import CanonicalError
+from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
+from staal.killpoints import kill_point
+from staal.money import Money
+from staal.outcomes import Failure, Usage
+from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
+from staal.worker.broker import GrantState
+from staal.worker.confine import broker_section
+from staal.worker.journal import JournalState, JournalWriter, OpEntry
+
+# How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
+# request in doubt for longer could be performed twice if sent again.
+RESEND_WINDOW_MS = 24 * 3_600_000
+
+Resend = Literal["always", "keyed", "never"]
+
+
+class RunStopped(RunEnded):
+    """The run stops here and waits for an operator."""
+
+
+class InDoubt(Exception):
+    """An action may or may not have happened (the answer was lost)."""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    cap: str
+    action: str
+    # What identifies the action for replay; never holds a secret.
+    args: Any
+    money: Money | None = None
+    # When an op found in doubt may be sent again: always (a read), keyed
+    # (with the same idempotency key, inside RESEND_WINDOW_MS) or never.
+    resend: Resend = "never"
+    keyed: bool = False
+    # Money an operator's "it happened" answer implies was charged.
+    charged_of: Callable[[Any], tuple[Money, ...]] | None = None
+
+    def describe(self, param: str) -> str:
+        return f"{self.cap} {self.action} through '{param}'"
+
+
+@dataclass(frozen=True)
+class Performed:
+    """An action that was performed; `failure` if it failed for certain."""
+
+    result: Any = None
+    charged: tuple[Money, ...] = ()
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    outcome: Literal["done", "failed", "stopped", "error"]
+    run: str | None = None
+    result: Any = None
+    failure: Failure | None = None
+    op: int | None = None
+    message: str | None = None
+    usage: dict[str, Usage] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"outcome": self.outcome}
+        if self.run is not None:
+            out["run"] = self.run
+        if self.outcome == "done":
+            out["result"] = self.result
+        if self.failure is not None:
+            out["failure"] = {"kind": self.failure.kind, "message": self.failure.message}
+        if self.outcome == "stopped":
+            out["op"] = self.op
+            out["message"] = self.message
+        if self.outcome != "error":
+            out["usage"] = {
+                name: {"actions": u.actions, "charged": [m.to_wire() for m in u.charged]}
+                for name, u in sorted(self.usage.items())
+            }
+        return out
+
+
+def _args_hash(args: Any) -> str:
+    return sha256_hex(canonical_json(args))
+
+
+class RunContext:
+    def __init__(
+        self,
+        run_id: str,
+        writer: JournalWriter,
+        clock: Clock,
+        started_ms: int,
+        deadline_ms: int | None = None,
+        replay: JournalState | None = None,
+        secrets: tuple[str, ...] = (),
+        on_print: Callable[[str], None] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.writer = writer
+        self.clock = clock
+        self.deadline_ms = deadline_ms
+        self.deadline_at = None if deadline_ms is None else started_ms + deadline_ms
+        self.replay = replay
+        self.secrets = tuple(s for s in secrets if s)
+        self.on_print = on_print or _print_to_stderr
+        self.params: dict[str, GrantState] = {}
+        self.op = 0
+        self.prints = 0
+        self.stop: Stopped | None = None
+        self.violation: str | None = None
+        self.ended: RunFailed | None = None
+
+    # -- what capabilities call ----------------------------------------
+
+    def act(self, state: GrantState, spec: ActionSpec,
+            perform: Callable[[str | None], Performed]) -> Any:
+        with broker_section():
+            self._guard()
+            self.op += 1
+            op = self.op
+            key = f"{self.run_id}-{op}" if spec.keyed else None
+            entry = self._journaled(op)
+            if entry is not None:
+                return self._replay_action(op, entry, state, spec, perform, key)
+            self._check_deadline(op)
+            self._check_grant(state, spec)
+            self._write_intent(op, state, spec, key)
+            return self._perform(op, state, spec, perform, key)
+
+    def _write_intent(self, op: int, state: GrantState, spec: ActionSpec, key: str | None) -> None:
+        self.writer.write(Intent(
+            op=op, param=state.param, cap=spec.cap, action=spec.action,
+            args_sha256=_args_hash(spec.args), time=self.writer.now(), idempotency_key=key,
+        ))
+        kill_point("worker", "intent")
+
+    def value(self, state: GrantState, produce: Callable[[], Any]) -> Any:
+        """A clock or random value: journaled, so a resumed run sees the same."""
+        with broker_section():
+            self._guard()
+            self.op += 1
+            op = self.op
+            entry = self._journaled(op)
+            if entry is not None:
+                if entry.value is None or entry.value.cap != state.cap:
+                    self._mismatch(op, entry, f"a {state.cap} value through '{state.param}'")
+                state.count(None, ())
+                return entry.value.value
+            self._check_grant(state, ActionSpec(state.cap, "value", None))
+            value = produce()
+            # Lost in a power cut, a value is simply drawn again: nothing that
+            # depended on it can have been durable (the next record syncs it).
+            self.writer.write(Value(op=op, cap=state.cap, value=value, time=self.writer.now()),
+                              sync=False)
+            state.count(None, ())
+            return value
+
+    def print_line(self, text: str) -> None:
+        with broker_section():
+            self.prints += 1
+            if self.replay is not None and self.prints <= self.replay.prints:
+                return  # journaled and shown when the run first got here
+            text = self.redact(text)
+            self.writer.write(Print(seq=self.prints, text=text, time=self.writer.now()), sync=False)
+            self.on_print(text)
+
+    def refuse(self, message: str) -> None:
+        """A capability refusal: the run fails as `capability`, even if the
+        program catches the exception."""
+        message = self.redact(message)
+        if self.violation is None:
+            self.violation = message
+        raise CapabilityRefused(message)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    # -- one op --------------------------------------------------------
+
+    def _guard(self) -> None:
+        """Once a run has stopped or been refused, nothing more happens."""
+        if self.stop is not None:
+            raise RunStopped(self.stop.message)
+        if self.violation is not None:
+            raise CapabilityRefused(self.violation)
+        if self.ended is not None:
+            raise self.ended
+
+    def _journaled(self, op: int) -> OpEntry | None:
+        if self.replay is None:
+            return None
+        return self.replay.ops.get(op)
+
+    def _check_deadline(self, op: int) -> None:
+        if self.deadline_at is not None and self.clock.now_ms() >= self.deadline_at:
+            self.ended = RunFailed(
+                "deadline", f"the run's deadline ({self.deadline_ms} ms from its start) passed "
+                f"before op {op} could start")
+            raise self.ended
+
+    def _check_grant(self, state: GrantState, spec: ActionSpec) -> None:
+        try:
+            state.check(money=spec.money, url=_url_of(spec))
+        except CapabilityRefused as exc:
+            self.refuse(exc.message)
+
+    def _perform(self, op: int, state: GrantState, spec: ActionSpec,
+                 perform: Callable[[str | None], Performed], key: str | None) -> Any:
+        try:
+            done = perform(key)
+        except InDoubt as exc:
+            state.count(spec.money, ())
+            self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
+                       f"happened: {self.redact(str(exc))}")
+        except Exception as exc:  # noqa: BLE001 - any error here is data
+            # Not the Performed/InDoubt contract: whether it was sent is unknown.
+            # A read is safe to call failed; anything else is in doubt. Either
+            # way the op is settled or stopped, so the journal stays one story.
+            reason = self.redact(f"{type(exc).__name__}: {exc}")
+            if spec.resend != "always":
+                state.count(spec.money, ())
+                self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
+                           f"happened: {reason}")
+            done = Performed(failure=reason)
+        result = self._redact_value(done.result)
+        failure = Failure("action", self.redact(done.failure)) if done.failure else None
+        # The outcome of an op that is safe to send again may wait for the next
+        # synced record: lost in a power cut, the op is in doubt and is resent,
+        # and nothing after it can have been durable either. An op that can
+        # never be resent would then need an operator, so its outcome is synced.
+        self.writer.write(OutcomeRecord(
+            op=op, ok=failure is None, time=self.writer.now(), result=result, failure=failure,
+            charged=done.charged,
+        ), sync=spec.resend == "never")
+        kill_point("worker", "outcome")
+        state.count(spec.money, done.charged)
+        return _deliver(result, failure)
+
+    def _replay_action(self, op: int, entry: OpEntry, state: GrantState, spec: ActionSpec,
+                       perform: Callable[[str | None], Performed], key: str | None) -> Any:
+        intent = entry.intent
+        if (intent is None or intent.cap != spec.cap or intent.action != spec.action
+                or intent.param != state.param or intent.args_sha256 != _args_hash(spec.args)):
+            self._mismatch(op, entry, spec.describe(state.param))
+        if entry.outcome is not None:
+            outcome = entry.outcome
+            state.count(spec.money, outcome.charged)
+            return _deliver(outcome.result, outcome.failure)
+        if entry.resolved is not None:
+            if entry.resolved.happened:
+                result = entry.resolved.result
+                charged = spec.charged_of(result) if spec.charged_of else ()
+                state.count(spec.money, charged)
+                return result
+            # It did not happen: do it now, under a new intent, so that if this
+            # attempt's answer is lost too the op is in doubt again, not resent.
+            self._write_intent(op, state, spec, key)
+            return self._perform(op, state, spec, perform, key)
+        if self._safe_to_resend(spec, intent):
+            return self._perform(op, state, spec, perform, key)
+        state.count(spec.money, ())
+        self._stop(op, self._in_doubt_message(op, spec.describe(state.param)))
+
+    def _safe_to_resend(self, spec: ActionSpec, intent: Intent) -> bool:
+        if spec.resend == "always":
+            return True
+        fresh = self.clock.now_ms() - intent.time < RESEND_WINDOW_MS
+        return spec.resend == "keyed" and intent.idempotency_key is not None and fresh
+
+    def _in_doubt_message(self, op: int, what: str) -> str:
+        path = self.writer.log.path
+        return (
+            f"op {op} ({what}) may or may not have happened and cannot safely be sent again; "
+            f"find out from the service, then run: staal resolve --journal {path} --op {op} "
+            "--happened yes --result JSON (or --happened no)")
+
+    def _mismatch(self, op: int, entry: OpEntry, now: str) -> None:
+        if entry.intent is not None:
+            had = f"{entry.intent.cap} {entry.intent.action} through '{entry.intent.param}'"
+        else:
+            had = f"a {entry.value.cap} value"
+        self._stop(op, f"journal mismatch at op {op}: the journal has {had}; the program "
+                   f"now asks for {now} (with these arguments)")
+
+    def _stop(self, op: int, message: str) -> None:
+        current = self.replay.stopped if self.replay is not None else None
+        if current is None or current.op != op or current.message != message:
+            self.writer.write(Stopped(op=op, message=message, time=self.writer.now()))
+        self.stop = Stopped(op=op, message=message, time=self.writer.now())
+        raise RunStopped(message)
+
+    def _redact_value(self, value: Any) -> Any:
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self._redact_value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.redact(k): self._redact_value(v) for k, v in value.items()}
+        return value
+
+    # -- the end -------------------------------------------------------
+
+    def finish(self, returned: Any = None, error: BaseException | None = None) -> RunOutcome:
+        """Decide the outcome, and journal its end unless the run stopped."""
+        with broker_section():
+            # Also after an error: ending before an op the journal holds is a
+            # mismatch, and an end over an op in doubt would abandon it.
+            if self.stop is None and self.replay is not None:
+                self._check_nothing_left()
+            outcome = self._decide(returned, error)
+            if outcome.outcome != "stopped":
+                self.writer.write(End(
+                    outcome=outcome.outcome, time=self.writer.now(), result=outcome.result,
+                    failure=outcome.failure, usage=outcome.usage,
+                ))
+            return outcome
+
+    def _check_nothing_left(self) -> None:
+        later = self.replay.ops.get(self.op + 1)
+        if later is None:
+            return
+        try:
+            self._mismatch(self.op + 1, later, "nothing more: it ended")
+        except RunStopped:
+            pass
+
+    def usage(self) -> dict[str, Usage]:
+        return {name: state.usage.frozen() for name, state in self.params.items()}
+
+    def _decide(self, returned: Any, error: BaseException | None) -> RunOutcome:
+        base = {"run": self.run_id, "usage": self.usage()}
+        if self.stop is not None:
+            return RunOutcome("stopped", op=self.stop.op, message=self.stop.message, **base)
+        if self.violation is not None:
+            return RunOutcome("failed", failure=Failure("capability", self.violation), **base)
+        if self.ended is not None:
+            error = self.ended
+        if error is not None:
+            return RunOutcome("failed", failure=self._failure_of(error), **base)
+        try:
+            result = orjson.loads(canonical_json(returned))
+        except CanonicalError as exc:
+            failure = Failure("value", f"the result has no JSON form: {exc.message}")
+            return RunOutcome("failed", failure=failure, **base)
+        return RunOutcome("done", result=self._redact_value(result), **base)
+
+    def _failure_of(self, error: BaseException) -> Failure:
+        if isinstance(error, RunFailed):
+            return Failure(error.kind, self.redact(error.message))
+        if isinstance(error, ActionFailed):
+            return Failure("action", self.redact(error.message))
+        if isinstance(error, SystemExit):
+            return Failure("value", f"the program called exit({error.code!r})")
+        return Failure("value", self.redact(f"{type(error).__name__}: {error}"))
+
+
+def _deliver(result: Any, failure: Failure | None) -> Any:
+    if failure is not None:
+        raise ActionFailed(failure.message)
+    return result
+
+
+def _url_of(spec: ActionSpec) -> str | None:
+    if isinstance(spec.args, dict) and isinstance(spec.args.get("url"), str):
+        return spec.args["url"]
+    return None
+
+
+def _print_to_stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

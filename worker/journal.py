@@ -1,0 +1,201 @@
+"""A run's journal: writing it, and reading it back as the state a resume
+replays from (DESIGN.md section 5).
+
+Reading checks more than each record's shape: the journal must tell one
+coherent story (a header first, ops numbered in order, an outcome only for
+an intent, nothing after the end). A journal that does not is damaged, and
+the error names its line, because replaying a wrong story could repeat an
+action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from staal.appendlog import AppendLog, read_log
+from staal.clock import SYSTEM_CLOCK, Clock
+from staal.errors import LogDamaged
+from staal.journal_records import (
+    JOURNAL, End, Header, Intent, OutcomeRecord, Print, Resolved, Stopped, Value,
+)
+from staal.killpoints import kill_point
+from staal.records import Record
+
+
+@dataclass
+class OpEntry:
+    """Everything the journal holds about one op."""
+
+    op: int
+    intent: Intent | None = None
+    value: Value | None = None
+    outcome: OutcomeRecord | None = None
+    resolved: Resolved | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether what happened is known: recorded, or answered by an operator."""
+        if self.value is not None or self.outcome is not None:
+            return True
+        return self.resolved is not None and self.resolved.happened
+
+    @property
+    def in_doubt(self) -> bool:
+        return self.intent is not None and self.outcome is None and self.resolved is None
+
+
+@dataclass
+class JournalState:
+    path: Path
+    header: Header
+    ops: dict[int, OpEntry] = field(default_factory=dict)
+    prints: int = 0
+    stopped: Stopped | None = None
+    end: End | None = None
+    records: int = 0
+
+    @property
+    def last_op(self) -> int:
+        return max(self.ops, default=0)
+
+    def in_doubt(self) -> list[int]:
+        return [op for op, entry in sorted(self.ops.items()) if entry.in_doubt]
+
+
+def read_journal(path: str | Path) -> JournalState:
+    """The journal at `path` as a story; `LogDamaged` names the line of any
+    record that does not fit it. A torn last line is left out."""
+    path = Path(path)
+    read = read_log(path, decode=JOURNAL.decode)
+    if not read.records:
+        raise LogDamaged(str(path), 1, "an empty journal has no header")
+    builder = _Builder(path)
+    for number, record in enumerate(read.records, start=1):
+        builder.add(number, record)
+    return builder.state
+
+
+class _Builder:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state: JournalState | None = None
+
+    def damaged(self, line: int, reason: str) -> LogDamaged:
+        return LogDamaged(str(self.path), line, reason)
+
+    def add(self, line: int, record: Record) -> None:
+        if self.state is None:
+            if not isinstance(record, Header):
+                raise self.damaged(line, "the first record of a journal is its header")
+            self.state = JournalState(self.path, record, records=1)
+            return
+        state = self.state
+        if state.end is not None:
+            raise self.damaged(line, "a record after the journal's end")
+        handler = {
+            Header: self._header, Intent: self._new_op, Value: self._new_op,
+            OutcomeRecord: self._outcome, Resolved: self._resolved, Print: self._print,
+            Stopped: self._stopped, End: self._end,
+        }[type(record)]
+        handler(line, record)
+        state.records += 1
+
+    def _header(self, line: int, record: Any) -> None:
+        raise self.damaged(line, "a second header")
+
+    def _new_op(self, line: int, record: Intent | Value) -> None:
+        state = self.state
+        if self._retry(record):
+            # An op resolved as not having happened, attempted again: in doubt
+            # once more until its outcome, and an operator may answer again.
+            state.ops[record.op] = OpEntry(record.op, intent=record)
+            state.stopped = None
+            return
+        if record.op != state.last_op + 1:
+            raise self.damaged(line, f"op {record.op} follows op {state.last_op}")
+        unsettled = [op for op, e in state.ops.items() if not e.settled]
+        if unsettled:
+            raise self.damaged(line, f"op {record.op} begins while op {unsettled[0]} is unsettled")
+        entry = OpEntry(record.op)
+        if isinstance(record, Intent):
+            entry.intent = record
+        else:
+            entry.value = record
+        state.ops[record.op] = entry
+        state.stopped = None
+
+    def _retry(self, record: Intent | Value) -> bool:
+        entry = self.state.ops.get(record.op)
+        if not isinstance(record, Intent) or entry is None or entry.intent is None:
+            return False
+        before = entry.intent
+        return (record.op == self.state.last_op and entry.outcome is None
+                and entry.resolved is not None and not entry.resolved.happened
+                and (record.param, record.cap, record.action, record.args_sha256)
+                == (before.param, before.cap, before.action, before.args_sha256))
+
+    def _outcome(self, line: int, record: OutcomeRecord) -> None:
+        entry = self.state.ops.get(record.op)
+        if entry is None or entry.intent is None:
+            raise self.damaged(line, f"an outcome for op {record.op}, which has no intent")
+        if entry.outcome is not None:
+            raise self.damaged(line, f"a second outcome for op {record.op}")
+        if entry.resolved is not None and entry.resolved.happened:
+            raise self.damaged(line, f"an outcome for op {record.op}, resolved as having happened")
+        entry.outcome = record
+        self.state.stopped = None
+
+    def _resolved(self, line: int, record: Resolved) -> None:
+        entry = self.state.ops.get(record.op)
+        if entry is None or not entry.in_doubt:
+            raise self.damaged(line, f"a resolution for op {record.op}, which is not in doubt")
+        entry.resolved = record
+
+    def _print(self, line: int, record: Print) -> None:
+        if record.seq != self.state.prints + 1:
+            raise self.damaged(line, f"print {record.seq} follows print {self.state.prints}")
+        self.state.prints = record.seq
+
+    def _stopped(self, line: int, record: Stopped) -> None:
+        if record.op > self.state.last_op + 1:
+            raise self.damaged(line, f"a stop at op {record.op}, after the last op")
+        self.state.stopped = record
+
+    def _end(self, line: int, record: End) -> None:
+        if any(not e.settled for e in self.state.ops.values()):
+            raise self.damaged(line, "an end while an op is unsettled")
+        self.state.end = record
+
+
+class JournalWriter:
+    """Appends journal records, each durable before `write` returns."""
+
+    def __init__(self, log: AppendLog, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.log = log
+        self.clock = clock
+
+    @classmethod
+    def create(cls, path: str | Path, header: Header, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:
+        writer = cls(AppendLog.create(path), clock)
+        writer.write(header)
+        kill_point("worker", "journal")
+        return writer
+
+    @classmethod
+    def reopen(cls, path: str | Path, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:
+        log, _ = AppendLog.open(path, decode=JOURNAL.decode)
+        return cls(log, clock)
+
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def write(self, record: Record, sync: bool = True) -> None:
+        """Append a record, durable before this returns unless `sync` is
+        False: then it becomes durable with the next synced record (see
+        `RunContext` for which records may wait)."""
+        self.log.append(JOURNAL.encode(record), sync=sync)
+
+    def close(self) -> None:
+        self.log.close()

@@ -1,0 +1,234 @@
+"""Computation limits of the process that executes one run.
+
+DESIGN.md section 4 ("Limits"): `max_steps` counts line events in the
+program's own frames and fails the run as `budget` (`StepCounter`); a
+CPU-time limit backs it up for work done inside C code, where line counting
+sees nothing (`cpu_backstop`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import os
+import resource
+import signal
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from staal.program import RunFailed
+
+__all__ = ["CPU_GRACE_SECONDS", "StepCounter", "cpu_backstop"]
+
+_TraceFunction = Callable[[FrameType, str, Any], Any]
+
+
+class StepCounter:
+    """Counts `line` trace events in frames of the program's own code and
+    fails the run as `budget` when the count passes `max_steps`.
+
+    A frame is the program's when its module's file (`__file__` in the
+    frame's globals) lies under `program_root`, the folder of the program
+    file, and not under the standard library, site-packages or staal's own
+    packages. Everything else (staal, the stdlib, installed packages, code
+    compiled from strings with globals of their own) runs uncounted, though
+    slower: tracing is on for the whole thread.
+
+    `start()` traces the current thread and, through `threading.settrace`,
+    threads started afterwards; `stop()` ends it (other threads detach at
+    their next line or call). The N+1st line event, with N = `max_steps`,
+    raises `RunFailed("budget", ...)` in the traced frame. Python then
+    removes tracing from that thread, and the program could catch the
+    exception (it is a `RunEnded`, not an `Exception`); the engine must
+    therefore fail the run whenever `exceeded` is true, however the program
+    ended. Counting relies on the GIL: one `next()` on a C iterator per line
+    is atomic, so the count is exact across threads.
+
+    A program can escape counting on purpose (`sys.settrace(None)`, code
+    compiled from strings); `cpu_backstop` is the limit it cannot escape.
+    """
+
+    def __init__(self, max_steps: int, program_root: Path | str) -> None:
+        if max_steps < 0:
+            raise ValueError(f"max_steps must not be negative, not {max_steps}")
+        self.max_steps = max_steps
+        self.program_root = Path(os.path.realpath(program_root))
+        self._excluded = _excluded_dirs(self.program_root)
+        # One item per allowed line event; `next()` on it neither allocates
+        # nor (being C) lets another thread in between.
+        self._budget: Iterator[None] = itertools.repeat(None, max_steps)
+        self._over = 0
+        self._running = False
+        self._saved: tuple[Any, Any] = (None, None)
+        # module file -> the local trace function, or None for "not counted"
+        self._decisions: dict[object, _TraceFunction | None] = {}
+        self._global_trace, self._switch = self._make_tracers()
+
+    # ------------------------------------------------------------ public
+
+    @property
+    def steps(self) -> int:
+        """Line events counted so far (max_steps + 1 once exceeded)."""
+        return self.max_steps - operator.length_hint(self._budget) + self._over
+
+    @property
+    def exceeded(self) -> bool:
+        """Whether the budget was exceeded, even if the program caught it."""
+        return self._over > 0
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        """Trace the current thread and every thread started from now on."""
+        if self._running:
+            raise RuntimeError("the step counter is already running")
+        self._saved = (sys.gettrace(), threading.gettrace())
+        self._decisions.clear()
+        self._running = True
+        self._switch(self._budget)
+        threading.settrace(self._global_trace)
+        sys.settrace(self._global_trace)
+
+    def stop(self) -> None:
+        """Stop counting; `steps` keeps its value. Puts back the trace
+        functions that were set when `start()` was called."""
+        if not self._running:
+            return
+        self._running = False
+        self._switch(iter(()))  # other threads' tracers find it empty and detach
+        self._decisions.clear()
+        previous_sys, previous_threading = self._saved
+        self._saved = (None, None)
+        sys.settrace(previous_sys)
+        threading.settrace(previous_threading)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ tracing
+
+    def _make_tracers(self) -> tuple[_TraceFunction, Callable[[Iterator[None]], None]]:
+        decisions = self._decisions
+        budget: Iterator[None] = iter(())
+
+        def switch(iterator: Iterator[None]) -> None:
+            nonlocal budget
+            budget = iterator
+
+        # The hot path: called for every line of program code. One string
+        # comparison and one C call; anything else goes to `overflow`.
+        def local_trace(frame: FrameType, event: str, arg: Any) -> None:
+            if event == "line":
+                try:
+                    next(budget)
+                except StopIteration:
+                    overflow(frame)
+
+        def overflow(frame: FrameType) -> None:
+            if not self._running:  # stopped: leave this frame and this thread
+                frame.f_trace = None
+                sys.settrace(None)
+                return
+            self._over += 1
+            raise RunFailed("budget", f"the run exceeded max_steps ({self.max_steps} line events)")
+
+        # Called for every call in the thread. `frame.f_code` is avoided on
+        # purpose: reading it raises an audit event, which would run the
+        # confinement tripwire's hook on every call.
+        def global_trace(frame: FrameType, event: str, arg: Any) -> _TraceFunction | None:
+            try:
+                return decisions[frame.f_globals.get("__file__")]
+            except KeyError:
+                return decide(frame)
+
+        def decide(frame: FrameType) -> _TraceFunction | None:
+            if not self._running:
+                sys.settrace(None)
+                return None
+            module_file = frame.f_globals.get("__file__")
+            try:
+                counted = self._counts(module_file)
+            except TypeError:  # an unhashable or odd __file__
+                return None
+            decision = local_trace if counted else None
+            decisions[module_file] = decision
+            return decision
+
+        return global_trace, switch
+
+    def _counts(self, module_file: object) -> bool:
+        if not isinstance(module_file, str) or not module_file or module_file.startswith("<"):
+            return False
+        path = Path(os.path.realpath(module_file))
+        if not path.is_relative_to(self.program_root):
+            return False
+        return not any(path.is_relative_to(excluded) for excluded in self._excluded)
+
+
+def _excluded_dirs(program_root: Path) -> tuple[Path, ...]:
+    """The standard library, site-packages and staal's own packages, when they
+    lie inside the program root (a venv or a checkout under it). A folder that
+    contains the root is left out, so a root inside site-packages still counts."""
+    candidates = {
+        sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+    candidates.update(
+        os.path.dirname(module.__file__)
+        for name, module in list(sys.modules.items())
+        if (name == "staal" or name.startswith("staal.")) and getattr(module, "__file__", None)
+    )
+    candidates.update(
+        p for p in sys.path if p and os.path.basename(p) in {"site-packages", "dist-packages"}
+    )
+    excluded = []
+    for candidate in candidates:
+        path = Path(os.path.realpath(candidate))
+        if program_root.is_relative_to(path):
+            continue
+        if path.is_relative_to(program_root):
+            excluded.append(path)
+    return tuple(sorted(excluded))
+
+
+# ---------------------------------------------------------------- CPU time
+
+CPU_GRACE_SECONDS = 2
+
+
+def cpu_backstop(seconds: float) -> None:
+    """Limit the CPU time the rest of this process may use to `seconds`.
+
+    Sets RLIMIT_CPU: soft at the CPU time used so far plus `seconds`, rounded
+    up to whole seconds (the limit's unit); hard `CPU_GRACE_SECONDS` later,
+    never above an existing hard limit. Installs a SIGXCPU handler that raises
+    `RunFailed("budget", "the run used more than N s of CPU time")` in the
+    main thread at the soft limit (and again each further second, as the
+    kernel repeats the signal). Python runs the handler between bytecodes, so
+    a program stuck inside one long C call (a regular expression backtracking,
+    `sum(range(10**15))`) cannot be interrupted: at the hard limit the kernel
+    kills the process with SIGKILL, which the supervisor treats as a crash of
+    the worker.
+
+    Must be called from the main thread (signal handlers live there).
+    """
+    if not seconds > 0:
+        raise ValueError(f"the CPU-time limit must be positive, not {seconds}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+    hard = soft + CPU_GRACE_SECONDS
+    _, current_hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if current_hard != resource.RLIM_INFINITY and current_hard < hard:
+        hard = current_hard
+        soft = min(soft, hard)
+    message = f"the run used more than {seconds:g} s of CPU time"
+
+    def on_sigxcpu(signum: int, frame: FrameType | None) -> None:
+        raise RunFailed("budget", message)
+
+    signal.signal(signal.SIGXCPU, on_sigxcpu)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))

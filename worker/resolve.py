@@ -1,0 +1,66 @@
+"""`staal resolve`: an operator's answer for an op in doubt.
+
+Only the operator can know, from the service's own records, whether an
+action in doubt happened. The answer is journaled; the next resume replays
+it (happened: the given result) or performs the action (did not happen).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from staal.appendlog import AppendLog
+from staal.clock import SYSTEM_CLOCK
+from staal.errors import StaalError
+from staal.journal_records import JOURNAL, Resolved
+from staal.worker.capabilities.http import check_result as check_http_result
+from staal.worker.journal import read_journal
+
+RESULT_CHECKS = {"net.http.get": check_http_result, "net.http.post": check_http_result}
+
+
+class ResolveRefused(StaalError):
+    kind = "resolve_refused"
+
+
+def resolve_op(journal: Path, op: int, happened: bool, result_text: str | None) -> str:
+    state = read_journal(journal)
+    if state.end is not None:
+        raise ResolveRefused(f"{journal}: the run has ended; nothing is in doubt")
+    entry = state.ops.get(op)
+    if entry is None or entry.intent is None:
+        doubt = state.in_doubt()
+        raise ResolveRefused(f"{journal}: op {op} is not an action of this run"
+                             + (f"; in doubt: op {', '.join(map(str, doubt))}" if doubt else ""))
+    if not entry.in_doubt:
+        raise ResolveRefused(f"{journal}: op {op} is not in doubt (it has an outcome or an answer)")
+    result = _result(entry.intent.cap, happened, result_text)
+    log, _ = AppendLog.open(journal, decode=JOURNAL.decode)
+    with log:
+        log.append(JOURNAL.encode(Resolved(op=op, happened=happened, time=SYSTEM_CLOCK.now_ms(),
+                                           result=result)))
+    said = "happened" if happened else "did not happen"
+    return (f"op {op} of run {state.header.run} recorded as {said}; "
+            f"resume the run to continue (staal resume --journal {journal})")
+
+
+def _result(cap: str, happened: bool, text: str | None) -> Any:
+    if not happened:
+        if text is not None:
+            raise ResolveRefused("--result goes with --happened yes only")
+        return None
+    if text is None:
+        raise ResolveRefused("--happened yes needs --result: the action's result as JSON")
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResolveRefused(f"--result: not valid JSON: {exc}") from exc
+    check = RESULT_CHECKS.get(cap)
+    if check is not None:
+        try:
+            check(result)
+        except ValueError as exc:
+            raise ResolveRefused(f"--result: {exc}") from exc
+    return result

@@ -1,0 +1,231 @@
+"""Running one run, new or resumed: the order of things in a run process.
+
+Secrets are taken out of the environment and the environment scrubbed, the
+tripwire is installed, and only then is the program imported. Arguments are
+checked by the runtime's own rules before anything is created; the journal's
+header is durable before the program starts; the program runs with its
+capability parameters bound to the broker and its steps counted; the end is
+journaled (a stopped run has no end: it waits).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import staal
+from staal.canonical import arguments_hash
+from staal.clock import SYSTEM_CLOCK, Clock
+from staal.errors import StaalError
+from staal.ids import new_run_id
+from staal.inputs import InputError, check_arguments
+from staal.journal_records import Header
+from staal.outcomes import Failure
+from staal.program import RunFailed
+from staal.runconfig import RunConfig
+from staal.worker import confine
+from staal.worker.broker import GrantState
+from staal.worker.capabilities import registry
+from staal.worker.capabilities.http import HttpClient
+from staal.worker.engine import RunContext, RunOutcome
+from staal.worker.journal import JournalState, JournalWriter, read_journal
+from staal.worker.limits import StepCounter, cpu_backstop
+from staal.worker.program import ProgramInfo, inspect_program, program_sha256
+
+RUNTIME = f"staal {staal.__version__}"
+
+
+class ResumeRefused(StaalError):
+    """A journal that cannot be resumed under what is here now."""
+
+    kind = "resume_refused"
+
+
+@dataclass
+class Services:
+    """What capabilities share within one run."""
+
+    http: HttpClient
+    clock: Clock
+    secrets: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    config: RunConfig
+    arguments: Any
+    journal: Path
+    run_id: str | None = None
+    clock: Clock = SYSTEM_CLOCK
+    on_print: Callable[[str], None] | None = None
+    # Confinement changes the process for good (an audit hook cannot be
+    # removed); a process that runs one run and exits wants it.
+    confine: bool = True
+
+
+def error(kind: str, message: str) -> RunOutcome:
+    return RunOutcome("error", failure=Failure(kind, message))
+
+
+def prepare(request: RunRequest) -> tuple[ProgramInfo, dict[str, str]] | RunOutcome:
+    """Take the secrets, confine the process and import the program."""
+    config = request.config
+    secrets = confine.take_secrets(config.secret_names()) if request.confine else {}
+    if request.confine:
+        confine.scrub_environment(())
+        confine.refuse_stdin()
+        confine.install_tripwire(
+            allow_ffi=any(g.cap == "ffi.c" for gr in config.grants.values() for g in gr.walk()),
+            on_violation=_note_violation,
+        )
+        cpu_backstop(config.limits.cpu_ms / 1000)
+    info = inspect_program(config.program, config.entry, config.grants)
+    if info.problems:
+        return error("config", "; ".join(info.problems))
+    missing = sorted({g.cap for g in config.grants.values() if g.cap not in registry()})
+    if missing:
+        return error("config", f"this staal cannot yet act through {', '.join(missing)}")
+    return info, secrets
+
+
+_violations: list[str] = []
+
+
+def _note_violation(message: str) -> None:
+    _violations.append(message)
+
+
+def start(request: RunRequest) -> RunOutcome:
+    """A new run: check, create the journal, run the program."""
+    prepared = prepare(request)
+    if isinstance(prepared, RunOutcome):
+        return prepared
+    info, secrets = prepared
+    try:
+        values = check_arguments(info.inputs, request.arguments, tuple(info.capabilities))
+    except InputError as exc:
+        return error("input", exc.message)
+    config = request.config
+    run_id = request.run_id or new_run_id()
+    clock = request.clock
+    header = Header(
+        run=run_id, tool=config.tool, program=str(config.program),
+        program_sha256=program_sha256(config.program), config_sha256=config.sha256(),
+        inputs_sha256=arguments_hash(values), runtime=RUNTIME, time=clock.now_ms(),
+        config=str(config.source) if config.source else None,
+    )
+    with confine.broker_section():
+        writer = JournalWriter.create(request.journal, header, clock)
+    return _execute(request, info, values, secrets, writer, header, None)
+
+
+def resume(request: RunRequest, state: JournalState | None = None) -> RunOutcome:
+    """Re-execute a journaled run, replaying what the journal holds."""
+    state = state or read_journal(request.journal)
+    if state.end is not None:
+        return ended_outcome(state)
+    refuse_changed(state, request.config)
+    prepared = prepare(request)
+    if isinstance(prepared, RunOutcome):
+        return prepared
+    info, secrets = prepared
+    try:
+        values = check_arguments(info.inputs, request.arguments, tuple(info.capabilities))
+    except InputError as exc:
+        return error("input", exc.message)
+    if arguments_hash(values) != state.header.inputs_sha256:
+        raise ResumeRefused(f"{request.journal}: the inputs differ from the ones the run began with")
+    with confine.broker_section():
+        writer = JournalWriter.reopen(request.journal, request.clock)
+    return _execute(request, info, values, secrets, writer, state.header, state)
+
+
+def refuse_changed(state: JournalState, config: RunConfig) -> None:
+    """A journal is tied to its program, config and runtime (seed 000
+    section 7, "Upgrades"): say which changed."""
+    header, changed = state.header, []
+    if header.runtime != RUNTIME:
+        changed.append(f"the runtime (the run began under {header.runtime}, this is {RUNTIME})")
+    if Path(header.program) != config.program:
+        changed.append(f"the program (the run began with {header.program}, now {config.program})")
+    elif not config.program.is_file() or program_sha256(config.program) != header.program_sha256:
+        changed.append(f"the program {config.program} (its SHA-256 differs)")
+    if config.sha256() != header.config_sha256:
+        changed.append("the config (grants, limits, net or entry differ)")
+    if changed:
+        raise ResumeRefused(f"{state.path}: cannot resume run {header.run}: "
+                            + "; ".join(changed) + " since the run began")
+
+
+def ended_outcome(state: JournalState) -> RunOutcome:
+    end = state.end
+    return RunOutcome(end.outcome, run=state.header.run, result=end.result, failure=end.failure,
+                      usage=dict(end.usage))
+
+
+def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
+             secrets: dict[str, str], writer: JournalWriter, header: Header,
+             replay: JournalState | None) -> RunOutcome:
+    config = request.config
+    ctx = RunContext(
+        run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
+        deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
+        on_print=request.on_print,
+    )
+    services = Services(http=HttpClient(config.net), clock=request.clock, secrets=secrets)
+    factories = registry()
+    arguments = dict(values)
+    for name, cap in info.capabilities.items():
+        state = GrantState.for_param(name, config.grants[name])
+        ctx.params[name] = state
+        arguments[name] = factories[cap](ctx, state, services)
+    counter = StepCounter(config.limits.max_steps, config.program.parent)
+    returned, failure = None, None
+    stdout, sys.stdout = sys.stdout, _Printed(ctx)
+    _violations.clear()
+    try:
+        counter.start()
+        try:
+            returned = info.function(**arguments)
+        finally:
+            counter.stop()
+    except BaseException as exc:  # whatever ended the program is data from here on
+        failure = exc
+    finally:
+        sys.stdout.flush_rest()
+        sys.stdout = stdout
+        services.http.close()
+    if _violations and ctx.violation is None:
+        ctx.violation = ctx.redact(_violations[0])
+    if counter.steps > config.limits.max_steps and not isinstance(failure, RunFailed):
+        failure = RunFailed("budget", f"the run exceeded max_steps ({config.limits.max_steps})")
+    try:
+        return ctx.finish(returned, failure)
+    finally:
+        writer.close()
+
+
+class _Printed(io.TextIOBase):
+    """The program's standard output: each line journaled and shown on stderr."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.ctx.print_line(line)
+        return len(text)
+
+    def flush_rest(self) -> None:
+        if self.pending:
+            self.ctx.print_line(self.pending)
+            self.pending = ""
