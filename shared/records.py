@@ -95,24 +95,51 @@ class Family:
 # -- encoding ------------------------------------------------------------
 
 
+_AS_IS = (str, int, bool)
+
+
+@cache
+def _encoding_plan(cls: type) -> tuple[tuple[str, bool], ...]:
+    """Each field's name, and whether its value needs converting: a field of
+    JSON or scalar type is written as it is, without walking it."""
+    hints = _hints(cls)
+    return tuple((f.name, not _written_as_is(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def _written_as_is(tp: Any) -> bool:
+    origin = get_origin(tp)
+    if tp is Any or tp in _AS_IS:
+        return True
+    if origin is Annotated:
+        return _written_as_is(get_args(tp)[0])
+    if origin is Literal:
+        return True
+    if origin in (Union, types.UnionType):
+        return all(a is type(None) or _written_as_is(a) for a in get_args(tp))
+    return False
+
+
 def _encode_fields(obj: Any) -> dict[str, Any]:
     out = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
+    for name, convert in _encoding_plan(type(obj)):
+        value = getattr(obj, name)
         if value is None:
             continue
-        out[f.name] = _encode_value(value)
+        out[name] = _encode_value(value) if convert else value
     return out
 
 
 def _encode_value(value: Any) -> Any:
-    if isinstance(value, Money):
+    kind = type(value)
+    if kind is Money:
         return value.to_wire()
+    if kind is tuple or kind is list:
+        return [_encode_value(v) for v in value]
+    if kind is dict:
+        return {k: _encode_value(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value):
         return _encode_fields(value)
-    if isinstance(value, tuple):
-        return [_encode_value(v) for v in value]
-    if isinstance(value, Mapping):
+    if isinstance(value, collections.abc.Mapping):
         return {k: _encode_value(v) for k, v in value.items()}
     return value
 

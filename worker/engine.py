@@ -149,10 +149,14 @@ class RunContext:
             return self._perform(op, state, spec, perform, key)
 
     def _write_intent(self, op: int, state: GrantState, spec: ActionSpec, key: str | None) -> None:
+        # Durable before the action, except for a read: a read whose intent
+        # is lost in a power cut is simply read again by the resumed program,
+        # which is what a read in doubt gets anyway. A keyed request needs its
+        # intent on disk: the key's retention window is counted from it.
         self.writer.write(Intent(
             op=op, param=state.param, cap=spec.cap, action=spec.action,
             args_sha256=_args_hash(spec.args), time=self.writer.now(), idempotency_key=key,
-        ))
+        ), sync=spec.resend != "always")
         kill_point("worker", "intent")
 
     def value(self, state: GrantState, produce: Callable[[], Any]) -> Any:
