@@ -124,14 +124,17 @@ class GrantState:
 
     # -- counting ------------------------------------------------------
 
-    def count(self, money: Money | None, charged: tuple[Money, ...]) -> None:
-        """An action was attempted through this state (performed or replayed)."""
+    def count(self, money: Money | None, charged: tuple[Money, ...], usage: bool = True) -> None:
+        """An action was attempted through this state (performed or replayed).
+        `usage=False` for a composite's lower grant: the composite's own
+        count already reports the action in its parameter's usage."""
         for state in self.chain():
             state.used += 1
             if money is not None:
                 before = state.asked.get(money.currency, Money.zero(money.currency))
                 state.asked[money.currency] = before + money
-        self.usage.add(charged)
+        if usage:
+            self.usage.add(charged)
 
     # -- narrowing -----------------------------------------------------
 

@@ -57,6 +57,9 @@ class ActionSpec:
     keyed: bool = False
     # Money an operator's "it happened" answer implies was charged.
     charged_of: Callable[[Any], tuple[Money, ...]] | None = None
+    # A composite acts through lower grants (its `needs`): each of these
+    # states must allow the URL given, and counts the action too.
+    through: tuple[tuple[GrantState, str | None], ...] = ()
 
     def describe(self, param: str) -> str:
         return f"{self.cap} {self.action} through '{param}'"
@@ -228,15 +231,23 @@ class RunContext:
     def _check_grant(self, state: GrantState, spec: ActionSpec) -> None:
         try:
             state.check(money=spec.money, url=_url_of(spec))
+            for need, url in spec.through:
+                need.check(url=url)
         except CapabilityRefused as exc:
             self.refuse(exc.message)
+
+    @staticmethod
+    def _count(state: GrantState, spec: ActionSpec, charged: tuple[Money, ...]) -> None:
+        state.count(spec.money, charged)
+        for need, _ in spec.through:
+            need.count(None, (), usage=False)
 
     def _perform(self, op: int, state: GrantState, spec: ActionSpec,
                  perform: Callable[[str | None], Performed], key: str | None) -> Any:
         try:
             done = perform(key)
         except InDoubt as exc:
-            state.count(spec.money, ())
+            self._count(state, spec, ())
             self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
                        f"happened: {self.redact(str(exc))}")
         except Exception as exc:  # noqa: BLE001 - any error here is data
@@ -245,7 +256,7 @@ class RunContext:
             # way the op is settled or stopped, so the journal stays one story.
             reason = self.redact(f"{type(exc).__name__}: {exc}")
             if spec.resend != "always":
-                state.count(spec.money, ())
+                self._count(state, spec, ())
                 self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
                            f"happened: {reason}")
             done = Performed(failure=reason)
@@ -260,7 +271,7 @@ class RunContext:
             charged=done.charged,
         ), sync=spec.resend == "never")
         kill_point("worker", "outcome")
-        state.count(spec.money, done.charged)
+        self._count(state, spec, done.charged)
         return _deliver(result, failure)
 
     def _replay_action(self, op: int, entry: OpEntry, state: GrantState, spec: ActionSpec,
@@ -271,13 +282,13 @@ class RunContext:
             self._mismatch(op, entry, spec.describe(state.param))
         if entry.outcome is not None:
             outcome = entry.outcome
-            state.count(spec.money, outcome.charged)
+            self._count(state, spec, outcome.charged)
             return _deliver(outcome.result, outcome.failure)
         if entry.resolved is not None:
             if entry.resolved.happened:
                 result = entry.resolved.result
                 charged = spec.charged_of(result) if spec.charged_of else ()
-                state.count(spec.money, charged)
+                self._count(state, spec, charged)
                 return result
             # It did not happen: do it now, under a new intent, so that if this
             # attempt's answer is lost too the op is in doubt again, not resent.
@@ -285,7 +296,7 @@ class RunContext:
             return self._perform(op, state, spec, perform, key)
         if self._safe_to_resend(spec, intent):
             return self._perform(op, state, spec, perform, key)
-        state.count(spec.money, ())
+        self._count(state, spec, ())
         self._stop(op, self._in_doubt_message(op, spec.describe(state.param)))
 
     def _safe_to_resend(self, spec: ActionSpec, intent: Intent) -> bool:

@@ -15,10 +15,8 @@ from staal.appendlog import AppendLog
 from staal.clock import SYSTEM_CLOCK
 from staal.errors import StaalError
 from staal.journal_records import JOURNAL, Resolved
-from staal.worker.capabilities.http import check_result as check_http_result
+from staal.worker.capabilities import implementation
 from staal.worker.journal import read_journal
-
-RESULT_CHECKS = {"net.http.get": check_http_result, "net.http.post": check_http_result}
 
 
 class ResolveRefused(StaalError):
@@ -36,7 +34,7 @@ def resolve_op(journal: Path, op: int, happened: bool, result_text: str | None) 
                              + (f"; in doubt: op {', '.join(map(str, doubt))}" if doubt else ""))
     if not entry.in_doubt:
         raise ResolveRefused(f"{journal}: op {op} is not in doubt (it has an outcome or an answer)")
-    result = _result(entry.intent.cap, happened, result_text)
+    result = _result(entry.intent.cap, entry.intent.action, happened, result_text)
     log, _ = AppendLog.open(journal, decode=JOURNAL.decode)
     with log:
         log.append(JOURNAL.encode(Resolved(op=op, happened=happened, time=SYSTEM_CLOCK.now_ms(),
@@ -46,7 +44,7 @@ def resolve_op(journal: Path, op: int, happened: bool, result_text: str | None) 
             f"resume the run to continue (staal resume --journal {journal})")
 
 
-def _result(cap: str, happened: bool, text: str | None) -> Any:
+def _result(cap: str, action: str, happened: bool, text: str | None) -> Any:
     if not happened:
         if text is not None:
             raise ResolveRefused("--result goes with --happened yes only")
@@ -57,10 +55,8 @@ def _result(cap: str, happened: bool, text: str | None) -> Any:
         result = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ResolveRefused(f"--result: not valid JSON: {exc}") from exc
-    check = RESULT_CHECKS.get(cap)
-    if check is not None:
-        try:
-            check(result)
-        except ValueError as exc:
-            raise ResolveRefused(f"--result: {exc}") from exc
+    try:
+        implementation(cap).check_result(action, result)
+    except ValueError as exc:
+        raise ResolveRefused(f"--result: {exc}") from exc
     return result

@@ -28,7 +28,7 @@ from staal.program import RunFailed
 from staal.runconfig import RunConfig
 from staal.worker import confine
 from staal.worker.broker import GrantState
-from staal.worker.capabilities import registry
+from staal.worker.capabilities import implementation
 from staal.worker.capabilities.http import HttpClient
 from staal.worker.engine import RunContext, RunOutcome
 from staal.worker.journal import JournalState, JournalWriter, read_journal
@@ -51,6 +51,7 @@ class Services:
     http: HttpClient
     clock: Clock
     secrets: dict[str, str] = field(default_factory=dict)
+    config: RunConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,11 @@ def prepare(request: RunRequest) -> tuple[ProgramInfo, dict[str, str]] | RunOutc
     info = inspect_program(config.program, config.entry, config.grants)
     if info.problems:
         return error("config", "; ".join(info.problems))
-    missing = sorted({g.cap for g in config.grants.values() if g.cap not in registry()})
-    if missing:
-        return error("config", f"this staal cannot yet act through {', '.join(missing)}")
+    for cap in sorted({g.cap for g in config.grants.values()}):
+        try:
+            implementation(cap)
+        except ImportError as exc:
+            return error("config", f"'{cap}' cannot be loaded: {exc}")
     return info, secrets
 
 
@@ -175,13 +178,13 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
         on_print=request.on_print,
     )
-    services = Services(http=HttpClient(config.net), clock=request.clock, secrets=secrets)
-    factories = registry()
+    services = Services(http=HttpClient(config.net), clock=request.clock, secrets=secrets,
+                        config=config)
     arguments = dict(values)
     for name, cap in info.capabilities.items():
         state = GrantState.for_param(name, config.grants[name])
         ctx.params[name] = state
-        arguments[name] = factories[cap](ctx, state, services)
+        arguments[name] = implementation(cap)(ctx, state, services)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
     returned, failure = None, None
     stdout, sys.stdout = sys.stdout, _Printed(ctx)

@@ -4,16 +4,32 @@ parameters receive. Each subclasses the class the program annotated with
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from staal.caps import Capability
 from staal.program import CapabilityRefused
 from staal.worker.broker import GrantState
 
+# Imported when a run uses the capability, so a run loads only what it needs.
+IMPLEMENTATIONS: dict[str, str] = {
+    "net.http.get": "staal.worker.capabilities.http:HttpGetCapability",
+    "net.http.post": "staal.worker.capabilities.http:HttpPostCapability",
+    "clock.now": "staal.worker.capabilities.values:ClockCapability",
+    "random.bytes": "staal.worker.capabilities.values:RandomCapability",
+    "payments.stripe.refund": "staal.worker.capabilities.stripe:StripeRefundCapability",
+    "model.complete": "staal.worker.capabilities.model:ModelCapability",
+    "db.sqlite.read": "staal.worker.capabilities.sqlite:SqliteReadCapability",
+    "db.sqlite.write": "staal.worker.capabilities.sqlite:SqliteWriteCapability",
+    "db.postgres.read": "staal.worker.capabilities.postgres:PostgresReadCapability",
+    "db.postgres.write": "staal.worker.capabilities.postgres:PostgresWriteCapability",
+    "ffi.c": "staal.worker.capabilities.ffi:FfiCapability",
+}
+
 
 class Bound:
     """What every implementation holds: the run, its grant state, and the
-    run-wide services (an HTTP client, the clock, secrets)."""
+    run-wide services (an HTTP client, the clock, the config, secrets)."""
 
     def __init__(self, ctx: Any, state: GrantState, services: Any) -> None:
         self._ctx = ctx
@@ -27,20 +43,28 @@ class Bound:
             self._ctx.refuse(exc.message)
         return type(self)(self._ctx, narrowed, self._services)  # type: ignore[call-arg]
 
+    def _secret(self, name: str) -> str:
+        """A secret the grant names, read from the server's environment when
+        the run began; never handed to program code."""
+        value = self._services.secrets.get(name)
+        if not value:
+            self._ctx.refuse(f"'{self._state.cap}' needs the secret {name}, which is not set "
+                             "in the server's environment")
+        return value
+
+    @staticmethod
+    def check_result(action: str, result: Any) -> None:
+        """Raise ValueError if an operator's --result is not what `action`
+        returns; the default accepts any JSON."""
+
     def __repr__(self) -> str:
-        return f"<{type(self).__mro__[2].__name__} '{self._state.param}'>"
+        return f"<{self._state.cap} '{self._state.param}'>"
 
 
 Factory = Callable[[Any, GrantState, Any], Capability]
 
 
-def registry() -> dict[str, Factory]:
-    from staal.worker.capabilities.http import HttpGetCapability, HttpPostCapability
-    from staal.worker.capabilities.values import ClockCapability, RandomCapability
-
-    return {
-        "net.http.get": HttpGetCapability,
-        "net.http.post": HttpPostCapability,
-        "clock.now": ClockCapability,
-        "random.bytes": RandomCapability,
-    }
+def implementation(cap: str) -> Any:
+    """The class implementing `cap` (ImportError if this staal has none)."""
+    module, _, name = IMPLEMENTATIONS[cap].partition(":")
+    return getattr(importlib.import_module(module), name)

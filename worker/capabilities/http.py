@@ -84,7 +84,7 @@ def response_of(result: Any) -> Response:
     return Response(result["status"], result["headers"], result["text"])
 
 
-def check_result(result: Any) -> None:
+def check_http_result(result: Any) -> None:
     """The shape an operator's --result must have for an HTTP action."""
     if not (isinstance(result, dict) and isinstance(result.get("status"), int)
             and isinstance(result.get("text", ""), str)
@@ -107,6 +107,10 @@ def _headers(ctx: Any, headers: Any, keyed: bool) -> dict[str, str]:
 
 
 class HttpGetCapability(Bound, HttpGet):
+    @staticmethod
+    def check_result(action: str, result: Any) -> None:
+        check_http_result(result)
+
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
         sent = _headers(self._ctx, headers, keyed=False)
         spec = ActionSpec("net.http.get", "get", {"url": url, "headers": sent}, resend="always")
@@ -116,6 +120,10 @@ class HttpGetCapability(Bound, HttpGet):
 
 
 class HttpPostCapability(Bound, HttpPost):
+    @staticmethod
+    def check_result(action: str, result: Any) -> None:
+        check_http_result(result)
+
     def post(self, url: str, json: Any = None, data: Mapping[str, str] | None = None,
              headers: Mapping[str, str] | None = None) -> Response:
         keyed = self._state.grant.idempotency_key

@@ -1,0 +1,73 @@
+"""Run configs: read from a file for `staal run`, built from a manifest tool
+for the server, and hashed into the journal header."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from staal.errors import ManifestError
+from staal.manifest_check import check
+from staal.manifest_grants import GrantReader
+from staal.manifest_values import ValueReader
+from staal.runconfig import SCRIPT_NET, from_tool, grant_to_json, load_run_config
+from tests.manifests import seed_example, write_programs
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    write_programs(tmp_path)
+    return check(seed_example(), tmp_path / "manifest.json")
+
+
+def test_a_tools_deadline_becomes_the_runs_deadline_ms(manifest):
+    config = from_tool(manifest, manifest.tools[0])
+    assert config.limits.deadline_ms == 120_000
+    assert config.limits.cpu_ms >= 2 * 120_000
+    assert config.net == manifest.tools[0].net
+    assert config.limits.max_steps == manifest.tools[0].max_steps
+
+
+def test_only_a_tool_that_can_reach_a_model_carries_the_model(manifest):
+    assert from_tool(manifest, manifest.tools[0]).model is None
+
+
+def test_the_config_hash_changes_with_what_the_run_may_do(tmp_path, manifest):
+    first = from_tool(manifest, manifest.tools[0]).sha256()
+    assert from_tool(manifest, manifest.tools[0]).sha256() == first
+    data = seed_example()
+    data["tools"][0]["grants"]["pay"]["uses"] = 2
+    changed = check(data, tmp_path / "manifest.json")
+    assert from_tool(changed, changed.tools[0]).sha256() != first
+
+
+def test_secret_names_are_every_env_a_grant_names(manifest):
+    assert from_tool(manifest, manifest.tools[0]).secret_names() == ["STRIPE_SECRET_KEY"]
+
+
+def test_a_grant_written_back_to_json_reads_back_the_same(manifest):
+    grant = manifest.tools[0].grants["pay"]
+    reader = GrantReader(ValueReader(base_dir=manifest.path.parent))
+    again = reader.grant(grant_to_json(grant), "pay")
+    assert again == grant
+
+
+def test_a_run_config_file_is_read_relative_to_itself(tmp_path):
+    write_programs(tmp_path, "prog.py")
+    (tmp_path / "config.json").write_text(json.dumps({"program": "prog.py", "inputs": {"order": "o"}}))
+    config, inputs = load_run_config(tmp_path / "config.json")
+    assert config.program == tmp_path / "prog.py"
+    assert config.tool == "prog" and config.net == SCRIPT_NET
+    assert config.source == tmp_path / "config.json"
+    assert inputs == {"order": "o"}
+
+
+def test_every_problem_of_a_run_config_is_named_by_its_key_path(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "program": "missing.py", "limits": {"max_steps": 0, "deadline": 5},
+        "grants": {"x": {"cap": "model.complete"}}, "surprise": 1}))
+    with pytest.raises(ManifestError) as caught:
+        load_run_config(tmp_path / "config.json")
+    paths = sorted(p.split(":")[0] for p in caught.value.problems)
+    assert paths == ["limits.deadline", "limits.max_steps", "model", "program", "surprise"]
