@@ -45,14 +45,14 @@ class CapabilityRefused(RunFailed):
 
 class ActionFailed(Exception):
     """An action was performed and failed (a refused connection, an HTTP
-    error the capability treats as failure). A program may catch it; if it
-    escapes, the run fails with kind `action`."""
+    error the capability treats as failure, a model provider that failed
+    every attempt). A program may catch it; if it escapes, the run fails with
+    its kind: `action`, or `provider`."""
 
-    kind = "action"
-
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, kind: str = "action") -> None:
         super().__init__(message)
         self.message = message
+        self.kind = kind
 
 
 def fail(kind: str, message: str) -> NoReturn:

@@ -72,6 +72,8 @@ class Performed:
     result: Any = None
     charged: tuple[Money, ...] = ()
     failure: str | None = None
+    # "action", or "provider" for a model provider that failed every attempt.
+    failure_kind: str = "action"
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,7 @@ class RunContext:
                            f"happened: {reason}")
             done = Performed(failure=reason)
         result = self._redact_value(done.result)
-        failure = Failure("action", self.redact(done.failure)) if done.failure else None
+        failure = Failure(done.failure_kind, self.redact(done.failure)) if done.failure else None
         # The outcome of an op that is safe to send again may wait for the next
         # synced record: lost in a power cut, the op is in doubt and is resent,
         # and nothing after it can have been durable either. An op that can
@@ -388,7 +390,7 @@ class RunContext:
         if isinstance(error, RunFailed):
             return Failure(error.kind, self.redact(error.message))
         if isinstance(error, ActionFailed):
-            return Failure("action", self.redact(error.message))
+            return Failure(error.kind, self.redact(error.message))
         if isinstance(error, SystemExit):
             return Failure("value", f"the program called exit({error.code!r})")
         return Failure("value", self.redact(f"{type(error).__name__}: {error}"))
@@ -396,7 +398,7 @@ class RunContext:
 
 def _deliver(result: Any, failure: Failure | None) -> Any:
     if failure is not None:
-        raise ActionFailed(failure.message)
+        raise ActionFailed(failure.message, failure.kind)
     return result
 
 
