@@ -98,10 +98,14 @@ class AppendLog:
         self._unsynced = False
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], syncer: Syncer = OS_SYNC) -> AppendLog:
-        """Create a new, empty log; `LogExists` if the file is already there."""
+    def create(cls, path: str | os.PathLike[str], syncer: Syncer = OS_SYNC,
+               first: Mapping[str, Any] | None = None) -> AppendLog:
+        """Create a new log, empty or holding `first` (written before the one
+        fsync that makes file and record durable together); `LogExists` if
+        the file is already there."""
         target = Path(path)
         make_private_dir(target.parent, syncer)
+        line = None if first is None else canonical_json(first) + b"\n"
         try:
             fd = os.open(target, _CREATE_FLAGS, LOG_FILE_MODE)
         except FileExistsError:
@@ -110,6 +114,8 @@ class AppendLog:
             # As in make_private_dir: the umask may only narrow 0600, and a
             # file its owner cannot read back is of no use.
             os.fchmod(fd, LOG_FILE_MODE)
+            if line is not None:
+                write_all(fd, line)
             syncer.sync_file(fd)
             syncer.sync_dir(target.parent)
         except BaseException:

@@ -630,3 +630,19 @@ def test_close_after_only_synced_appends_syncs_nothing_more(tmp_path):
     before = len(count)
     log.close()
     assert len(count) == before
+
+
+def test_a_log_created_with_its_first_record_holds_it_after_one_file_sync(tmp_path):
+    seen: list[bytes] = []
+
+    class Recording:
+        def sync_file(self, fd: int) -> None:
+            seen.append((tmp_path / "log").read_bytes())
+
+        def sync_dir(self, path) -> None:
+            pass
+
+    log = AppendLog.create(tmp_path / "log", syncer=Recording(), first={"n": 1})
+    assert seen == [b'{"n":1}\n']
+    log.close()
+    assert read_log(tmp_path / "log").records == ({"n": 1},)

@@ -1,6 +1,10 @@
 """staal.worker.limits: max_steps counted in the program's own lines, and the
 CPU-time backstop (DESIGN.md section 4, "Limits").
 
+Every StepCounter scenario runs against both implementations, the C trace
+function (`staal.worker._steps`) and the Python one it falls back to; the C
+one must be there (a broken build must not fall back silently).
+
 Trace functions, signal handlers and rlimits belong to a whole process, so
 each scenario runs in a fresh Python process that prints one JSON line. The
 "program" is a module written into a temporary folder and imported from
@@ -9,6 +13,7 @@ there, as the worker imports an operator's program.
 
 from __future__ import annotations
 
+import importlib
 import json
 import signal
 import subprocess
@@ -23,6 +28,7 @@ BOUND = 120.0  # seconds a scenario's process may take before the test fails
 
 PROGRAM = """\
 import heapq
+import sys
 import threading
 
 
@@ -68,6 +74,11 @@ def wait_then_loop(ready, go, done, n):
     ready.set() or go.wait(120)
     loop(n)
     done.set()
+
+
+def settrace_again_then_spin():
+    sys.settrace(sys.gettrace())
+    spin()
 """
 
 # Line events per call, as CPython 3.11 reports them: every line once, and a
@@ -88,6 +99,7 @@ from staal.program import RunFailed
 from staal.worker.limits import StepCounter, cpu_backstop
 
 ROOT = Path(sys.argv[1])
+IMPL = sys.argv[2] or None
 sys.path.insert(0, str(ROOT / "program"))
 import program
 
@@ -110,9 +122,16 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(body: str, root: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(params=["c", "python"])
+def impl(request) -> str:
+    """The StepCounter implementation a scenario runs against."""
+    return request.param
+
+
+def run(body: str, root: Path, *, impl: str | None = None,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-B", "-c", PRELUDE + textwrap.dedent(body), str(root)],
+        [sys.executable, "-B", "-c", PRELUDE + textwrap.dedent(body), str(root), impl or ""],
         check=False,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -133,11 +152,11 @@ def result_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------- StepCounter
 
 
-def test_a_loop_in_program_code_fails_as_budget_just_past_max_steps(root):
+def test_a_loop_in_program_code_fails_as_budget_just_past_max_steps(root, impl):
     result = result_of(
         run(
             """
-            counter = StepCounter(1000, ROOT / "program")
+            counter = StepCounter(1000, ROOT / "program", implementation=IMPL)
             counter.start()
             try:
                 program.spin()
@@ -148,6 +167,7 @@ def test_a_loop_in_program_code_fails_as_budget_just_past_max_steps(root):
             report(outcome=outcome, steps=counter.steps, exceeded=counter.exceeded)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["outcome"] == ["budget", "the run exceeded max_steps (1000 line events)"]
@@ -156,11 +176,11 @@ def test_a_loop_in_program_code_fails_as_budget_just_past_max_steps(root):
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 250])
-def test_the_count_is_exact_for_straight_line_code_and_for_loops(root, n):
+def test_the_count_is_exact_for_straight_line_code_and_for_loops(root, impl, n):
     result = result_of(
         run(
             f"""
-            counter = StepCounter(10_000, ROOT / "program")
+            counter = StepCounter(10_000, ROOT / "program", implementation=IMPL)
             counter.start()
             program.straight(1)
             after_straight = counter.steps
@@ -169,6 +189,7 @@ def test_the_count_is_exact_for_straight_line_code_and_for_loops(root, n):
             report(straight=after_straight, total=counter.steps, exceeded=counter.exceeded)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["straight"] == STRAIGHT_LINES
@@ -176,12 +197,12 @@ def test_the_count_is_exact_for_straight_line_code_and_for_loops(root, n):
     assert result["exceeded"] is False
 
 
-def test_exactly_max_steps_lines_run_without_failing(root):
+def test_exactly_max_steps_lines_run_without_failing(root, impl):
     limit = STRAIGHT_LINES + loop_lines(10)
     result = result_of(
         run(
             f"""
-            counter = StepCounter({limit}, ROOT / "program")
+            counter = StepCounter({limit}, ROOT / "program", implementation=IMPL)
             counter.start()
             program.straight(1)
             program.loop(10)
@@ -189,19 +210,20 @@ def test_exactly_max_steps_lines_run_without_failing(root):
             report(steps=counter.steps, exceeded=counter.exceeded)
             """,
             root,
+            impl=impl,
         )
     )
     assert result == {"steps": limit, "exceeded": False}
 
 
-def test_code_outside_the_program_root_is_not_counted(root):
+def test_code_outside_the_program_root_is_not_counted(root, impl):
     data = list(range(40))
     result = result_of(
         run(
             f"""
             sys.path.insert(0, str(ROOT / "elsewhere"))
             import json, library
-            counter = StepCounter(100_000, ROOT / "program")
+            counter = StepCounter(100_000, ROOT / "program", implementation=IMPL)
             counter.start()
             program.sort_both_ways({data!r})   # sorted() is C, heapq.nsmallest is Python
             json.dumps({{"a": [1, 2, 3]}}, indent=2)  # the stdlib's own lines
@@ -210,36 +232,38 @@ def test_code_outside_the_program_root_is_not_counted(root):
             report(steps=counter.steps)
             """,
             root,
+            impl=impl,
         )
     )
     # the three lines of sort_both_ways, and `key` once per element for each
     assert result["steps"] == 3 + 2 * len(data)
 
 
-def test_threads_started_by_the_program_are_counted(root):
+def test_threads_started_by_the_program_are_counted(root, impl):
     result = result_of(
         run(
             """
-            counter = StepCounter(100_000, ROOT / "program")
+            counter = StepCounter(100_000, ROOT / "program", implementation=IMPL)
             counter.start()
             program.in_a_thread(20)
             counter.stop()
             report(steps=counter.steps)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["steps"] == IN_A_THREAD_LINES + loop_lines(20)
 
 
-def test_a_program_thread_past_the_budget_fails_and_marks_the_counter_exceeded(root):
+def test_a_program_thread_past_the_budget_fails_and_marks_the_counter_exceeded(root, impl):
     result = result_of(
         run(
             """
             import threading
             failures = []
             threading.excepthook = lambda args: failures.append(str(args.exc_value))
-            counter = StepCounter(50, ROOT / "program")
+            counter = StepCounter(50, ROOT / "program", implementation=IMPL)
             counter.start()
             worker = threading.Thread(target=program.loop, args=(1000,))
             worker.start()
@@ -248,6 +272,7 @@ def test_a_program_thread_past_the_budget_fails_and_marks_the_counter_exceeded(r
             report(failures=failures, exceeded=counter.exceeded, steps=counter.steps)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["failures"] == ["budget: the run exceeded max_steps (50 line events)"]
@@ -255,11 +280,11 @@ def test_a_program_thread_past_the_budget_fails_and_marks_the_counter_exceeded(r
     assert result["steps"] == 51
 
 
-def test_a_program_that_catches_the_budget_failure_still_leaves_the_counter_exceeded(root):
+def test_a_program_that_catches_the_budget_failure_still_leaves_the_counter_exceeded(root, impl):
     result = result_of(
         run(
             """
-            counter = StepCounter(10, ROOT / "program")
+            counter = StepCounter(10, ROOT / "program", implementation=IMPL)
             counter.start()
             try:
                 program.loop(100)
@@ -269,19 +294,20 @@ def test_a_program_that_catches_the_budget_failure_still_leaves_the_counter_exce
             report(exceeded=counter.exceeded)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["exceeded"] is True
 
 
-def test_stop_removes_tracing_from_this_thread_new_threads_and_running_ones(root):
+def test_stop_removes_tracing_from_this_thread_new_threads_and_running_ones(root, impl):
     result = result_of(
         run(
             """
             import threading
             previous = lambda frame, event, arg: None
             sys.settrace(previous)
-            counter = StepCounter(100_000, ROOT / "program")
+            counter = StepCounter(100_000, ROOT / "program", implementation=IMPL)
             counter.start()
             tracing = sys.gettrace() is not None and threading.gettrace() is not None
             ready, go, done = threading.Event(), threading.Event(), threading.Event()
@@ -303,6 +329,7 @@ def test_stop_removes_tracing_from_this_thread_new_threads_and_running_ones(root
                    steps=counter.steps)
             """,
             root,
+            impl=impl,
         )
     )
     assert result["tracing"] is True
@@ -310,6 +337,124 @@ def test_stop_removes_tracing_from_this_thread_new_threads_and_running_ones(root
     assert result["restored"] is True
     assert result["finished"] is True
     assert result["steps"] == result["at_stop"]
+
+
+def test_a_counter_started_inside_another_hands_tracing_back_when_it_stops(root, impl):
+    result = result_of(
+        run(
+            """
+            import threading
+            outer = StepCounter(10_000, ROOT / "program", implementation=IMPL)
+            inner = StepCounter(10_000, ROOT / "program", implementation=IMPL)
+            outer.start()
+            program.straight(1)
+            tracers = (sys.gettrace(), threading.gettrace())
+            inner.start()
+            program.loop(3)
+            inner.stop()
+            handed_back = (sys.gettrace(), threading.gettrace()) == tracers
+            program.straight(1)
+            outer.stop()
+            report(outer=outer.steps, inner=inner.steps, handed_back=handed_back,
+                   cleared=sys.gettrace() is None and threading.gettrace() is None)
+            """,
+            root,
+            impl=impl,
+        )
+    )
+    assert result == {"outer": 2 * STRAIGHT_LINES, "inner": loop_lines(3),
+                      "handed_back": True, "cleared": True}
+
+
+def test_re_setting_the_trace_function_from_program_code_keeps_counting(root, impl):
+    # `sys.settrace(sys.gettrace())`, as debuggers and test tools do. With the
+    # C counter, sys.gettrace() is the counter itself; called as a Python trace
+    # function it installs itself again as the C one (the rest of the line
+    # that re-set it goes uncounted, which the budget check below absorbs).
+    result = result_of(
+        run(
+            """
+            counter = StepCounter(1000, ROOT / "program", implementation=IMPL)
+            counter.start()
+            try:
+                program.settrace_again_then_spin()
+                outcome = None
+            except RunFailed as failed:
+                outcome = [failed.kind, failed.message]
+            counter.stop()
+            report(outcome=outcome, steps=counter.steps, tracing=sys.gettrace() is not None)
+            """,
+            root,
+            impl=impl,
+        )
+    )
+    assert result == {"outcome": ["budget", "the run exceeded max_steps (1000 line events)"],
+                      "steps": 1001, "tracing": False}
+
+
+def test_code_compiled_at_run_time_counts_by_its_file_and_is_not_kept_alive(root, impl):
+    # The C counter decides per code object; code objects made and freed in
+    # turn (their addresses reused) must each get their own file's answer.
+    result = result_of(
+        run(
+            """
+            import gc, weakref
+            inside = str(ROOT / "program" / "generated.py")
+            counter = StepCounter(10_000, ROOT / "program", implementation=IMPL)
+            counter.start()
+            for i in range(200):
+                name = inside if i % 2 else "<outside>"
+                exec(compile("x = 1\\n", name, "exec"), {"__file__": name})
+            code = compile("y = 2\\n", inside, "exec")
+            exec(code, {"__file__": inside})
+            counter.stop()
+            ref = weakref.ref(code)
+            del code
+            gc.collect()
+            report(steps=counter.steps, alive=ref() is not None)
+            """,
+            root,
+            impl=impl,
+        )
+    )
+    assert result == {"steps": 101, "alive": False}
+
+
+def test_the_c_step_counter_is_built_and_is_the_default(tmp_path):
+    # A failed or skipped build of the optional extension would leave every
+    # run on the slower Python tracer; this test is what notices.
+    importlib.import_module("staal.worker._steps")
+    from staal.worker import limits
+
+    assert limits.C_STEP_COUNTER is True
+    assert limits.StepCounter(10, tmp_path).implementation == "c"
+    assert limits.StepCounter(10, tmp_path, implementation="python").implementation == "python"
+    with pytest.raises(ValueError, match="implementation"):
+        limits.StepCounter(10, tmp_path, implementation="rust")
+
+
+def test_without_the_extension_the_python_counter_is_used(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-B", "-c", textwrap.dedent(
+            """
+            import json, sys
+            sys.modules["staal.worker._steps"] = None  # as if it was never built
+            from staal.worker import limits
+            try:
+                limits.StepCounter(10, sys.argv[1], implementation="c")
+                refused = None
+            except RuntimeError as exc:
+                refused = str(exc)
+            print(json.dumps({"built": limits.C_STEP_COUNTER, "refused": refused,
+                              "default": limits.StepCounter(10, sys.argv[1]).implementation}))
+            """), str(tmp_path)],
+        check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=BOUND,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = result_of(proc)
+    assert result["built"] is False
+    assert result["default"] == "python"
+    assert result["refused"].startswith("the C step counter is not available")
 
 
 # ---------------------------------------------------------------- cpu_backstop

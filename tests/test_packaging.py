@@ -1,6 +1,7 @@
 """The folder-to-package mapping (DESIGN.md section 2) cannot silently break:
 the wheel and an editable install each go into a fresh venv, and every module
-and both console scripts are imported and run from there."""
+(the C extension too) and both console scripts are imported and run from
+there."""
 
 from __future__ import annotations
 
@@ -18,8 +19,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"shared": "staal", "protocol": "staal.protocol", "supervisor": "staal.supervisor",
            "worker": "staal.worker"}
+# C extensions (pyproject.toml, [tool.setuptools] ext-modules) -> their source.
+# They are optional to build, so a wheel without them would still install;
+# these tests make sure the builds here do produce them.
+EXTENSIONS = {"staal.worker._steps": "worker/_steps.c"}
 SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", "build", "dist", "*.egg-info",
-                              ".pytest_cache", ".hypothesis", "node_modules", "journals")
+                              ".pytest_cache", ".hypothesis", "node_modules", "journals",
+                              "*.so", "*.pyd")
 
 
 def source_modules() -> set[str]:
@@ -75,13 +81,17 @@ def test_the_wheel_in_a_fresh_venv_holds_every_module_and_both_scripts(source_co
         in_wheel = {n[:-3].replace("/", ".").removesuffix(".__init__")
                     for n in archive.namelist() if n.endswith(".py")}
         metadata = next(archive.read(n).decode() for n in archive.namelist() if n.endswith("METADATA"))
+        extensions = {n.split(".")[0].replace("/", ".") for n in archive.namelist()
+                      if n.endswith((".so", ".pyd"))}
     assert in_wheel == source_modules()
+    assert extensions == set(EXTENSIONS)
+    assert all((ROOT / source).is_file() for source in EXTENSIONS.values())
     for dependency in ("orjson", "pyzmq", "psutil", "multiprocess", "typer", "httpx"):
         assert f"Requires-Dist: {dependency}" in metadata
 
     python = fresh_venv(tmp_path / "venv", wheel)
     site = tmp_path / "venv"
-    modules = sorted(source_modules())
+    modules = sorted(source_modules() | set(EXTENSIONS))
     import json
 
     files = json.loads(run([python, "-c", IMPORT_ALL, *modules], cwd=tmp_path).stdout)
@@ -101,9 +111,12 @@ def test_an_editable_install_maps_each_folder_to_its_package(source_copy, tmp_pa
     python = fresh_venv(tmp_path / "venv", wheel)
     import json
 
-    files = json.loads(run([python, "-c", IMPORT_ALL, *FOLDERS.values()], cwd=tmp_path).stdout)
+    files = json.loads(run([python, "-c", IMPORT_ALL, *FOLDERS.values(), *EXTENSIONS],
+                           cwd=tmp_path).stdout)
     for folder, package in FOLDERS.items():
         assert Path(files[package]) == source_copy / folder / "__init__.py"
+    for extension, source in EXTENSIONS.items():  # built beside its source
+        assert Path(files[extension]).parent == (source_copy / source).parent
     # A module added after the install is found without reinstalling.
     (source_copy / "protocol" / "added_later.py").write_text("VALUE = 7\n")
     try:

@@ -102,7 +102,9 @@ def in_broker_section() -> bool:
 
 class _State:
     installed = False
+    allow_ffi = False
     on_violation: Callable[[str], None] | None = None
+    checks: dict[str, Callable[[tuple[Any, ...]], str | None]] = {}
 
 
 def tripwire_installed() -> bool:
@@ -376,18 +378,19 @@ def install_tripwire(allow_ffi: bool, on_violation: Callable[[str], None]) -> No
     if _State.installed:
         raise RuntimeError("the confinement tripwire is already installed in this process")
     sys.dont_write_bytecode = True  # an import must never try to write a .pyc
-    checks = _build_checks(allow_ffi)
+    _State.checks = _build_checks(allow_ffi)
     _guard_fork_exec()
     _guard_listen()
     _State.on_violation = on_violation
+    _State.allow_ffi = allow_ffi
     _State.installed = True
 
-    lookup = checks.get
+    state = _State
     in_broker = _IN_BROKER.get
     refuse = _refuse
 
     def tripwire(event: str, args: tuple[Any, ...]) -> None:
-        check = lookup(event)
+        check = state.checks.get(event)
         if check is None or in_broker():
             return
         message = check(args)
@@ -395,6 +398,18 @@ def install_tripwire(allow_ffi: bool, on_violation: Callable[[str], None]) -> No
             refuse(message)
 
     sys.addaudithook(tripwire)
+
+
+def narrow_tripwire(allow_ffi: bool, on_violation: Callable[[str], None]) -> None:
+    """In a process forked from one with the tripwire installed (the zygote
+    allows what any of its tools may do): tighten it to one run's tool and
+    report to that run. Native code refused stays refused."""
+    if not _State.installed:
+        raise RuntimeError("no tripwire to narrow in this process")
+    if _State.allow_ffi and not allow_ffi:
+        _State.checks = _build_checks(False)
+        _State.allow_ffi = False
+    _State.on_violation = on_violation
 
 
 def _guard_fork_exec() -> None:

@@ -178,8 +178,7 @@ class JournalWriter:
 
     @classmethod
     def create(cls, path: str | Path, header: Header, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:
-        writer = cls(AppendLog.create(path), clock)
-        writer.write(header)
+        writer = cls(AppendLog.create(path, first=JOURNAL.encode(header)), clock)
         kill_point("worker", "journal")
         return writer
 

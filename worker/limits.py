@@ -8,6 +8,7 @@ sees nothing (`cpu_backstop`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -24,7 +25,18 @@ from typing import Any
 
 from staal.program import RunFailed
 
-__all__ = ["CPU_GRACE_SECONDS", "StepCounter", "cpu_backstop"]
+try:
+    from staal.worker import _steps
+except ImportError as exc:  # built without a compiler: the Python tracer only
+    _steps = None
+    _STEPS_MISSING = str(exc)
+else:
+    _STEPS_MISSING = ""
+
+#: Whether the C step counter was built; StepCounter uses it by default.
+C_STEP_COUNTER = _steps is not None
+
+__all__ = ["CPU_GRACE_SECONDS", "C_STEP_COUNTER", "StepCounter", "cpu_backstop"]
 
 _TraceFunction = Callable[[FrameType, str, Any], Any]
 
@@ -33,39 +45,69 @@ class StepCounter:
     """Counts `line` trace events in frames of the program's own code and
     fails the run as `budget` when the count passes `max_steps`.
 
-    A frame is the program's when its module's file (`__file__` in the
-    frame's globals) lies under `program_root`, the folder of the program
-    file, and not under the standard library, site-packages or staal's own
-    packages. Everything else (staal, the stdlib, installed packages, code
-    compiled from strings with globals of their own) runs uncounted, though
-    slower: tracing is on for the whole thread.
+    Two implementations count the same events. The C one (`implementation=
+    "c"`, the default when the extension `staal.worker._steps` was built) is
+    a C trace function installed with `PyEval_SetTrace`, as coverage.py's
+    CTracer is; the Python one (`"python"`, the fallback) is a `sys.settrace`
+    function, several times slower on a tight loop because every traced event
+    costs a Python call.
+
+    A frame is the program's when its file lies under `program_root`, the
+    folder of the program file, and not under the standard library,
+    site-packages or staal's own packages. Everything else (staal, the stdlib,
+    installed packages, code compiled from strings) runs uncounted, though
+    slower: tracing is on for the whole thread. "Its file" is the code's
+    `co_filename` for the C implementation (decided once per file name) and
+    the module's `__file__` (the frame's globals) for the Python one, which
+    avoids `frame.f_code` because reading it raises an audit event, and would
+    run the confinement tripwire's hook on every call. The two differ only in
+    corners: code compiled from strings into a program module's globals
+    (`exec(source, globals())`, the methods dataclasses generate) is counted
+    by the Python implementation and not by the C one; the C one also counts
+    lines of program frames that were already running at `start()`, and
+    after `sys.settrace(sys.gettrace())` in program code misses the rest of
+    that one line.
 
     `start()` traces the current thread and, through `threading.settrace`,
-    threads started afterwards; `stop()` ends it (other threads detach at
-    their next line or call). The N+1st line event, with N = `max_steps`,
-    raises `RunFailed("budget", ...)` in the traced frame. Python then
-    removes tracing from that thread, and the program could catch the
-    exception (it is a `RunEnded`, not an `Exception`); the engine must
-    therefore fail the run whenever `exceeded` is true, however the program
-    ended. Counting relies on the GIL: one `next()` on a C iterator per line
-    is atomic, so the count is exact across threads.
+    threads started afterwards; `stop()` ends it and puts back the trace
+    functions that were there (other threads detach at their next line or
+    call). The N+1st line event, with N = `max_steps`, raises
+    `RunFailed("budget", ...)` in the traced frame and removes tracing from
+    that thread (Python does so for a Python trace function; the C one does
+    it to match), and the program could catch the exception (it is a
+    `RunEnded`, not an `Exception`); the engine must therefore fail the run
+    whenever `exceeded` is true, however the program ended. Counting relies on
+    the GIL, so the count is exact across threads.
 
     A program can escape counting on purpose (`sys.settrace(None)`, code
     compiled from strings); `cpu_backstop` is the limit it cannot escape.
     """
 
-    def __init__(self, max_steps: int, program_root: Path | str) -> None:
+    def __init__(self, max_steps: int, program_root: Path | str, *,
+                 implementation: str | None = None) -> None:
         if max_steps < 0:
             raise ValueError(f"max_steps must not be negative, not {max_steps}")
+        if implementation is None:
+            implementation = "c" if _steps is not None else "python"
+        if implementation not in ("c", "python"):
+            raise ValueError(f"implementation must be 'c' or 'python', not {implementation!r}")
+        if implementation == "c" and _steps is None:
+            raise RuntimeError(f"the C step counter is not available: {_STEPS_MISSING}")
         self.max_steps = max_steps
+        self.implementation = implementation
         self.program_root = Path(os.path.realpath(program_root))
         self._excluded = _excluded_dirs(self.program_root)
+        self._running = False
+        self._saved: tuple[Any, Any] = (None, None)
+        if implementation == "c":
+            self._counter = _steps.Counter(min(max_steps, _steps.MAX_STEPS),
+                                           self._counts_file, self._failure)
+            return
+        self._counter = None
         # One item per allowed line event; `next()` on it neither allocates
         # nor (being C) lets another thread in between.
         self._budget: Iterator[None] = itertools.repeat(None, max_steps)
         self._over = 0
-        self._running = False
-        self._saved: tuple[Any, Any] = (None, None)
         # module file -> the local trace function, or None for "not counted"
         self._decisions: dict[object, _TraceFunction | None] = {}
         self._global_trace, self._switch = self._make_tracers()
@@ -75,11 +117,15 @@ class StepCounter:
     @property
     def steps(self) -> int:
         """Line events counted so far (max_steps + 1 once exceeded)."""
+        if self._counter is not None:
+            return self._counter.steps
         return self.max_steps - operator.length_hint(self._budget) + self._over
 
     @property
     def exceeded(self) -> bool:
         """Whether the budget was exceeded, even if the program caught it."""
+        if self._counter is not None:
+            return self._counter.exceeded
         return self._over > 0
 
     @property
@@ -90,6 +136,15 @@ class StepCounter:
         """Trace the current thread and every thread started from now on."""
         if self._running:
             raise RuntimeError("the step counter is already running")
+        if self._counter is not None:
+            previous_threading = threading.gettrace()
+            self._counter.start()  # saves this thread's tracer, C or Python
+            self._saved = (None, previous_threading)
+            self._running = True
+            # A new thread calls the counter as a Python trace function once;
+            # it then installs itself there as the C one.
+            threading.settrace(self._counter)
+            return
         self._saved = (sys.gettrace(), threading.gettrace())
         self._decisions.clear()
         self._running = True
@@ -103,12 +158,28 @@ class StepCounter:
         if not self._running:
             return
         self._running = False
-        self._switch(iter(()))  # other threads' tracers find it empty and detach
-        self._decisions.clear()
         previous_sys, previous_threading = self._saved
         self._saved = (None, None)
+        if self._counter is not None:
+            self._counter.stop()  # other threads detach at their next event
+            threading.settrace(previous_threading)  # type: ignore[arg-type]
+            return
+        self._switch(iter(()))  # other threads' tracers find it empty and detach
+        self._decisions.clear()
         sys.settrace(previous_sys)
         threading.settrace(previous_threading)  # type: ignore[arg-type]
+
+    # --------------------------------------------------------- C tracing
+
+    def _counts_file(self, filename: str) -> bool:
+        """Asked by the C counter once per `co_filename`."""
+        try:
+            return self._counts(filename)
+        except (TypeError, ValueError, OSError):  # an odd file name
+            return False
+
+    def _failure(self) -> RunFailed:
+        return RunFailed("budget", f"the run exceeded max_steps ({self.max_steps} line events)")
 
     # ------------------------------------------------------------ tracing
 
@@ -135,7 +206,7 @@ class StepCounter:
                 sys.settrace(None)
                 return
             self._over += 1
-            raise RunFailed("budget", f"the run exceeded max_steps ({self.max_steps} line events)")
+            raise self._failure()
 
         # Called for every call in the thread. `frame.f_code` is avoided on
         # purpose: reading it raises an audit event, which would run the
@@ -170,6 +241,7 @@ class StepCounter:
         return not any(path.is_relative_to(excluded) for excluded in self._excluded)
 
 
+@functools.lru_cache(maxsize=64)
 def _excluded_dirs(program_root: Path) -> tuple[Path, ...]:
     """The standard library, site-packages and staal's own packages, when they
     lie inside the program root (a venv or a checkout under it). A folder that

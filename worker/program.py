@@ -49,6 +49,9 @@ def load_module(path: Path) -> ModuleType:
     the path so it can import modules beside it."""
     path = Path(path).resolve()
     name = "staal_program_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded  # preloaded by the zygote, or inspected before this run
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path} cannot be loaded as a Python module")

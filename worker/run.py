@@ -62,51 +62,73 @@ class RunRequest:
     run_id: str | None = None
     clock: Clock = SYSTEM_CLOCK
     on_print: Callable[[str], None] | None = None
-    # Confinement changes the process for good (an audit hook cannot be
-    # removed); a process that runs one run and exits wants it.
-    confine: bool = True
+    # The program loaded and the secrets taken by a process that confined
+    # itself already (a worker forked from the zygote); None: this process
+    # runs one run and exits, so `start` confines it and loads the program.
+    prepared: Prepared | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    info: ProgramInfo
+    secrets: dict[str, str]
+    # Taken when the program was loaded: the file that runs is the one hashed.
+    program_sha256: str = ""
+    config_sha256: str = ""
 
 
 def error(kind: str, message: str) -> RunOutcome:
     return RunOutcome("error", failure=Failure(kind, message))
 
 
-def prepare(request: RunRequest) -> tuple[ProgramInfo, dict[str, str]] | RunOutcome:
-    """Take the secrets, confine the process and import the program."""
-    config = request.config
-    secrets = confine.take_secrets(config.secret_names()) if request.confine else {}
-    if request.confine:
-        confine.scrub_environment(())
-        confine.refuse_stdin()
-        confine.install_tripwire(
-            allow_ffi=any(g.cap == "ffi.c" for gr in config.grants.values() for g in gr.walk()),
-            on_violation=_note_violation,
-        )
-        cpu_backstop(config.limits.cpu_ms / 1000)
+def uses_ffi(config: RunConfig) -> bool:
+    return any(g.cap == "ffi.c" for grant in config.grants.values() for g in grant.walk())
+
+
+def confine_and_load(config: RunConfig) -> Prepared | RunOutcome:
+    """Take the secrets, confine this process for good (an audit hook cannot
+    be removed) and import the program."""
+    secrets = confine.take_secrets(config.secret_names())
+    confine.scrub_environment(())
+    confine.refuse_stdin()
+    confine.install_tripwire(allow_ffi=uses_ffi(config), on_violation=note_violation)
+    cpu_backstop(config.limits.cpu_ms / 1000)
+    return load(config, secrets)
+
+
+def load(config: RunConfig, secrets: dict[str, str]) -> Prepared | RunOutcome:
+    """Import the program (the process is confined already) and check it
+    against the config's grants."""
     info = inspect_program(config.program, config.entry, config.grants)
     if info.problems:
         return error("config", "; ".join(info.problems))
-    for cap in sorted({g.cap for g in config.grants.values()}):
+    for cap in sorted({g.cap for grant in config.grants.values() for g in grant.walk()}):
         try:
             implementation(cap)
         except ImportError as exc:
             return error("config", f"'{cap}' cannot be loaded: {exc}")
-    return info, secrets
+    return Prepared(info, secrets, program_sha256(config.program), config.sha256())
 
 
 _violations: list[str] = []
 
 
-def _note_violation(message: str) -> None:
+def note_violation(message: str) -> None:
+    """The tripwire's report: the run fails as `capability` even if the
+    program catches the refusal."""
     _violations.append(message)
+
+
+def _prepared(request: RunRequest) -> Prepared | RunOutcome:
+    return request.prepared or confine_and_load(request.config)
 
 
 def start(request: RunRequest) -> RunOutcome:
     """A new run: check, create the journal, run the program."""
-    prepared = prepare(request)
+    prepared = _prepared(request)
     if isinstance(prepared, RunOutcome):
         return prepared
-    info, secrets = prepared
+    info, secrets = prepared.info, prepared.secrets
     try:
         values = check_arguments(info.inputs, request.arguments, tuple(info.capabilities))
     except InputError as exc:
@@ -116,7 +138,7 @@ def start(request: RunRequest) -> RunOutcome:
     clock = request.clock
     header = Header(
         run=run_id, tool=config.tool, program=str(config.program),
-        program_sha256=program_sha256(config.program), config_sha256=config.sha256(),
+        program_sha256=prepared.program_sha256, config_sha256=prepared.config_sha256,
         inputs_sha256=arguments_hash(values), runtime=RUNTIME, time=clock.now_ms(),
         config=str(config.source) if config.source else None,
     )
@@ -131,10 +153,10 @@ def resume(request: RunRequest, state: JournalState | None = None) -> RunOutcome
     if state.end is not None:
         return ended_outcome(state)
     refuse_changed(state, request.config)
-    prepared = prepare(request)
+    prepared = _prepared(request)
     if isinstance(prepared, RunOutcome):
         return prepared
-    info, secrets = prepared
+    info, secrets = prepared.info, prepared.secrets
     try:
         values = check_arguments(info.inputs, request.arguments, tuple(info.capabilities))
     except InputError as exc:
@@ -180,16 +202,12 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     )
     services = Services(http=HttpClient(config.net), clock=request.clock, secrets=secrets,
                         config=config)
-    arguments = dict(values)
-    for name, cap in info.capabilities.items():
-        state = GrantState.for_param(name, config.grants[name])
-        ctx.params[name] = state
-        arguments[name] = implementation(cap)(ctx, state, services)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
     returned, failure = None, None
     stdout, sys.stdout = sys.stdout, _Printed(ctx)
     _violations.clear()
     try:
+        arguments = _bind(info, values, ctx, services)
         counter.start()
         try:
             returned = info.function(**arguments)
@@ -209,6 +227,18 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         return ctx.finish(returned, failure)
     finally:
         writer.close()
+
+
+def _bind(info: ProgramInfo, values: dict[str, Any], ctx: RunContext,
+          services: Services) -> dict[str, Any]:
+    """The entry function's arguments: the inputs, and each capability
+    parameter bound to the broker through its grant."""
+    arguments = dict(values)
+    for name, cap in info.capabilities.items():
+        state = GrantState.for_param(name, services.config.grants[name])
+        ctx.params[name] = state
+        arguments[name] = implementation(cap)(ctx, state, services)
+    return arguments
 
 
 class _Printed(io.TextIOBase):

@@ -1,0 +1,236 @@
+"""The supervisor's workers: a zygote that forks them, a ZeroMQ ROUTER they
+connect to, and a few forked ahead of demand (DESIGN.md section 6).
+
+A worker says it is ready with a heartbeat that names no run. `checkout()`
+hands out a ready worker and asks the zygote for a replacement at once, so
+the fork happens on the other core while this call runs. The zygote reports
+every exit; a worker that exits (or stops sending heartbeats) before its run
+ended is reported to whoever waits on it as `WorkerLost`, with how it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import zmq
+import zmq.asyncio
+
+from staal.errors import StaalError
+from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pack, unpack
+from staal.records import Record
+
+HEARTBEAT_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0
+
+
+class WorkerLost(StaalError):
+    """A worker ended before its run did."""
+
+    kind = "worker_lost"
+
+    def __init__(self, pid: int, how: str) -> None:
+        super().__init__(f"worker {pid} {how}")
+        self.pid = pid
+        self.how = how
+
+
+def describe_exit(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed by {name}"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+@dataclass
+class Worker:
+    pid: int
+    identity: bytes
+    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    run: str | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    gone: str | None = None
+
+
+class Pool:
+    def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
+                 ahead: int = 2, log: Callable[..., None] | None = None) -> None:
+        self.manifest = manifest
+        self.endpoint = f"ipc://{runtime_dir / 'workers'}"
+        self.env = env
+        self.ahead = ahead
+        self.log = log or (lambda *a, **k: None)
+        self.context = zmq.asyncio.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.workers: dict[bytes, Worker] = {}
+        self.idle: asyncio.Queue[Worker] = asyncio.Queue()
+        self.requested = 0
+        self.zygote: subprocess.Popen | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.closing = False
+
+    # -- life -----------------------------------------------------------
+
+    async def start(self) -> None:
+        self.router.bind(self.endpoint)
+        report_r, report_w = os.pipe()
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", "staal.worker.zygote", "--manifest", str(self.manifest),
+             "--endpoint", self.endpoint, "--report-fd", str(report_w)],
+            stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=self.env,
+            pass_fds=(report_w,), close_fds=True,
+        )
+        os.close(report_w)
+        loop = asyncio.get_running_loop()
+        self.tasks = [
+            loop.create_task(self._receive()),
+            loop.create_task(self._reports(report_r)),
+            loop.create_task(self._watch()),
+        ]
+        self.fork(self.ahead)
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.zygote is not None and self.zygote.stdin is not None:
+            try:
+                self.zygote.stdin.close()
+            except OSError:
+                pass
+        for worker in list(self.workers.values()):
+            if worker.gone is None and worker.run is None:
+                self._kill(worker)
+        for task in self.tasks:
+            task.cancel()
+        if self.zygote is not None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.zygote.wait), 5)
+            except asyncio.TimeoutError:
+                self.zygote.kill()
+        self.router.close()
+        self.context.term()
+
+    def fork(self, count: int = 1) -> None:
+        if self.closing or self.zygote is None or self.zygote.stdin is None:
+            return
+        self.requested += count
+        try:
+            self.zygote.stdin.write(f"fork {count}\n".encode())
+            self.zygote.stdin.flush()
+        except OSError as exc:
+            self.log("zygote_gone", level="error", error=str(exc))
+
+    # -- handing out workers ------------------------------------------------
+
+    async def checkout(self) -> Worker:
+        """A ready worker, for one run; a replacement is forked at once."""
+        while True:
+            worker = await asyncio.wait_for(self.idle.get(), READY_TIMEOUT_S)
+            if worker.gone is None:
+                self.fork(1)
+                return worker
+
+    async def check(self, tool: str) -> Checked:
+        worker = await asyncio.wait_for(self.idle.get(), READY_TIMEOUT_S)
+        try:
+            await self.router.send_multipart([worker.identity, pack(Check(manifest=str(self.manifest), tool=tool))])
+            while True:
+                message = await self._next(worker)
+                if isinstance(message, Checked):
+                    return message
+        finally:
+            if worker.gone is None:
+                self.idle.put_nowait(worker)
+
+    async def run(self, worker: Worker, message: Run,
+                  on_message: Callable[[Record], None]) -> Ended | StoppedMsg:
+        """Send the run and wait for its end; every other message (started,
+        print) goes to `on_message`. `WorkerLost` if the worker dies first."""
+        worker.run = message.run
+        worker.last_seen = time.monotonic()
+        await self.router.send_multipart([worker.identity, pack(message)])
+        while True:
+            reply = await self._next(worker)
+            if isinstance(reply, (Ended, StoppedMsg)):
+                return reply
+            on_message(reply)
+
+    async def _next(self, worker: Worker) -> Record:
+        item = await worker.inbox.get()
+        if isinstance(item, WorkerLost):
+            raise item
+        return item
+
+    # -- what arrives ----------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:
+            identity, frame = await self.router.recv_multipart()
+            try:
+                message = unpack(frame)
+            except StaalError as exc:
+                self.log("bad_worker_message", level="error", error=exc.message)
+                continue
+            worker = self.workers.get(identity)
+            if worker is None:
+                if not isinstance(message, Heartbeat):
+                    continue
+                worker = Worker(pid=message.pid, identity=identity)
+                self.workers[identity] = worker
+                self.idle.put_nowait(worker)
+                continue
+            worker.last_seen = time.monotonic()
+            if isinstance(message, Heartbeat):
+                continue
+            worker.inbox.put_nowait(message)
+
+    async def _reports(self, fd: int) -> None:
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
+        while line := await reader.readline():
+            verb, _, rest = line.decode().strip().partition(" ")
+            if verb == "exit":
+                pid_text, _, status = rest.partition(" ")
+                self._exited(int(pid_text), int(status))
+        if not self.closing:
+            self.log("zygote_exited", level="error")
+
+    def _exited(self, pid: int, status: int) -> None:
+        identity = f"w{pid}".encode()
+        worker = self.workers.pop(identity, None)
+        if worker is None or worker.gone is not None:
+            return
+        worker.gone = describe_exit(status)
+        if worker.run is not None and status != 0:
+            worker.inbox.put_nowait(WorkerLost(pid, worker.gone))
+        elif worker.run is None and not self.closing:
+            self.fork(1)  # an idle worker died: keep the pool ahead of demand
+
+    async def _watch(self) -> None:
+        """Kill the process group of a worker that stopped sending heartbeats
+        (stuck inside C code holding the interpreter, say)."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_TIMEOUT_S / 3)
+            now = time.monotonic()
+            for worker in list(self.workers.values()):
+                if worker.gone is None and now - worker.last_seen > HEARTBEAT_TIMEOUT_S:
+                    self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run)
+                    self._kill(worker)
+
+    def _kill(self, worker: Worker) -> None:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,164 @@
+"""A worker: one forked process that serves exactly one run, then exits.
+
+It connects its own ZeroMQ DEALER to the supervisor's ROUTER and says it is
+ready (a heartbeat with no run). A background thread owns the socket from
+the start: it sends a heartbeat every second, passes what arrives (checks,
+the run) to the main thread, and sends what the run reports (started,
+print, stopped, ended). Starting it while idle keeps it off a run's path.
+While idle the worker answers start-up checks; the first `run` message is
+its one run. Failures leave as data (kind, message), never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zmq
+
+from staal.errors import StaalError
+from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
+from staal.messages import (
+    Check, Checked, Ended, Heartbeat, PrintLine, Run, Started, StoppedMsg, pack, unpack,
+)
+from staal.outcomes import Failure
+from staal.records import Record
+from staal.runconfig import RunConfig
+from staal.worker import confine
+from staal.worker.engine import RunOutcome
+from staal.worker.limits import cpu_backstop
+from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
+
+HEARTBEAT_S = 1.0
+_STOP = object()
+
+
+class Channel(threading.Thread):
+    """Owns the worker's socket: heartbeats, arrivals into `inbox`, and the
+    messages `send` queues, in order."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(name="staal-channel", daemon=True)
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, f"w{os.getpid()}".encode())
+        self.socket.setsockopt(zmq.LINGER, 5_000)
+        self.socket.connect(endpoint)
+        # The main thread wakes this one through a pair of inproc sockets.
+        self.wake_in = self.context.socket(zmq.PAIR)
+        self.wake_in.bind(f"inproc://wake-{id(self)}")
+        self.wake_out = self.context.socket(zmq.PAIR)
+        self.wake_out.connect(f"inproc://wake-{id(self)}")
+        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Record] = queue.SimpleQueue()
+        self.run_id: str | None = None
+
+    def send(self, message: Record) -> None:
+        self.outgoing.put(message)
+        self.wake_out.send(b"")
+
+    def finish(self) -> None:
+        self.outgoing.put(_STOP)
+        self.wake_out.send(b"")
+        self.join()
+        for sock in (self.wake_out, self.wake_in, self.socket):
+            sock.close()
+        self.context.term()
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        poller.register(self.wake_in, zmq.POLLIN)
+        self.socket.send(pack(Heartbeat(pid=os.getpid())))
+        while True:
+            ready = dict(poller.poll(int(HEARTBEAT_S * 1000)))
+            if not ready:
+                self.socket.send(pack(Heartbeat(pid=os.getpid(), run=self.run_id)))
+            if self.socket in ready:
+                self.inbox.put(unpack(self.socket.recv()))
+            if self.wake_in in ready:
+                self.wake_in.recv()
+                while True:
+                    try:
+                        item = self.outgoing.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        return
+                    self.socket.send(pack(item))
+
+
+def serve_one(endpoint: str, configs: dict[str, RunConfig],
+              prepared: dict[str, Prepared | RunOutcome]) -> int:
+    channel = Channel(endpoint)
+    channel.start()
+    try:
+        while True:
+            message = channel.inbox.get()
+            if isinstance(message, Check):
+                channel.send(checked(message.tool, configs, prepared))
+            elif isinstance(message, Run):
+                channel.run_id = message.run
+                serve_run(channel, message, configs, prepared)
+                return 0
+    finally:
+        channel.finish()
+
+
+def checked(tool: str, configs: dict[str, RunConfig],
+            prepared: dict[str, Prepared | RunOutcome]) -> Checked:
+    """The start-up check of one tool: its program's problems, or the type
+    description of its inputs, validated with placeholder inputs as a run
+    config would be (seed 000 section 2)."""
+    loaded = prepared.get(tool)
+    if loaded is None:
+        return Checked(tool=tool, ok=False, problems=(f"no tool named '{tool}'",))
+    if isinstance(loaded, RunOutcome):
+        return Checked(tool=tool, ok=False, problems=(loaded.failure.message,))
+    inputs = loaded.info.inputs
+    try:
+        check_arguments(inputs, placeholder_arguments(inputs), tuple(loaded.info.capabilities))
+    except StaalError as exc:
+        return Checked(tool=tool, ok=False, problems=(f"placeholder inputs refused: {exc.message}",))
+    return Checked(tool=tool, ok=True, inputs=inputs, schema=to_json_schema(inputs))
+
+
+def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
+              prepared: dict[str, Prepared | RunOutcome]) -> None:
+    try:
+        channel.send(Started(run=message.run, pid=os.getpid()))
+        outcome = execute(message, configs, prepared, channel)
+        if outcome.outcome == "stopped":
+            channel.send(StoppedMsg(run=message.run, op=outcome.op, message=outcome.message))
+        else:
+            channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
+                               failure=outcome.failure, usage=outcome.usage))
+    except BaseException as exc:  # a bug in the engine: reported as data
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        channel.send(Ended(run=message.run, outcome="failed",
+                           failure=Failure("internal", f"the worker failed: {detail}")))
+
+
+def execute(message: Run, configs: dict[str, RunConfig],
+            prepared: dict[str, Prepared | RunOutcome], channel: Channel) -> RunOutcome:
+    config = configs[message.tool]
+    loaded = prepared[message.tool]
+    if isinstance(loaded, RunOutcome):
+        return loaded
+    confine.narrow_tripwire(uses_ffi(config), note_violation)
+    cpu_backstop(config.limits.cpu_ms / 1000)
+    with confine.broker_section():
+        arguments = orjson.loads(Path(message.inputs).read_bytes())
+    request = RunRequest(
+        config=config, arguments=arguments, journal=Path(message.journal), run_id=message.run,
+        on_print=lambda text: channel.send(PrintLine(run=message.run, text=text)),
+        prepared=loaded,
+    )
+    if message.resume and Path(message.journal).exists():
+        return resume(request)
+    return start(request)

@@ -1,0 +1,158 @@
+"""The zygote: started once by the supervisor, it takes the secrets out of
+its environment, installs the tripwire, imports the engine and every tool's
+program, and then forks one worker per run on request (DESIGN.md section 6).
+
+A fork of this warm process costs about a millisecond; an interpreter start
+costs hundreds. Fork requests arrive on standard input as lines
+("fork N"), never through a ZeroMQ socket (ZeroMQ contexts do not survive a
+fork: each worker opens its own). The zygote reaps its children and reports
+each exit ("exit PID STATUS") on the report descriptor, so the supervisor
+knows how a worker ended: normally, killed, or by a signal such as SIGSEGV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import select
+import signal
+from pathlib import Path
+
+from staal.manifest import load_manifest
+from staal.runconfig import RunConfig, from_tool
+from staal.worker import confine
+from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ffi
+
+
+def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome]]:
+    """Every tool's run config and program, loaded once under confinement."""
+    manifest = load_manifest(manifest_path)
+    configs = {tool.name: from_tool(manifest, tool) for tool in manifest.tools}
+    names = sorted({name for config in configs.values() for name in config.secret_names()})
+    secrets = confine.take_secrets(names)
+    confine.scrub_environment(())
+    confine.install_tripwire(allow_ffi=any(uses_ffi(c) for c in configs.values()),
+                             on_violation=note_violation)
+    prepared = {
+        name: load(config, {s: secrets[s] for s in config.secret_names() if s in secrets})
+        for name, config in configs.items()
+    }
+    warm(configs)
+    return configs, prepared
+
+
+def warm(configs: dict[str, RunConfig]) -> None:
+    """Do once here what every worker would otherwise do first: imports, the
+    step counter's view of which folders are not the program's, and the
+    record encoders' per-type plans. A fork inherits all of it."""
+    import httpx  # noqa: F401
+    import zmq  # noqa: F401
+
+    import staal.worker.serve  # noqa: F401
+    from staal.journal_records import JOURNAL
+    from staal.messages import MESSAGES
+    from staal.records import _encoding_plan, _hints
+    from staal.worker.limits import StepCounter
+
+    for config in configs.values():
+        StepCounter(config.limits.max_steps, config.program.parent)
+    for family in (JOURNAL, MESSAGES):
+        for record_type in family.types:
+            _encoding_plan(record_type)
+            _hints(record_type)
+
+
+class Zygote:
+    def __init__(self, endpoint: str, report_fd: int, configs: dict, prepared: dict) -> None:
+        self.endpoint = endpoint
+        self.report = report_fd
+        self.configs = configs
+        self.prepared = prepared
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def report_line(self, text: str) -> None:
+        try:
+            os.write(self.report, (text + "\n").encode())
+        except OSError:
+            pass  # the supervisor is gone; it will not ask for more
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: self._wake())
+        pending = b""
+        while True:
+            ready, _, _ = select.select([0, self.wake_r], [], [])
+            if self.wake_r in ready:
+                os.read(self.wake_r, 4096)
+                self.reap()
+            if 0 in ready:
+                data = os.read(0, 4096)
+                if not data:
+                    return  # the supervisor closed our stdin: it is shutting down
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self.handle(line.decode().strip())
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def handle(self, line: str) -> None:
+        verb, _, count = line.partition(" ")
+        if verb == "fork":
+            for _ in range(max(1, int(count or 1))):
+                self.fork_worker()
+
+    def fork_worker(self) -> None:
+        with confine.broker_section():
+            pid = os.fork()
+        if pid == 0:
+            self.become_worker()
+        self.report_line(f"forked {pid}")
+
+    def become_worker(self) -> None:
+        code = 70
+        try:
+            os.setpgid(0, 0)  # its own group, so a stuck worker is killed whole
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in (self.report, self.wake_r, self.wake_w):
+                os.close(fd)
+            confine.refuse_stdin()
+            from staal.worker.serve import serve_one
+
+            code = serve_one(self.endpoint, self.configs, self.prepared)
+        finally:
+            os._exit(code)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.report_line(f"exit {pid} {status}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="staal-zygote")
+    parser.add_argument("--manifest", required=True, type=Path)
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--report-fd", required=True, type=int)
+    args = parser.parse_args(argv)
+    configs, prepared = preload(args.manifest)
+    # Everything loaded so far lives as long as the zygote: move it out of
+    # the collector's view, so a worker's collections never walk (and so
+    # never copy) the pages it shares with the zygote.
+    gc.collect()
+    gc.freeze()
+    Zygote(args.endpoint, args.report_fd, configs, prepared).serve()
+
+
+if __name__ == "__main__":
+    main()
