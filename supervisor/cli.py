@@ -52,6 +52,27 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
     print(f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({names})")
 
 
+@app.command()
+def serve(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    log_format: str = typer.Option("json", help="json (one object per line) or text."),
+) -> None:
+    """Serve the manifest's tools over stdio to one MCP client."""
+    import asyncio
+
+    from staal.supervisor.log import Log
+    from staal.supervisor.server import serve as run_server
+    from staal.supervisor.stdio import protect_descriptors
+
+    # Before anything else, and before the manifest is read (seed 000 section 3).
+    stdio = protect_descriptors()
+    if log_format not in ("json", "text"):
+        print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
+        raise typer.Exit(2)
+    loaded = load_or_exit(manifest)
+    raise typer.Exit(asyncio.run(run_server(loaded, stdio, Log(log_format))))
+
+
 def main() -> None:
     app()
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 OWN = {"staal", "staal.protocol", "staal.supervisor", "staal.worker"}
-THIRD_PARTY = {"orjson", "zmq", "psutil", "multiprocess", "typer", "httpx", "click"}
+THIRD_PARTY = {"orjson", "zmq", "psutil", "multiprocess", "typer", "httpx", "click", "psycopg"}
 
 # folder -> (staal packages it may import, third-party packages it may import)
 ALLOWED = {

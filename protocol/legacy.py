@@ -1,0 +1,66 @@
+"""The 2025-11-25 handler: the initialize handshake, ping, tools/list and
+tools/call, with results exactly as that revision writes them (no
+resultType, ttlMs, cacheScope or serverInfo `_meta`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from staal.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from staal.protocol.results import ToolResult
+from staal.protocol.revisions import LEGACY, ServerInfo, negotiated_version
+from staal.protocol.tools import CallRequest, ToolCatalogue
+
+Reply = dict[str, Any] | CallRequest | RpcError
+
+
+class LegacyHandler:
+    revision = LEGACY
+
+    def __init__(
+        self, catalogue: ToolCatalogue, server_info: ServerInfo, instructions: str | None = None
+    ) -> None:
+        self._catalogue = catalogue
+        self._server_info = server_info
+        self._instructions = instructions
+
+    def initialize(self, params: dict[str, Any]) -> dict[str, Any] | RpcError:
+        """The handshake's answer; the connection is initialized once it is given."""
+        problem = _initialize_problem(params)
+        if problem is not None:
+            return RpcError(INVALID_PARAMS, problem)
+        result: dict[str, Any] = {
+            "protocolVersion": negotiated_version(params["protocolVersion"]),
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": self._server_info.to_wire(),
+        }
+        if self._instructions is not None:
+            result["instructions"] = self._instructions
+        return result
+
+    def handle(self, method: str, params: dict[str, Any]) -> Reply:
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            tools = self._catalogue.listing(params)
+            return tools if isinstance(tools, RpcError) else {"tools": tools}
+        if method == "tools/call":
+            call = self._catalogue.read_call(params)
+            return self.call_result(call) if isinstance(call, ToolResult) else call
+        return RpcError(METHOD_NOT_FOUND, f"method not found in {LEGACY}: {method[:200]!r}")
+
+    def call_result(self, result: ToolResult) -> dict[str, Any]:
+        return result.to_wire()
+
+    def progress(self, token: str | int, message: str) -> dict[str, Any]:
+        return {"progressToken": token, "progress": 0, "message": message}
+
+
+def _initialize_problem(params: dict[str, Any]) -> str | None:
+    if not isinstance(params.get("protocolVersion"), str):
+        return "initialize needs protocolVersion (a string)"
+    if not isinstance(params.get("capabilities"), dict):
+        return "initialize needs capabilities (an object)"
+    if not isinstance(params.get("clientInfo"), dict):
+        return "initialize needs clientInfo (an object)"
+    return None

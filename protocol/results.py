@@ -1,0 +1,200 @@
+"""From a call's outcome to its tool result (seed 000 section 5, the outcome
+table), shared by both revisions.
+
+The application hands over plain data: one of the `CallOutcome` variants for
+a tool call, or a `RunStatus` for staal_run_status. Every problem with running
+a tool is a result with isError true, never a protocol error, so the model
+sees it. Nothing here ever asks the client for input (no `input_required`):
+an action in doubt waits for the operator, not for the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import orjson
+from staal.manifest import RUN_STATUS_TOOL
+from staal.outcomes import ERROR_KINDS, FAILURE_KINDS
+
+MAX_RESULT = 1024 * 1024
+
+Json = Any
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    run: str
+    result: Json
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The run ended failed; `kind` is one of staal.outcomes.FAILURE_KINDS."""
+
+    run: str
+    kind: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAILURE_KINDS:
+            raise ValueError(f"a failed run's kind is one of {', '.join(FAILURE_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Errored:
+    """The run's config or inputs were refused when it was built (the
+    outcome "error"; `kind` is "config" or "input")."""
+
+    run: str | None
+    kind: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERROR_KINDS:
+            raise ValueError(f"an error's kind is one of {', '.join(ERROR_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The run stopped in doubt at operation `op` and waits for an operator."""
+
+    run: str
+    op: int
+    message: str
+
+
+RefusalKind = Literal["arguments", "busy", "quota", "once_conflict", "in_progress"]
+REFUSAL_KINDS: tuple[str, ...] = get_args(RefusalKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A call answered without a run of its own: arguments refused, the server
+    or tool busy, a quota used up, different arguments under a once key, or
+    the key's run still in progress. The application writes the text."""
+
+    kind: RefusalKind
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in REFUSAL_KINDS:
+            raise ValueError(f"a refusal's kind is one of {', '.join(REFUSAL_KINDS)}")
+
+
+RunStatusName = Literal["running", "done", "failed", "waiting_for_operator", "expired", "unknown"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatusName)
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """What staal_run_status answers for one run id: `result` for done,
+    `kind` and `message` for failed, `op` (and what is in doubt, as
+    `message`, if known) for waiting_for_operator."""
+
+    run: str
+    status: RunStatusName
+    result: Json = None
+    kind: str | None = None
+    message: str | None = None
+    op: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in RUN_STATUSES:
+            raise ValueError(f"a run status is one of {', '.join(RUN_STATUSES)}")
+        if self.status == "failed" and (self.kind is None or self.message is None):
+            raise ValueError("a failed run's status gives its kind and message")
+        if self.status == "waiting_for_operator" and self.op is None:
+            raise ValueError("a waiting run's status gives the operation in doubt")
+
+
+CallOutcome = Done | Failed | Errored | Stopped | Refused | RunStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A CallToolResult before a revision adds its own fields."""
+
+    text: str
+    is_error: bool
+    structured: dict[str, Any] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"content": [{"type": "text", "text": self.text}]}
+        if self.structured is not None:
+            wire["structuredContent"] = self.structured
+        wire["isError"] = self.is_error
+        return wire
+
+
+def shape_outcome(outcome: CallOutcome) -> ToolResult:
+    """The tool result for `outcome`, row by row of seed 000 section 5."""
+    if isinstance(outcome, Done):
+        return _done(outcome)
+    if isinstance(outcome, Failed):
+        return ToolResult(_failure_text(outcome.run, outcome.kind, outcome.message), True)
+    if isinstance(outcome, Errored):
+        return ToolResult(f"{outcome.kind}: {outcome.message}", True)
+    if isinstance(outcome, Stopped):
+        return _stopped(outcome)
+    if isinstance(outcome, Refused):
+        return ToolResult(outcome.message, True)
+    if isinstance(outcome, RunStatus):
+        return shape_run_status(outcome)
+    raise TypeError(f"not a call outcome: {type(outcome).__name__}")
+
+
+def _done(outcome: Done) -> ToolResult:
+    encoded = orjson.dumps(outcome.result)
+    if len(encoded) > MAX_RESULT:
+        return ToolResult(too_large_text(outcome.run, len(encoded)), True)
+    return ToolResult(encoded.decode(), False, {"result": outcome.result})
+
+
+def too_large_text(run: str, size: int) -> str:
+    return (
+        f"The result of run {run} is too large to send: its JSON is {size} bytes, over the "
+        f"limit of {MAX_RESULT}. The run is done and its result is kept in its journal; "
+        f"{RUN_STATUS_TOOL} and the operator can reach it under run id {run}."
+    )
+
+
+def _failure_text(run: str, kind: str, message: str) -> str:
+    if kind == "capability":
+        return message
+    if kind == "internal":
+        return internal_error_text(run)
+    return f"{kind}: {message}"
+
+
+def internal_error_text(run: str) -> str:
+    return (
+        f"An internal error happened in run {run}. The details are in the server's log, "
+        "for the operator."
+    )
+
+
+def _stopped(outcome: Stopped) -> ToolResult:
+    text = (
+        f"The action may already have happened: run {outcome.run} stopped at operation "
+        f"{outcome.op} ({outcome.message}) and is waiting for an operator to settle it. "
+        f"Do not call the tool again for it; follow run {outcome.run} with {RUN_STATUS_TOOL}."
+    )
+    return ToolResult(text, True, {"status": "waiting_for_operator", "run": outcome.run})
+
+
+def shape_run_status(status: RunStatus) -> ToolResult:
+    """staal_run_status's answer: structuredContent {"run", "status", ...}
+    and the same as JSON text. An internal failure's details stay out."""
+    structured: dict[str, Any] = {"run": status.run, "status": status.status}
+    if status.status == "done":
+        structured["result"] = status.result
+    elif status.status == "failed":
+        assert status.kind is not None and status.message is not None
+        message = internal_error_text(status.run) if status.kind == "internal" else status.message
+        structured["failure"] = {"kind": status.kind, "message": message}
+    elif status.status == "waiting_for_operator":
+        structured["op"] = status.op
+        if status.message is not None:
+            structured["message"] = status.message
+    return ToolResult(orjson.dumps(structured).decode(), False, structured)

@@ -1,0 +1,122 @@
+"""The two protocol revisions and how a request picks the one it is served
+under (seed 000 section 3; DESIGN.md section 9, "The two versions").
+
+A request whose params carry `_meta["io.modelcontextprotocol/protocolVersion"]`
+is a 2026-07-28 request (or -32022 if it names another version); one without
+it is a 2025-11-25 request once the connection has seen `initialize`, and is
+refused with -32602 before that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from staal.protocol.jsonrpc import (
+    INVALID_PARAMS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    RpcError,
+    is_request_id,
+)
+
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+SUPPORTED_VERSIONS = (LEGACY, MODERN)
+# The versions `initialize` can agree on: the handshake exists only in LEGACY.
+HANDSHAKE_VERSIONS = (LEGACY,)
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+PROGRESS_TOKEN_KEY = "progressToken"
+# What every 2026-07-28 request carries in params._meta.
+ENVELOPE_KEYS = (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY)
+
+NOT_INITIALIZED = (
+    "this request has no _meta protocol version and the connection has not been "
+    "initialized: send initialize first (2025-11-25), or put "
+    f"{PROTOCOL_VERSION_KEY}, {CLIENT_CAPABILITIES_KEY} and {CLIENT_INFO_KEY} in "
+    "params._meta (2026-07-28)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The server's name and version, as `initialize`, `server/discover` and
+    every 2026-07-28 result give them."""
+
+    name: str
+    version: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version}
+
+
+def meta_of(params: dict[str, Any]) -> dict[str, Any] | RpcError:
+    """The request's `_meta`, an empty one when there is none."""
+    meta = params.get("_meta")
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        return RpcError(INVALID_PARAMS, "params._meta must be an object")
+    return meta
+
+
+def select_revision(params: dict[str, Any], initialized: bool) -> str | RpcError:
+    """The revision a request with these params is served under, or why it
+    cannot be served at all."""
+    meta = meta_of(params)
+    if isinstance(meta, RpcError):
+        return meta
+    if PROTOCOL_VERSION_KEY not in meta:
+        return LEGACY if initialized else RpcError(INVALID_PARAMS, NOT_INITIALIZED)
+    return _check_envelope(meta)
+
+
+def _check_envelope(meta: dict[str, Any]) -> str | RpcError:
+    requested = meta[PROTOCOL_VERSION_KEY]
+    if not isinstance(requested, str):
+        return RpcError(INVALID_PARAMS, f"_meta {PROTOCOL_VERSION_KEY} must be a string")
+    if requested != MODERN:
+        return unsupported_version(requested)
+    if not isinstance(meta.get(CLIENT_CAPABILITIES_KEY), dict):
+        return RpcError(INVALID_PARAMS, f"_meta needs {CLIENT_CAPABILITIES_KEY} (an object)")
+    if not _is_implementation(meta.get(CLIENT_INFO_KEY)):
+        return RpcError(
+            INVALID_PARAMS, f"_meta needs {CLIENT_INFO_KEY} (an object with name and version)"
+        )
+    return MODERN
+
+
+def unsupported_version(requested: str) -> RpcError:
+    return RpcError(
+        UNSUPPORTED_PROTOCOL_VERSION,
+        "Unsupported protocol version",
+        {"supported": list(SUPPORTED_VERSIONS), "requested": requested},
+    )
+
+
+def _is_implementation(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("name"), str)
+        and isinstance(value.get("version"), str)
+    )
+
+
+def progress_token_of(params: dict[str, Any]) -> str | int | None | RpcError:
+    """The progress token the request asked for progress with, if any."""
+    meta = meta_of(params)
+    if isinstance(meta, RpcError):
+        return meta
+    token = meta.get(PROGRESS_TOKEN_KEY)
+    if token is None or is_request_id(token):
+        return token
+    return RpcError(INVALID_PARAMS, "_meta progressToken must be a string or an integer")
+
+
+def negotiated_version(requested: Any) -> str:
+    """What `initialize` answers: the version asked for if the handshake can
+    agree on it, else the newest one it can."""
+    return requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]

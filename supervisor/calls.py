@@ -1,0 +1,230 @@
+"""A tool call's seven steps (seed 000 section 5), in order; a call refused
+at one step does none of the later ones.
+
+1. find the tool (the protocol connection answers an unknown name -32602);
+2. check the arguments by the runtime's own rules, from the type description
+   the start-up check returned (the supervisor never imports a program);
+3. find an earlier call with the same `once` key;
+4. take a concurrency slot (busy at once, never queued);
+5. reserve in the ledger (quota, and the once key, in one durable event);
+6. keep the arguments, then run in a worker;
+7. settle, then answer from the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from staal.errors import StaalError
+from staal.inputs import InputError, arguments_to_json, check_arguments
+from staal.killpoints import kill_point
+from staal.manifest import Manifest, Tool
+from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
+from staal.money import Money
+from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
+from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_inputs
+from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
+from staal.supervisor.log import Log, log_file_line
+from staal.supervisor.outcomes import answer_of_journal, charged_of, outcome_of_message, run_status
+from staal.supervisor.pool import Pool, WorkerLost
+from staal.supervisor.waiting import Waiting
+
+
+@dataclass
+class ToolRuntime:
+    tool: Tool
+    inputs: dict[str, Any]
+    schema: dict[str, Any]
+    worst_case: tuple[Money, ...]
+    running: int = 0
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return tuple(self.tool.grants)
+
+
+def worst_case(tool: Tool) -> tuple[Money, ...]:
+    """One run's worst-case spend, per currency: over its money grants, max,
+    or each times uses (seed 000 section 6)."""
+    totals: dict[str, Money] = {}
+    for grant in tool.all_grants():
+        if not grant.spec.money:
+            continue
+        worst = grant.worst_case()
+        if worst is not None:
+            totals[worst.currency] = totals.get(worst.currency, Money.zero(worst.currency)) + worst
+    return tuple(totals[c] for c in sorted(totals))
+
+
+@dataclass
+class CallState:
+    """What the server knows of a call in flight (for cancellation)."""
+
+    cancelled: bool = False
+    reserved: bool = False
+
+
+@dataclass
+class Calls:
+    manifest: Manifest
+    tools: dict[str, ToolRuntime]
+    ledger: Ledger
+    pool: Pool
+    log: Log
+    waiting: Waiting
+    on_started: Callable[[Any, str], None] = lambda call, run: None
+    running: int = 0
+    states: dict[Any, CallState] = field(default_factory=dict)
+
+    @property
+    def journals(self) -> Path:
+        return self.manifest.server.journals
+
+    def files(self, tool: str, run: str) -> RunFiles:
+        return RunFiles(self.journals, tool, run)
+
+    # -- a call ---------------------------------------------------------
+
+    async def call_tool(self, call: Any, state: CallState) -> CallOutcome | None:
+        runtime = self.tools[call.name]
+        try:
+            values = check_arguments(runtime.inputs, call.arguments, runtime.capabilities)
+        except InputError as exc:
+            return Refused("arguments", exc.message)
+        once = once_request(runtime.tool, values)
+        if once is not None:
+            holder = await asyncio.to_thread(self.ledger.once_holder, runtime.tool.name, once.key)
+            if holder is not None:
+                return self.answer_earlier(holder, once.args)
+        busy = self.busy(runtime)
+        if busy is not None:
+            return Refused("busy", busy)
+        if state.cancelled:
+            return None  # cancelled before anything was reserved: nothing happens
+        self.running += 1
+        runtime.running += 1
+        try:
+            return await self.reserve_and_run(runtime, values, once, call, state)
+        finally:
+            self.running -= 1
+            runtime.running -= 1
+
+    def busy(self, runtime: ToolRuntime) -> str | None:
+        limit = self.manifest.server.max_concurrent_runs
+        if self.running >= limit:
+            return (f"the server is busy: {limit} runs are in progress, its limit; "
+                    "try again later")
+        tool_limit = runtime.tool.max_concurrent_runs
+        if tool_limit is not None and runtime.running >= tool_limit:
+            return (f"the server is busy: tool '{runtime.tool.name}' already has {tool_limit} "
+                    "runs in progress, its limit; try again later")
+        return None
+
+    async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
+                              call: Any, state: CallState) -> CallOutcome:
+        tool = runtime.tool
+        result = await asyncio.to_thread(
+            self.ledger.reserve_call, tool.name, tool.quota, 1, runtime.worst_case, once)
+        if isinstance(result, Existing):
+            return self.answer_earlier(result.entry, once.args)
+        if isinstance(result, Different):
+            return self.answer_earlier(result.entry, "")
+        if isinstance(result, OverQuota):
+            return Refused("quota", quota_text(tool, result))
+        state.reserved = True
+        run = result.run
+        kill_point("supervisor", "reserve")
+        files = self.files(tool.name, run)
+        await asyncio.to_thread(write_inputs, files, arguments_to_json(values))
+        kill_point("supervisor", "inputs")
+        self.on_started(call, run)
+        outcome = await self.execute(tool, files, resume=False)
+        return await self.conclude(tool, files, outcome)
+
+    async def execute(self, tool: Tool, files: RunFiles, resume: bool) -> Ended | StoppedMsg:
+        """Run (or resume) in a worker; `WorkerLost` if the worker died."""
+        worker = await self.pool.checkout()
+        message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
+                      inputs=str(files.inputs), resume=resume)
+        self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
+
+        def on_message(reply: Any) -> None:
+            if isinstance(reply, PrintLine):
+                self.log("print", run=reply.run, tool=tool.name, text=reply.text)
+                append_log(files, log_file_line("print", text=reply.text))
+            elif isinstance(reply, Started):
+                append_log(files, log_file_line("started", pid=reply.pid))
+
+        return await self.pool.run(worker, message, on_message)
+
+    async def conclude(self, tool: Tool, files: RunFiles,
+                       final: Ended | StoppedMsg | WorkerLost) -> CallOutcome:
+        """Step 7: a stopped run waits (no settle); any other is settled,
+        its arguments removed, and answered from its outcome."""
+        append_log(files, log_file_line("ended", outcome=getattr(final, "outcome", "stopped")))
+        if isinstance(final, StoppedMsg):
+            await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
+            kill_point("supervisor", "waiting")
+            self.log("run_waiting", level="warning", run=files.run, tool=tool.name, op=final.op,
+                     message=final.message)
+            return Stopped(files.run, final.op, final.message)
+        outcome = outcome_of_message(final)
+        await asyncio.to_thread(self.ledger.settle, files.run, final.outcome, charged_of(final))
+        kill_point("supervisor", "settle")
+        await asyncio.to_thread(remove_inputs, files)
+        self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
+                 kind=final.failure.kind if final.failure else None)
+        if isinstance(outcome, Failed) and outcome.kind == "internal":
+            self.log("internal_error", level="error", run=files.run, tool=tool.name,
+                     message=final.failure.message)
+        return outcome
+
+    # -- an earlier call under the same key ----------------------------------
+
+    def answer_earlier(self, entry: RunEntry, args_hash: str) -> CallOutcome:
+        """Seed 000 section 5's table for a repeated once call."""
+        if entry.once is not None and args_hash != entry.once.args:
+            return Refused(
+                "once_conflict",
+                f"run {entry.run} already holds this call's once key with different arguments: "
+                "it is a different operation under the same key, and is refused")
+        files = self.files(entry.tool, entry.run)
+        if entry.state == "unsettled":
+            stopped = self.waiting.read(files)
+            if stopped is not None:
+                return Stopped(entry.run, stopped["op"], stopped["message"])
+            return Refused(
+                "in_progress",
+                f"this call is already in progress as run {entry.run}; follow it with "
+                f"staal_run_status {{\"run\": \"{entry.run}\"}}")
+        return answer_of_journal(entry, files)
+
+    # -- staal_run_status ------------------------------------------------------
+
+    def run_status(self, run: str) -> RunStatus:
+        entry = self.ledger.run(run)
+        if entry is None:
+            return RunStatus(run, "unknown")
+        return run_status(entry, self.files(entry.tool, run), self.waiting)
+
+
+def quota_text(tool: Tool, over: OverQuota) -> str:
+    import datetime
+
+    window = tool.quota.window.text if tool.quota else "?"
+    if over.frees_at_ms is None:
+        when = "this call alone needs more than the whole quota"
+    else:
+        moment = datetime.datetime.fromtimestamp(over.frees_at_ms / 1000, tz=datetime.timezone.utc)
+        when = f"it frees up at {moment.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+    if over.which == "calls":
+        used = f"{over.in_use} of {over.limit} calls per {window} are used"
+    else:
+        used = f"{over.in_use} of {over.limit} per {window} is held or spent"
+    return f"tool '{tool.name}' is over its quota: {used}; {when}"
+
+
+

@@ -1,0 +1,86 @@
+"""Where a run's files live under the journal directory, and writing the
+ones the supervisor owns (seed 000 section 7).
+
+    <journals>/server.ledger, server.lock
+    <journals>/<tool>/<first two of run id>/<run id>.journal      (the worker writes it)
+    <journals>/<tool>/<first two of run id>/<run id>.inputs.json  (kept while resumable)
+    <journals>/<tool>/<first two of run id>/<run id>.log.jsonl
+    <journals>/waiting/<run id>.json                               (a run waiting for an operator)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from staal.fsio import OS_SYNC, Syncer, make_private_dir, write_all
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    journals: Path
+    tool: str
+    run: str
+
+    @property
+    def folder(self) -> Path:
+        return self.journals / self.tool / self.run[:2]
+
+    @property
+    def journal(self) -> Path:
+        return self.folder / f"{self.run}.journal"
+
+    @property
+    def inputs(self) -> Path:
+        return self.folder / f"{self.run}.inputs.json"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.run}.log.jsonl"
+
+    @property
+    def waiting(self) -> Path:
+        return self.journals / "waiting" / f"{self.run}.json"
+
+
+def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:
+    """Create `path` holding `data`, 0600, file and directory fsync'd.
+    False if the file already exists (it is kept as first written)."""
+    make_private_dir(path.parent, syncer)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+        write_all(fd, data)
+        syncer.sync_file(fd)
+    finally:
+        os.close(fd)
+    syncer.sync_dir(path.parent)
+    return True
+
+
+def write_inputs(files: RunFiles, arguments: dict[str, Any]) -> None:
+    write_durably(files.inputs, orjson.dumps(arguments))
+
+
+def remove_inputs(files: RunFiles) -> None:
+    try:
+        os.unlink(files.inputs)
+    except FileNotFoundError:
+        pass
+
+
+def append_log(files: RunFiles, line: bytes) -> None:
+    """A run's own log: for people, not authoritative, so not fsync'd."""
+    make_private_dir(files.folder)
+    fd = os.open(files.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        write_all(fd, line)
+    finally:
+        os.close(fd)

@@ -1,0 +1,511 @@
+"""The ledger (seed 000 section 6): which runs exist and what they hold.
+
+The server reaches it only through `Ledger`, so a PostgreSQL ledger can take
+the place of the file one in version 2 (DESIGN.md section 8). `FileLedger` is
+the embedded implementation: `<journals>/server.ledger`, an `AppendLog` of
+`LEDGER` events, read whole at open into a `LedgerState` (`quota.py`).
+
+Every event is durable before the call that wrote it returns, and every
+answer is given only once the events it was decided on are durable. Writers
+share fsyncs (group commit): events are appended in the order they were
+decided, and whichever waiting caller finds no flush under way writes all
+that are pending with one fsync and wakes the rest.
+
+Only one process may write the ledger: the caller holds `ServerLock` first.
+`read_ledger` reads it beside a running server without locking or changing it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from staal.appendlog import AppendLog, read_log
+from staal.canonical import canonical_json
+from staal.clock import Clock
+from staal.errors import LogDamaged, RecordError, StaalError
+from staal.fsio import OS_SYNC, Syncer, write_all
+from staal.ids import new_run_id
+from staal.killpoints import kill_point
+from staal.ledger_records import LEDGER, Release, Reserve, Settle
+from staal.manifest import QuotaConfig
+from staal.money import Money
+from staal.outcomes import Outcome
+from staal.supervisor.quota import (
+    Compaction,
+    Different,
+    Existing,
+    FilesKept,
+    LedgerBug,
+    LedgerState,
+    OnceRequest,
+    OverQuota,
+    QuotaUse,
+    Reserved,
+    ReserveResult,
+    RunEntry,
+    once_request,
+)
+
+__all__ = [
+    "LEDGER_FILE",
+    "Compaction",
+    "Different",
+    "Existing",
+    "FileLedger",
+    "FilesKept",
+    "Ledger",
+    "LedgerBug",
+    "LedgerState",
+    "LedgerUnusable",
+    "OnceRequest",
+    "OverQuota",
+    "QuotaUse",
+    "ReserveResult",
+    "Reserved",
+    "RunEntry",
+    "once_request",
+    "read_ledger",
+]
+
+LEDGER_FILE = "server.ledger"
+COMPACT_SUFFIX = ".compact"
+_TEMP_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
+
+Event = Reserve | Settle | Release
+Warn = Callable[[str], None]
+T = TypeVar("T")
+
+
+class LedgerUnusable(StaalError):
+    """A ledger write or fsync failed: what is on disk is no longer known, so
+    nothing more is written or answered. Restarting reopens the ledger, which
+    cuts a torn tail."""
+
+    kind = "ledger_unusable"
+
+
+class Ledger(Protocol):
+    """The one interface the server uses; every write is durable on return."""
+
+    def now_ms(self) -> int:
+        """Ledger time: the later of the clock and the last event's time."""
+        ...
+
+    def reserve_call(self, tool: str, quota: QuotaConfig | None, calls: int,
+                     money: tuple[Money, ...], once: OnceRequest | None) -> ReserveResult: ...
+
+    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry: ...
+
+    def release(self, run: str) -> RunEntry: ...
+
+    def run(self, run_id: str) -> RunEntry | None: ...
+
+    def once_holder(self, tool: str, key: str) -> RunEntry | None: ...
+
+    def runs(self) -> tuple[RunEntry, ...]: ...
+
+    def unsettled(self) -> tuple[RunEntry, ...]: ...
+
+    def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse: ...
+
+    def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction: ...
+
+    def close(self) -> None: ...
+
+
+def read_ledger(path: str | os.PathLike[str]) -> LedgerState:
+    """The ledger at `path`, read without locking or changing anything (for
+    `staal-supervisor status` beside a running server). A missing file is an
+    empty ledger; a last line still being written is left out."""
+    try:
+        read = read_log(path, LEDGER.decode)
+    except FileNotFoundError:
+        return LedgerState()
+    return build_state(read.records, os.fspath(path))
+
+
+def build_state(records: tuple[Any, ...], name: str) -> LedgerState:
+    """Apply every event in order; one that breaks an invariant is damage
+    naming its line."""
+    state = LedgerState()
+    for line, event in enumerate(records, start=1):
+        try:
+            state.apply(event)
+        except LedgerBug as exc:
+            raise LogDamaged(name, line, exc.message) from None
+    return state
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"staal-supervisor: warning: {message}", file=sys.stderr, flush=True)
+
+
+class FileLedger:
+    """The embedded ledger over `<journals>/server.ledger`; made by `open`."""
+
+    def __init__(self, path: Path, log: AppendLog, state: LedgerState, clock: Clock,
+                 syncer: Syncer, warn: Warn) -> None:
+        self._path = path
+        self._state = state
+        self._clock = clock
+        self._syncer = syncer
+        self._warn = warn
+        self._behind = False
+        self._lock = threading.Lock()
+        self._commit = GroupCommit(log)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], clock: Clock, syncer: Syncer = OS_SYNC,
+             warn: Warn | None = None) -> FileLedger:
+        """Open (or create, in a 0700 directory) the ledger at `path` and read
+        it: a torn last line is cut off, any other damage raises `LogDamaged`
+        naming the line. `warn` receives a message when the clock is found
+        behind the ledger (default: a line on stderr)."""
+        target = Path(path)
+        log, read = AppendLog.open_or_create(target, LEDGER.decode, syncer)
+        try:
+            state = build_state(read.records, os.fspath(target))
+        except BaseException:
+            log.close()
+            raise
+        ledger = cls(target, log, state, clock, syncer, warn or _warn_on_stderr)
+        ledger.now_ms()  # a clock behind the ledger is reported at once
+        return ledger
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # -- time ---------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        with self._lock:
+            return self._stamp()
+
+    def _stamp(self) -> int:
+        """The later of the clock and the last event's time; a clock behind
+        the ledger is reported once each time it falls behind."""
+        now, last = self._clock.now_ms(), self._state.last_ms
+        if now >= last:
+            self._behind = False
+            return now
+        if not self._behind:
+            self._behind = True
+            self._warn(
+                f"the clock ({now} ms since 1970) is {last - now} ms behind the ledger "
+                f"{self._path}; events are stamped with the ledger's time until it catches up, "
+                "so no quota window is shortened and no event reordered")
+        return last
+
+    # -- writing --------------------------------------------------------------
+
+    def reserve_call(self, tool: str, quota: QuotaConfig | None, calls: int,
+                     money: tuple[Money, ...], once: OnceRequest | None) -> ReserveResult:
+        """Find the run holding `once`'s key, check `quota`, or reserve a new
+        run; all under one lock, and answered only once durable."""
+        _check_held(calls, money, "money")
+        with self._lock:
+            self._commit.check_usable()
+            now = self._stamp()
+            result = self._decide(tool, quota, calls, money, once, now)
+            if result is None:
+                event = Reserve(run=new_run_id(), tool=tool, time=now, calls=calls,
+                                money=tuple(money), once=once)
+                entry, seq = self._append(event)
+                result = Reserved(entry.run, now, entry)
+            else:
+                seq = self._commit.last()
+        self._commit.wait(seq)
+        return result
+
+    def _decide(self, tool: str, quota: QuotaConfig | None, calls: int,
+                money: tuple[Money, ...], once: OnceRequest | None,
+                now: int) -> Existing | Different | OverQuota | None:
+        if once is not None:
+            holder = self._state.once_holder(tool, once.key, now)
+            if holder is not None:
+                assert holder.once is not None
+                return Existing(holder) if holder.once.args == once.args else Different(holder)
+        if quota is not None:
+            return self._state.over_quota(tool, quota, calls, tuple(money), now)
+        return None
+
+    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
+        """Record what the run actually charged and how it ended."""
+        _check_held(0, charged, "charged")
+        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
+                                            charged=tuple(charged)))
+
+    def release(self, run: str) -> RunEntry:
+        """Give back the reservation of a run that never started."""
+        return self._end(lambda now: Release(run=run, time=now))
+
+    def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
+        with self._lock:
+            self._commit.check_usable()
+            entry, seq = self._append(make(self._stamp()))
+        self._commit.wait(seq)
+        return entry
+
+    def _append(self, event: Event) -> tuple[RunEntry, int]:
+        """Check `event` as a restart would read it back, apply it, and queue
+        it for the next flush. Called under the lock, so the queue is in the
+        order the state saw."""
+        encoded = LEDGER.encode(event)
+        try:
+            LEDGER.decode(encoded)
+        except RecordError as exc:
+            raise LedgerBug(f"a {event.TYPE} event the ledger could not read back: "
+                            f"{exc.message}") from None
+        entry = self._state.apply(event)
+        return entry, self._commit.submit(encoded)
+
+    # -- reading --------------------------------------------------------------
+
+    def run(self, run_id: str) -> RunEntry | None:
+        return self._read(lambda: self._state.run(run_id))
+
+    def runs(self) -> tuple[RunEntry, ...]:
+        return self._read(self._state.runs)
+
+    def once_holder(self, tool: str, key: str) -> RunEntry | None:
+        """The run holding `tool`'s once `key` now, if one does."""
+        return self._read(lambda: self._state.once_holder(tool, key, self._stamp()))
+
+    def unsettled(self) -> tuple[RunEntry, ...]:
+        return self._read(self._state.unsettled)
+
+    def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
+        """`tool`'s use of `quota` over the window ending at `now` (default:
+        ledger time)."""
+        def use() -> QuotaUse:
+            return self._state.quota_use(tool, quota, self._stamp() if now is None else now)
+        return self._read(use)
+
+    def _read(self, query: Callable[[], T]) -> T:
+        """Answer from the state, once every event it reflects is durable."""
+        with self._lock:
+            self._commit.check_usable()
+            answer, seq = query(), self._commit.last()
+        self._commit.wait(seq)
+        return answer
+
+    # -- compaction -------------------------------------------------------------
+
+    def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction:
+        """Rewrite the ledger with only the runs seed 000 section 6 keeps.
+
+        `files_kept`: the runs whose journal or log is still kept (a set of
+        run ids, or a predicate on a `RunEntry`); `windows`: each tool's quota
+        window in ms. The new ledger is written to a temporary file beside the
+        old, fsync'd, renamed over it and the directory fsync'd, so a crash
+        leaves one whole ledger or the other. Calls wait while it runs."""
+        with self._lock:
+            self._commit.flush()
+            now = self._stamp()
+            state = self._state
+            keeps = {e.run: state.keeps(e, files_kept, windows, now) for e in state.runs()}
+            kept = tuple(run for run, keep in keeps.items() if keep)
+            dropped = tuple(run for run, keep in keeps.items() if not keep)
+            temp = self._path.with_name(self._path.name + COMPACT_SUFFIX)
+            _unlink_if_there(temp)
+            if dropped:
+                self._rewrite(temp, state.events_of(kept))
+            return Compaction(kept, dropped)
+
+    def _rewrite(self, temp: Path, events: list[Event]) -> None:
+        data = b"".join(canonical_json(LEDGER.encode(e)) + b"\n" for e in events)
+        try:
+            _write_synced(temp, data, self._syncer)
+        except BaseException:
+            _unlink_if_there(temp)
+            raise
+        kill_point("supervisor", "compact.synced")
+        try:
+            os.replace(temp, self._path)
+            kill_point("supervisor", "compact.renamed")
+            self._syncer.sync_dir(self._path.parent)
+            kill_point("supervisor", "compact.done")
+            log, read = AppendLog.open(self._path, LEDGER.decode, self._syncer)
+            self._commit.replace_log(log).close()
+            state = build_state(read.records, os.fspath(self._path))
+        except BaseException as exc:
+            # Which file the name holds after a power cut is unknown now.
+            self._commit.fail(exc)
+            raise LedgerUnusable(f"compacting {self._path} failed after the rename: {exc}") \
+                from exc
+        # Dropped events may have been the latest; time still never goes back.
+        state.last_ms = max(self._state.last_ms, state.last_ms)
+        self._state = state
+
+    def close(self) -> None:
+        """Flush what is pending and close the file; after a failed write,
+        just close it."""
+        with self._lock:
+            try:
+                if self._commit.usable:
+                    self._commit.flush()
+            finally:
+                self._commit.close()
+
+    def __enter__(self) -> FileLedger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _check_held(calls: int, money: tuple[Money, ...], what: str) -> None:
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+        raise LedgerBug(f"calls must be a whole number of at least 0, not {calls!r}")
+    for amount in money:
+        if not isinstance(amount, Money) or amount.minor < 0:
+            raise LedgerBug(f"{what} must be amounts of at least zero, not {amount!r}")
+
+
+def _write_synced(path: Path, data: bytes, syncer: Syncer) -> None:
+    fd = os.open(path, _TEMP_FLAGS, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        write_all(fd, data)
+        kill_point("supervisor", "compact.written")
+        syncer.sync_file(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_if_there(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class GroupCommit:
+    """Appends queued events so that concurrent writers share fsyncs.
+
+    Leader/follower: `submit` queues an event and returns its sequence
+    number; `wait(seq)` returns once an fsync covers it. A waiter that finds
+    no flush under way becomes the leader: it takes everything queued, writes
+    it (`sync=False` for all but the last line, then one fsync) and wakes
+    every waiter; events queued meanwhile go out together in the next flush.
+    """
+
+    def __init__(self, log: AppendLog) -> None:
+        self._log = log
+        self._cond = threading.Condition()
+        self._queue: list[dict[str, Any]] = []
+        self._submitted = 0
+        self._durable = 0
+        self._flushing = False
+        self._failure: BaseException | None = None
+        self._waiting = 0
+        self._watchers = 0
+
+    def submit(self, record: dict[str, Any]) -> int:
+        with self._cond:
+            self._queue.append(record)
+            self._submitted += 1
+            if self._watchers:
+                self._cond.notify_all()
+            return self._submitted
+
+    def last(self) -> int:
+        with self._cond:
+            return self._submitted
+
+    def flush(self) -> None:
+        self.wait(self.last())
+
+    def wait(self, seq: int) -> None:
+        with self._cond:
+            while True:
+                self._check_failure()
+                if self._durable >= seq:
+                    return
+                if not self._flushing:
+                    break
+                self._follow()
+            self._flushing = True
+            batch, self._queue = self._queue, []
+            upto = self._submitted
+        self._lead(batch, upto)
+
+    def _follow(self) -> None:
+        self._waiting += 1
+        if self._watchers:
+            self._cond.notify_all()
+        try:
+            self._cond.wait()
+        finally:
+            self._waiting -= 1
+
+    def _lead(self, batch: list[dict[str, Any]], upto: int) -> None:
+        try:
+            for record in batch[:-1]:
+                self._log.append(record, sync=False)
+            self._log.append(batch[-1], sync=True)
+        except BaseException as exc:
+            self.fail(exc)
+            raise LedgerUnusable(f"writing the ledger {self._log.path} failed: {exc}") from exc
+        with self._cond:
+            self._durable = upto
+            self._flushing = False
+            self._cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._failure = exc
+            self._flushing = False
+            self._cond.notify_all()
+
+    @property
+    def usable(self) -> bool:
+        with self._cond:
+            return self._failure is None and not self._log.closed
+
+    def check_usable(self) -> None:
+        with self._cond:
+            self._check_failure()
+
+    def _check_failure(self) -> None:
+        if self._failure is not None:
+            raise LedgerUnusable(
+                f"an earlier write to the ledger {self._log.path} failed "
+                f"({self._failure}); restart to reopen it") from self._failure
+        if self._log.closed:
+            raise LedgerUnusable(f"the ledger {self._log.path} is closed")
+
+    @property
+    def submitted(self) -> int:
+        return self._submitted
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting behind a flush under way."""
+        return self._waiting
+
+    def wait_for(self, condition: Callable[[GroupCommit], bool], timeout: float) -> bool:
+        """Block until `condition(self)` holds (checked whenever a caller
+        queues an event or starts waiting); for tests that hold a flush open
+        to see who shares it."""
+        with self._cond:
+            self._watchers += 1
+            try:
+                return self._cond.wait_for(lambda: condition(self), timeout)
+            finally:
+                self._watchers -= 1
+
+    def replace_log(self, log: AppendLog) -> AppendLog:
+        """Append to `log` from now on (after compaction); the old one is returned."""
+        with self._cond:
+            old, self._log = self._log, log
+            return old
+
+    def close(self) -> None:
+        self._log.close()

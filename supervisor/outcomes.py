@@ -1,0 +1,87 @@
+"""From a run's end to the call's answer (seed 000 section 5's outcome
+table), whether the end arrives from a worker now or is read back from the
+journal for a repeated `once` call or `staal_run_status`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from staal.appendlog import read_log
+from staal.errors import LogDamaged
+from staal.journal_records import JOURNAL, End, Stopped as StoppedRecord
+from staal.messages import Ended
+from staal.money import Money
+from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
+from staal.supervisor.files import RunFiles
+from staal.supervisor.ledger import RunEntry
+
+
+def outcome_of_end(run: str, outcome: str, result: Any, failure: Any) -> CallOutcome:
+    if outcome == "done":
+        return Done(run, result)
+    if outcome == "failed":
+        return Failed(run, failure.kind, failure.message)
+    return Errored(run, failure.kind, failure.message)
+
+
+def outcome_of_message(message: Ended) -> CallOutcome:
+    return outcome_of_end(message.run, message.outcome, message.result, message.failure)
+
+
+def charged_of(message: Ended | End) -> tuple[Money, ...]:
+    """What the run's broker actually spent, per currency, over every
+    capability parameter (replayed ops included)."""
+    totals: dict[str, Money] = {}
+    for usage in message.usage.values():
+        for money in usage.charged:
+            totals[money.currency] = totals.get(money.currency, Money.zero(money.currency)) + money
+    return tuple(totals[c] for c in sorted(totals))
+
+
+def journal_end(files: RunFiles) -> tuple[End | None, StoppedRecord | None]:
+    """The journal's end record and its last stop, if any; (None, None) when
+    the journal is gone (deleted under retention)."""
+    try:
+        records = read_log(files.journal, decode=JOURNAL.decode).records
+    except FileNotFoundError:
+        return None, None
+    end = next((r for r in reversed(records) if isinstance(r, End)), None)
+    stopped = next((r for r in reversed(records) if isinstance(r, StoppedRecord)), None)
+    return end, stopped
+
+
+def answer_of_journal(entry: RunEntry, files: RunFiles) -> CallOutcome:
+    """The earlier run's answer, exactly as it was given."""
+    try:
+        end, _ = journal_end(files)
+    except LogDamaged as exc:
+        return Refused("in_progress", f"run {entry.run} ended, but its journal cannot be read: {exc}")
+    if end is None:
+        return Refused(
+            "in_progress",
+            f"this call was already made as run {entry.run}, which ended as {entry.outcome}; "
+            "its journal is no longer kept, so its result cannot be given again")
+    return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
+
+
+def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
+    """What staal_run_status answers: running, done, failed, waiting for an
+    operator, expired (settled, journal gone) or unknown."""
+    run = entry.run
+    if entry.state == "released":
+        return RunStatus(run, "unknown")
+    if entry.state == "unsettled":
+        stopped = waiting.read(files)
+        if stopped is not None:
+            return RunStatus(run, "waiting_for_operator", op=stopped["op"],
+                             message=stopped["message"])
+        return RunStatus(run, "running")
+    try:
+        end, _ = journal_end(files)
+    except LogDamaged:
+        end = None
+    if end is None:
+        return RunStatus(run, "expired")
+    if end.outcome == "done":
+        return RunStatus(run, "done", result=end.result)
+    return RunStatus(run, "failed", kind=end.failure.kind, message=end.failure.message)

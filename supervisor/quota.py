@@ -1,0 +1,378 @@
+"""What the ledger holds, in memory (runs, their once keys and quota use),
+and the answers it gives.
+
+Pure state with no I/O (seed 000 section 6). `LedgerState.apply` is the one
+place an event changes it, and it enforces the ledger's invariants: each run
+has exactly one reserve, first, and at most one settle or release after it,
+and the ledger's time never goes backwards. The file ledger builds a state by
+applying every event it reads, and checks each event it is about to write
+the same way, so what is written is what a restart reads back.
+
+Windows are closed: a reservation made at `r` counts in a window of `w` ms
+ending at `now` while `now - w <= r`, and ages out at `r + w + 1`. A once
+key held by a settled run is held while `now < end + keep`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from staal.canonical import arguments_hash, once_key
+from staal.errors import StaalError
+from staal.ledger_records import OnceHold, Release, Reserve, Settle
+from staal.manifest import QuotaConfig, Tool
+from staal.money import Money
+from staal.outcomes import Outcome
+
+RunState = Literal["unsettled", "settled", "released"]
+QuotaKind = Literal["calls", "money"]
+
+
+class LedgerBug(StaalError):
+    """An event the ledger refuses to commit: a second reserve, settle or
+    release for a run, or a settle or release for a run it does not hold.
+    Writing it would break the ledger's invariants, so nothing is written."""
+
+    kind = "bug"
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One run as the ledger knows it: its reserve and how it ended, if it has."""
+
+    run: str
+    tool: str
+    reserved_ms: int
+    calls: int
+    money: tuple[Money, ...] = ()
+    once: OnceHold | None = None
+    state: RunState = "unsettled"
+    ended_ms: int | None = None
+    outcome: Outcome | None = None
+    charged: tuple[Money, ...] = ()
+
+    @property
+    def unsettled(self) -> bool:
+        return self.state == "unsettled"
+
+    def holds_key(self, now_ms: int) -> bool:
+        """Whether this run still holds its once key at `now_ms`: while it is
+        unsettled, and after it settles for `keep` (None: for ever). A
+        released run never started and holds nothing."""
+        if self.once is None or self.state == "released":
+            return False
+        if self.state == "unsettled" or self.once.keep_ms is None:
+            return True
+        assert self.ended_ms is not None
+        return now_ms < self.ended_ms + self.once.keep_ms
+
+    def calls_used(self) -> int:
+        """The calls this run counts against its tool's quota."""
+        return 0 if self.state == "released" else self.calls
+
+    def money_used(self, currency: str) -> int:
+        """Minor units of `currency` this run counts: its worst case until it
+        settles, then what it actually charged; nothing once released."""
+        if self.state == "released":
+            return 0
+        amounts = self.charged if self.state == "settled" else self.money
+        return sum(m.minor for m in amounts if m.currency == currency)
+
+
+@dataclass(frozen=True, slots=True)
+class OverQuota:
+    """A reservation refused: `which` quota it would exceed, its `limit`, what
+    the window already holds (`in_use`), what this call asked for (`needed`)
+    and when enough ages out for it to fit (None: it never fits, because the
+    call alone asks for more than the limit)."""
+
+    which: QuotaKind
+    limit: int | Money
+    in_use: int | Money
+    needed: int | Money
+    frees_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    """A tool's use of its quota over the window ending at `now_ms`, for status.
+
+    `money_held` is what unsettled runs hold (their worst case), `money_charged`
+    what settled runs spent, each in the quota's currency (None without a
+    money limit). `*_frees_at_ms` is when the next bit of that use ages out.
+    """
+
+    tool: str
+    window_ms: int
+    now_ms: int
+    calls: int
+    calls_limit: int | None
+    calls_frees_at_ms: int | None
+    money_held: Money | None
+    money_charged: Money | None
+    money_limit: Money | None
+    money_frees_at_ms: int | None
+    unsettled: int
+
+    @property
+    def money(self) -> Money | None:
+        if self.money_held is None or self.money_charged is None:
+            return None
+        return self.money_held + self.money_charged
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A new run, durable in the ledger: it may start."""
+
+    run: str
+    time: int
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """The call's once key is held by `entry`, with the same arguments:
+    answer from that run; nothing new runs."""
+
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Different:
+    """The call's once key is held by `entry`, with different arguments: a
+    different operation pretending to be the same one; refused."""
+
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The runs compaction kept and the ones whose events it dropped."""
+
+    kept: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+# What a call's once identity is: the key, the arguments hash and how long
+# the key is kept after the run ends (None: for ever); the shape the reserve
+# event records.
+OnceRequest = OnceHold
+
+
+def once_request(tool: Tool, arguments: Mapping[str, Any]) -> OnceRequest | None:
+    """A call's once identity, from the arguments as the runtime read them
+    (defaults filled in), or None for a tool without once."""
+    if tool.once is None:
+        return None
+    keep = tool.once.keep
+    return OnceHold(key=once_key(tool.name, arguments, tool.once.by),
+                    args=arguments_hash(arguments), keep_ms=None if keep is None else keep.ms)
+
+
+ReserveResult = Reserved | Existing | Different | OverQuota
+FilesKept = Collection[str] | Callable[[RunEntry], bool]
+
+
+@dataclass
+class LedgerState:
+    """Every run the ledger holds, indexed for once lookups and windows."""
+
+    last_ms: int = 0
+    events: int = 0
+    _runs: dict[str, RunEntry] = field(default_factory=dict)
+    # Where each run's events came in the ledger: (reserve, end) positions.
+    _order: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    # (tool, once key) -> the latest run reserved with that key.
+    _keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    # tool -> its runs' reserve times and ids, in ledger order (so sorted).
+    _times: dict[str, list[int]] = field(default_factory=dict)
+    _ids: dict[str, list[str]] = field(default_factory=dict)
+
+    # -- changing it ------------------------------------------------------
+
+    def apply(self, event: Reserve | Settle | Release) -> RunEntry:
+        """Apply one event, or raise `LedgerBug` (nothing changed) if it
+        breaks an invariant."""
+        self.check(event)
+        if isinstance(event, Reserve):
+            entry = RunEntry(event.run, event.tool, event.time, event.calls, event.money,
+                             event.once)
+            self._order[event.run] = (self.events, None)
+            self._times.setdefault(event.tool, []).append(event.time)
+            self._ids.setdefault(event.tool, []).append(event.run)
+            if event.once is not None:
+                self._keys[(event.tool, event.once.key)] = event.run
+        else:
+            entry = _ended(self._runs[event.run], event)
+            self._order[event.run] = (self._order[event.run][0], self.events)
+        self._runs[event.run] = entry
+        self.last_ms = event.time
+        self.events += 1
+        return entry
+
+    def check(self, event: Reserve | Settle | Release) -> None:
+        if event.time < self.last_ms:
+            raise LedgerBug(
+                f"event time {event.time} is before the ledger's last time {self.last_ms}: "
+                "ledger time never goes backwards")
+        entry = self._runs.get(event.run)
+        name = event.TYPE
+        if isinstance(event, Reserve):
+            if entry is not None:
+                raise LedgerBug(f"a second reserve for run {event.run}")
+            return
+        if entry is None:
+            raise LedgerBug(f"a {name} for run {event.run}, which has no reserve")
+        if entry.state != "unsettled":
+            raise LedgerBug(
+                f"a {name} for run {event.run}, which was already {entry.state}")
+
+    # -- reading it -------------------------------------------------------
+
+    def run(self, run_id: str) -> RunEntry | None:
+        return self._runs.get(run_id)
+
+    def runs(self) -> tuple[RunEntry, ...]:
+        """Every run, in the order of their reserves."""
+        return tuple(self._runs.values())
+
+    def unsettled(self) -> tuple[RunEntry, ...]:
+        return tuple(e for e in self._runs.values() if e.state == "unsettled")
+
+    def once_holder(self, tool: str, key: str, now_ms: int) -> RunEntry | None:
+        """The run holding `tool`'s once `key` at `now_ms`, if one does."""
+        run_id = self._keys.get((tool, key))
+        entry = self._runs.get(run_id) if run_id is not None else None
+        return entry if entry is not None and entry.holds_key(now_ms) else None
+
+    def in_window(self, tool: str, window_ms: int, now_ms: int) -> list[RunEntry]:
+        """`tool`'s runs reserved at or after `now_ms - window_ms`, oldest first."""
+        times = self._times.get(tool, [])
+        start = bisect.bisect_left(times, now_ms - window_ms)
+        return [self._runs[r] for r in self._ids[tool][start:]] if times else []
+
+    def over_quota(self, tool: str, quota: QuotaConfig, calls: int, money: tuple[Money, ...],
+                   now_ms: int) -> OverQuota | None:
+        """Why reserving `calls` and `money` now would exceed `quota`, or None."""
+        window = quota.window.ms
+        entries = self.in_window(tool, window, now_ms)
+        if quota.calls is not None:
+            used = [(e.reserved_ms, e.calls_used()) for e in entries]
+            refused = _refusal(used, calls, quota.calls, window)
+            if refused is not None:
+                return OverQuota("calls", quota.calls, refused[0], calls, refused[1])
+        if quota.money is not None:
+            currency = quota.money.currency
+            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
+            need = sum(m.minor for m in money if m.currency == currency)
+            refused = _refusal(used, need, quota.money.minor, window)
+            if refused is not None:
+                return OverQuota("money", quota.money, Money.from_minor(refused[0], currency),
+                                 Money.from_minor(need, currency), refused[1])
+        return None
+
+    def quota_use(self, tool: str, quota: QuotaConfig, now_ms: int) -> QuotaUse:
+        window = quota.window.ms
+        entries = self.in_window(tool, window, now_ms)
+        calls = [(e.reserved_ms, e.calls_used()) for e in entries]
+        held = charged = None
+        money_frees = None
+        if quota.money is not None:
+            currency = quota.money.currency
+            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
+            held = _sum_money((e.money_used(currency) for e in entries if e.unsettled), currency)
+            charged = _sum_money((e.money_used(currency) for e in entries if not e.unsettled),
+                                 currency)
+            money_frees = _next_frees(used, window)
+        return QuotaUse(
+            tool=tool, window_ms=window, now_ms=now_ms,
+            calls=sum(n for _, n in calls), calls_limit=quota.calls,
+            calls_frees_at_ms=_next_frees(calls, window),
+            money_held=held, money_charged=charged, money_limit=quota.money,
+            money_frees_at_ms=money_frees,
+            unsettled=sum(1 for e in entries if e.unsettled),
+        )
+
+    # -- compaction ---------------------------------------------------------
+
+    def keeps(self, entry: RunEntry, files_kept: FilesKept, windows: Mapping[str, int],
+              now_ms: int) -> bool:
+        """Whether compaction keeps `entry` (seed 000 section 6): unsettled, its
+        files still kept, reserved within its tool's window, or holding an
+        unexpired once key. Released runs never started and hold nothing."""
+        if entry.state == "released":
+            return False
+        if entry.state == "unsettled" or entry.holds_key(now_ms):
+            return True
+        window = windows.get(entry.tool)
+        if window is not None and now_ms - window <= entry.reserved_ms:
+            return True
+        return files_kept(entry) if callable(files_kept) else entry.run in files_kept
+
+    def events_of(self, run_ids: Iterable[str]) -> list[Reserve | Settle | Release]:
+        """Every event of these runs, in the order the ledger holds them."""
+        placed: list[tuple[int, Reserve | Settle | Release]] = []
+        for run_id in run_ids:
+            entry = self._runs[run_id]
+            reserve_at, end_at = self._order[run_id]
+            placed.append((reserve_at, _reserve_of(entry)))
+            if end_at is not None:
+                placed.append((end_at, _end_of(entry)))
+        placed.sort(key=lambda p: p[0])
+        return [event for _, event in placed]
+
+
+def _ended(entry: RunEntry, event: Settle | Release) -> RunEntry:
+    if isinstance(event, Settle):
+        return replace(entry, state="settled", ended_ms=event.time, outcome=event.outcome,
+                       charged=event.charged)
+    return replace(entry, state="released", ended_ms=event.time)
+
+
+def _reserve_of(entry: RunEntry) -> Reserve:
+    return Reserve(run=entry.run, tool=entry.tool, time=entry.reserved_ms, calls=entry.calls,
+                   money=entry.money, once=entry.once)
+
+
+def _end_of(entry: RunEntry) -> Settle | Release:
+    assert entry.ended_ms is not None
+    if entry.state == "released":
+        return Release(run=entry.run, time=entry.ended_ms)
+    assert entry.outcome is not None
+    return Settle(run=entry.run, time=entry.ended_ms, outcome=entry.outcome,
+                  charged=entry.charged)
+
+
+def _sum_money(minors: Iterable[int], currency: str) -> Money:
+    return Money.from_minor(sum(minors), currency)
+
+
+def _refusal(used: list[tuple[int, int]], need: int, limit: int,
+             window_ms: int) -> tuple[int, int | None] | None:
+    """(in use, when it frees) if `need` more would pass `limit`, else None.
+
+    `used` is (reserve time, amount), oldest first: the oldest use ages out
+    first, so walk it until enough has gone for `need` to fit."""
+    in_use = sum(amount for _, amount in used)
+    excess = in_use + need - limit
+    if excess <= 0:
+        return None
+    if need > limit:
+        return in_use, None
+    freed = 0
+    for reserved_ms, amount in used:
+        freed += amount
+        if freed >= excess:
+            return in_use, reserved_ms + window_ms + 1
+    return in_use, None  # only when the limit itself is negative
+
+
+def _next_frees(used: list[tuple[int, int]], window_ms: int) -> int | None:
+    for reserved_ms, amount in used:
+        if amount > 0:
+            return reserved_ms + window_ms + 1
+    return None

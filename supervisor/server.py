@@ -1,0 +1,203 @@
+"""`staal-supervisor serve`: start-up, then the serve loop.
+
+Start-up, before anything is answered: protect the descriptors, read the
+manifest (any problem stops here), take the journal directory's lock, open
+the ledger, start the zygote and check every tool's program and config in a
+worker. Then read the protocol stream until it ends, answering every call in
+flight before exiting; a write that fails for good (the client is gone)
+stops the reading, and running runs end as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import staal
+from staal.clock import SYSTEM_CLOCK
+from staal.errors import StaalError
+from staal.fsio import make_private_dir
+from staal.killpoints import kill_point
+from staal.manifest import RUN_STATUS_TOOL, Manifest
+from staal.protocol.connection import Cancel, CallTool, Connection, Send
+from staal.protocol.results import Refused
+from staal.protocol.revisions import ServerInfo
+from staal.protocol.tools import describe_tool
+from staal.supervisor.calls import Calls, CallState, ToolRuntime, worst_case
+from staal.supervisor.ledger import FileLedger
+from staal.supervisor.lockfile import ServerLock
+from staal.supervisor.log import Log
+from staal.supervisor.pool import Pool
+from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
+from staal.supervisor.waiting import Waiting
+
+KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE")
+
+
+class StartupFailed(StaalError):
+    kind = "startup"
+
+
+def worker_environment(manifest: Manifest) -> dict[str, str]:
+    """Workers get only the variables their grants name (and PATH)."""
+    from staal.runconfig import from_tool
+
+    names = {"PATH", *KILL_VARIABLES}
+    for tool in manifest.tools:
+        names.update(from_tool(manifest, tool).secret_names())
+    if "PYTHONPATH" in os.environ:
+        names.add("PYTHONPATH")
+    return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+class Server:
+    def __init__(self, manifest: Manifest, stdio: Stdio, log: Log) -> None:
+        self.manifest = manifest
+        self.stdio = stdio
+        self.log = log
+        self.writer = LineWriter(stdio.writer, self._client_gone)
+        self.tasks: dict[Any, asyncio.Task] = {}
+        self.states: dict[Any, CallState] = {}
+        self.stop_reading = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # -- start-up ---------------------------------------------------------
+
+    async def start(self) -> None:
+        server = self.manifest.server
+        make_private_dir(server.journals)
+        self.lock = await asyncio.to_thread(
+            ServerLock.acquire, server.journals, 5.0,
+            lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
+        self.ledger = await asyncio.to_thread(
+            FileLedger.open, server.journals / "server.ledger", SYSTEM_CLOCK,
+            warn=lambda text: self.log("clock_behind", level="warning", message=text))
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="staal-"))
+        self.pool = Pool(self.manifest.path, self.runtime_dir, worker_environment(self.manifest),
+                         ahead=min(2, server.max_concurrent_runs) + 1, log=self.log)
+        await self.pool.start()
+        tools = {}
+        problems = []
+        for tool in self.manifest.tools:
+            checked = await self.pool.check(tool.name)
+            if not checked.ok:
+                problems.extend(f"tools '{tool.name}': {p}" for p in checked.problems)
+                continue
+            tools[tool.name] = ToolRuntime(tool, checked.inputs, checked.schema, worst_case(tool))
+        if problems:
+            raise StartupFailed("; ".join(problems))
+        self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
+        self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
+                           on_started=self._run_started)
+        descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
+        self.connection = Connection(ServerInfo(server.name, staal.__version__), descriptors)
+        self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
+                 journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
+                 version=staal.__version__)
+
+    async def close(self) -> None:
+        self.waiting.stopping.set()
+        await self.pool.close()
+        self.ledger.close()
+        self.lock.release()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+    # -- serving ------------------------------------------------------------
+
+    async def serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        read_chunks(self.stdio.reader, lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
+        while not self.stop_reading.is_set():
+            getter = asyncio.ensure_future(chunks.get())
+            stopper = asyncio.ensure_future(self.stop_reading.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                break
+            data = getter.result()
+            if data is None:
+                break
+            for event in self.connection.receive_data(data):
+                self.dispatch(event)
+        if self.tasks:
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    def dispatch(self, event: Any) -> None:
+        if isinstance(event, Send):
+            self.send(event.message)
+        elif isinstance(event, CallTool):
+            self.start_call(event)
+        elif isinstance(event, Cancel):
+            state = self.states.get(event.request_id)
+            if state is not None:
+                state.cancelled = True
+
+    def start_call(self, call: CallTool) -> None:
+        bound = 4 * self.manifest.server.max_concurrent_runs + 16
+        if len(self.tasks) >= bound:
+            self.answer(call, Refused("busy", f"the server is busy: more than {bound} calls are "
+                                               "in progress; try again later"))
+            return
+        state = CallState()
+        self.states[call.request_id] = state
+        task = asyncio.ensure_future(self.run_call(call, state))
+        self.tasks[call.request_id] = task
+
+    async def run_call(self, call: CallTool, state: CallState) -> None:
+        try:
+            if call.name == RUN_STATUS_TOOL:
+                outcome = await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
+            else:
+                outcome = await self.calls.call_tool(call, state)
+            if outcome is not None:
+                self.answer(call, outcome)
+                kill_point("supervisor", "answer")
+        except Exception as exc:  # a bug: the call gets an internal error, the log the detail
+            self.log("call_failed", level="error", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+            self.answer(call, Refused("busy", "the server could not complete this call (an internal "
+                                               "error, in the server's log); try again later"))
+        finally:
+            self.tasks.pop(call.request_id, None)
+            self.states.pop(call.request_id, None)
+
+    def answer(self, call: CallTool, outcome: Any) -> None:
+        message = self.connection.answer_call(call, outcome)
+        if message is not None:
+            self.send(message)
+
+    def _run_started(self, call: CallTool, run: str) -> None:
+        message = self.connection.progress(call, f"run {run} started")
+        if message is not None:
+            self.send(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.writer.send(orjson.dumps(message) + b"\n")
+
+    def _client_gone(self, error: OSError) -> None:
+        self.log("client_gone", level="warning", error=str(error))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stop_reading.set)
+
+
+async def serve(manifest: Manifest, stdio: Stdio, log: Log) -> int:
+    server = Server(manifest, stdio, log)
+    try:
+        await server.start()
+    except StaalError as exc:
+        log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        if hasattr(server, "pool"):
+            await server.pool.close()
+        return 2
+    try:
+        await server.serve()
+    finally:
+        await server.close()
+    return 0
