@@ -20,7 +20,7 @@ def sh_blocks() -> list[str]:
 def test_the_readme_opens_with_the_install_and_test_commands():
     install, tests = sh_blocks()[:2]
     assert README.index("```sh") < README.index("staal is a Python server")
-    assert "pip install -e '.[test]'" in install and "staal-supervisor" in install
+    assert "pip install -e '.[test]'" in install and "staal-supervisor serve" in install
     assert "examples/manifest.json" in install
     assert "pytest" in tests
 
