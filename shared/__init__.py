@@ -10,5 +10,7 @@ from staal.money import Money
 from staal.program import ActionFailed, Json, fail
 
 __version__ = "0.1.0"
+# What a journal's header records: a run resumes only under the same runtime.
+RUNTIME = f"staal {__version__}"
 
-__all__ = ["ActionFailed", "Json", "Money", "__version__", "fail"]
+__all__ = ["RUNTIME", "ActionFailed", "Json", "Money", "__version__", "fail"]

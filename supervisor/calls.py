@@ -28,9 +28,14 @@ from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, 
 from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_inputs
 from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
 from staal.supervisor.log import Log, log_file_line
-from staal.supervisor.outcomes import answer_of_journal, charged_of, outcome_of_message, run_status
+from staal.supervisor.outcomes import (
+    answer_of_journal, charged_of, give_up, outcome_of_message, run_status,
+)
 from staal.supervisor.pool import Pool, WorkerLost
 from staal.supervisor.waiting import Waiting
+
+# A run whose worker dies is resumed in a new worker at most this many times.
+MAX_RESUMES = 3
 
 
 @dataclass
@@ -141,8 +146,31 @@ class Calls:
         await asyncio.to_thread(write_inputs, files, arguments_to_json(values))
         kill_point("supervisor", "inputs")
         self.on_started(call, run)
-        outcome = await self.execute(tool, files, resume=False)
-        return await self.conclude(tool, files, outcome)
+        final = await self.execute_with_recovery(tool, files, resume=False)
+        return await self.conclude(tool, files, final)
+
+    async def resume_run(self, files: RunFiles) -> CallOutcome:
+        """Recovery at start: resume an unfinished or waiting run to its end
+        (or to a stop), then settle it as a call would."""
+        tool = self.manifest.tool(files.tool)
+        final = await self.execute_with_recovery(tool, files, resume=True)
+        return await self.conclude(tool, files, final)
+
+    async def execute_with_recovery(self, tool: Tool, files: RunFiles,
+                                    resume: bool) -> Ended | StoppedMsg | None:
+        """A worker that dies mid-run is a crash at step 4: the run is
+        resumed in a new worker, at most MAX_RESUMES times; then it fails as
+        internal, or waits for an operator if an op is in doubt."""
+        deaths = 0
+        while True:
+            try:
+                return await self.execute(tool, files, resume=resume or deaths > 0)
+            except WorkerLost as lost:
+                deaths += 1
+                self.log("worker_lost", level="error", run=files.run, tool=tool.name,
+                         pid=lost.pid, how=lost.how, deaths=deaths)
+                if deaths > MAX_RESUMES:
+                    return await asyncio.to_thread(give_up, files, deaths, lost.how)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool) -> Ended | StoppedMsg:
         """Run (or resume) in a worker; `WorkerLost` if the worker died."""
@@ -161,20 +189,29 @@ class Calls:
         return await self.pool.run(worker, message, on_message)
 
     async def conclude(self, tool: Tool, files: RunFiles,
-                       final: Ended | StoppedMsg | WorkerLost) -> CallOutcome:
+                       final: Ended | StoppedMsg | None) -> CallOutcome:
         """Step 7: a stopped run waits (no settle); any other is settled,
         its arguments removed, and answered from its outcome."""
-        append_log(files, log_file_line("ended", outcome=getattr(final, "outcome", "stopped")))
+        append_log(files, log_file_line("ended", outcome=getattr(final, "outcome", "stopped")
+                                        if final is not None else "never started"))
         if isinstance(final, StoppedMsg):
             await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
             kill_point("supervisor", "waiting")
             self.log("run_waiting", level="warning", run=files.run, tool=tool.name, op=final.op,
                      message=final.message)
             return Stopped(files.run, final.op, final.message)
+        if final is None:
+            # Its workers died before its journal existed: it never started.
+            await asyncio.to_thread(self.ledger.release, files.run)
+            await asyncio.to_thread(remove_inputs, files)
+            self.log("internal_error", level="error", run=files.run, tool=tool.name,
+                     message="every worker died before the run's journal was created")
+            return Failed(files.run, "internal", "the run's workers died before it started")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self.ledger.settle, files.run, final.outcome, charged_of(final))
         kill_point("supervisor", "settle")
         await asyncio.to_thread(remove_inputs, files)
+        await asyncio.to_thread(self.waiting.remove, files)
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if isinstance(outcome, Failed) and outcome.kind == "internal":

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from staal.appendlog import read_log
+from staal.appendlog import AppendLog, read_log
+from staal.clock import SYSTEM_CLOCK
 from staal.errors import LogDamaged
 from staal.journal_records import JOURNAL, End, Stopped as StoppedRecord
-from staal.messages import Ended
+from staal.messages import Ended, StoppedMsg
+from staal.outcomes import Failure
 from staal.money import Money
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
 from staal.supervisor.files import RunFiles
+from staal.supervisor.journals import summarize
 from staal.supervisor.ledger import RunEntry
 
 
@@ -85,3 +88,28 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
     if end.outcome == "done":
         return RunStatus(run, "done", result=end.result)
     return RunStatus(run, "failed", kind=end.failure.kind, message=end.failure.message)
+
+
+def give_up(files: RunFiles, deaths: int, how: str) -> Ended | StoppedMsg | None:
+    """After its workers died `deaths` times: a run with an op in doubt waits
+    for an operator; any other fails as internal. The supervisor writes the
+    journal's record itself, since no worker holds it any more. None: the
+    run never got a journal, so it never started."""
+    if not files.journal.exists():
+        return None
+    summary = summarize(files.journal)
+    reason = f"the worker running it died {deaths} times (the last {how})"
+    log, _ = AppendLog.open(files.journal, decode=JOURNAL.decode)
+    with log:
+        now = SYSTEM_CLOCK.now_ms()
+        if summary.in_doubt:
+            op = summary.in_doubt[0]
+            message = (f"op {op} may or may not have happened: {reason}; find out from the "
+                       f"service, then run: staal resolve --journal {files.journal} --op {op} "
+                       "--happened yes --result JSON (or --happened no)")
+            log.append(JOURNAL.encode(StoppedRecord(op=op, message=message, time=now)))
+            return StoppedMsg(run=files.run, op=op, message=message)
+        failure = Failure("internal", reason)
+        log.append(JOURNAL.encode(End(outcome="failed", time=now, failure=failure,
+                                      usage=summary.usage)))
+        return Ended(run=files.run, outcome="failed", failure=failure, usage=summary.usage)

@@ -108,9 +108,8 @@ class Pool:
                 self.zygote.stdin.close()
             except OSError:
                 pass
-        for worker in list(self.workers.values()):
-            if worker.gone is None and worker.run is None:
-                self._kill(worker)
+        # Closing the zygote's stdin makes it kill every worker it forked;
+        # the server closes only after every call in flight was answered.
         for task in self.tasks:
             task.cancel()
         if self.zygote is not None:

@@ -33,7 +33,11 @@ from staal.supervisor.calls import Calls, CallState, ToolRuntime, worst_case
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
+from staal.supervisor.files import remove_inputs
+from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
+from staal.supervisor.recovery import RecoveryPlan, plan_recovery
+from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
 from staal.supervisor.waiting import Waiting
 
@@ -78,6 +82,10 @@ class Server:
         self.ledger = await asyncio.to_thread(
             FileLedger.open, server.journals / "server.ledger", SYSTEM_CLOCK,
             warn=lambda text: self.log("clock_behind", level="warning", message=text))
+        self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
+        plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
+        if plan.problems:
+            raise StartupFailed("; ".join(plan.problems))
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="staal-"))
         self.pool = Pool(self.manifest.path, self.runtime_dir, worker_environment(self.manifest),
                          ahead=min(2, server.max_concurrent_runs) + 1, log=self.log)
@@ -92,14 +100,47 @@ class Server:
             tools[tool.name] = ToolRuntime(tool, checked.inputs, checked.schema, worst_case(tool))
         if problems:
             raise StartupFailed("; ".join(problems))
-        self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
                            on_started=self._run_started)
+        await self.recover(plan)
+        await self.keep_files()
         descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
         self.connection = Connection(ServerInfo(server.name, staal.__version__), descriptors)
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
                  version=staal.__version__)
+
+    async def recover(self, plan: RecoveryPlan) -> None:
+        """Recovery at start, before anything is answered (supervisor/recovery.py)."""
+        for files in plan.release:
+            await asyncio.to_thread(self.ledger.release, files.run)
+            await asyncio.to_thread(remove_inputs, files)
+            self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool)
+        for files, end in plan.settle:
+            await asyncio.to_thread(self.ledger.settle, files.run, end.outcome, charged_of(end))
+            await asyncio.to_thread(remove_inputs, files)
+            self.waiting.remove(files)
+            self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
+        for files in plan.remove_inputs:
+            await asyncio.to_thread(remove_inputs, files)
+        for files in plan.resume:  # one after another, before anything is served
+            self.log("recovered", rule="resuming", run=files.run, tool=files.tool)
+            outcome = await self.calls.resume_run(files)
+            self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
+                     outcome=type(outcome).__name__.lower())
+
+    async def keep_files(self) -> None:
+        result = await asyncio.to_thread(sweep, self.manifest, self.ledger)
+        self.log("retention", deleted=len(result.deleted), kept=len(result.compaction.kept),
+                 dropped=len(result.compaction.dropped))
+
+    async def daily(self) -> None:
+        while True:
+            await asyncio.sleep(DAY_S)
+            try:
+                await self.keep_files()
+            except StaalError as exc:
+                self.log("retention_failed", level="error", kind=exc.kind, message=exc.message)
 
     async def close(self) -> None:
         self.waiting.stopping.set()
@@ -112,6 +153,7 @@ class Server:
 
     async def serve(self) -> None:
         self.loop = asyncio.get_running_loop()
+        daily = asyncio.ensure_future(self.daily())
         chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         read_chunks(self.stdio.reader, lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
         while not self.stop_reading.is_set():
@@ -129,6 +171,7 @@ class Server:
                 self.dispatch(event)
         if self.tasks:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        daily.cancel()
 
     def dispatch(self, event: Any) -> None:
         if isinstance(event, Send):

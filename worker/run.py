@@ -35,7 +35,7 @@ from staal.worker.journal import JournalState, JournalWriter, read_journal
 from staal.worker.limits import StepCounter, cpu_backstop
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
 
-RUNTIME = f"staal {staal.__version__}"
+RUNTIME = staal.RUNTIME
 
 
 class ResumeRefused(StaalError):

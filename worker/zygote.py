@@ -69,6 +69,7 @@ class Zygote:
         self.report = report_fd
         self.configs = configs
         self.prepared = prepared
+        self.children: set[int] = set()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -89,11 +90,20 @@ class Zygote:
             if 0 in ready:
                 data = os.read(0, 4096)
                 if not data:
-                    return  # the supervisor closed our stdin: it is shutting down
+                    self.kill_workers()  # the supervisor is gone, or shutting down
+                    return
                 pending += data
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     self.handle(line.decode().strip())
+
+    def kill_workers(self) -> None:
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.reap()
 
     def _wake(self) -> None:
         try:
@@ -112,12 +122,15 @@ class Zygote:
             pid = os.fork()
         if pid == 0:
             self.become_worker()
+        self.children.add(pid)
         self.report_line(f"forked {pid}")
 
     def become_worker(self) -> None:
         code = 70
         try:
             os.setpgid(0, 0)  # its own group, so a stuck worker is killed whole
+            with confine.broker_section():
+                die_with_parent()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in (self.report, self.wake_r, self.wake_w):
                 os.close(fd)
@@ -136,7 +149,24 @@ class Zygote:
                 return
             if pid == 0:
                 return
+            self.children.discard(pid)
             self.report_line(f"exit {pid} {status}")
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Linux: be killed when the parent dies, so a supervisor killed outright
+    takes its zygote, and a zygote its workers, with it; a restarted server
+    then never finds an old worker still writing a journal it resumes."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the zygote still kills its workers when its stdin closes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--report-fd", required=True, type=int)
     args = parser.parse_args(argv)
+    die_with_parent()
     configs, prepared = preload(args.manifest)
     # Everything loaded so far lives as long as the zygote: move it out of
     # the collector's view, so a worker's collections never walk (and so

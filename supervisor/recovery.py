@@ -1,0 +1,107 @@
+"""Recovery at start, before anything is answered (seed 000 section 7;
+DESIGN.md section 9), with exactly one rule per case:
+
+- a reservation with no journal: the run never started; release it and
+  remove its inputs file;
+- a journal with no end: resume it (one after another), as `staal resume`
+  would, from the journal and the kept arguments;
+- a journal that ended but is not settled: settle it from its end record;
+- a waiting run: resume it; it stops again unless an operator resolved it;
+- a journal with no reservation: refuse to start, naming it;
+- an unfinished run whose program, config or runtime changed: refuse to
+  start, naming each run and what changed;
+- inputs files left by settled or released runs: removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import staal
+from staal.errors import LogDamaged
+from staal.journal_records import End
+from staal.manifest import Manifest
+from staal.runconfig import from_tool
+from staal.supervisor.files import RunFiles
+from staal.supervisor.journals import Summary, find_journals, summarize
+from staal.supervisor.ledger import Ledger, RunEntry
+
+
+@dataclass
+class RecoveryPlan:
+    release: list[RunFiles] = field(default_factory=list)
+    settle: list[tuple[RunFiles, End]] = field(default_factory=list)
+    resume: list[RunFiles] = field(default_factory=list)
+    remove_inputs: list[RunFiles] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
+    plan = RecoveryPlan()
+    journals = manifest.server.journals
+    entries = {entry.run: entry for entry in ledger.runs()}
+    found = find_journals(journals)
+    for run, (tool, path) in sorted(found.items()):
+        if run not in entries:
+            plan.problems.append(
+                f"journal {path} has no reservation in the ledger: staal cannot tell what this "
+                "run holds; move the journal out of the journal directory once you have checked "
+                "what it did (staal journal show), then start again")
+    for entry in entries.values():
+        files = RunFiles(journals, entry.tool, entry.run)
+        if entry.state != "unsettled":
+            if files.inputs.exists():
+                plan.remove_inputs.append(files)
+            continue
+        _plan_unsettled(manifest, entry, files, entry.run in found, plan)
+    return plan
+
+
+def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_journal: bool,
+                    plan: RecoveryPlan) -> None:
+    if not has_journal:
+        plan.release.append(files)
+        return
+    try:
+        summary = summarize(files.journal)
+    except LogDamaged as exc:
+        plan.problems.append(f"run {entry.run}: its journal is damaged: {exc.message}")
+        return
+    if summary.end is not None:
+        plan.settle.append((files, summary.end))
+        return
+    changed = what_changed(manifest, entry.tool, summary)
+    if changed:
+        plan.problems.append(
+            f"run {entry.run} of tool '{entry.tool}' is unfinished and cannot be resumed: "
+            f"{changed} since it began. Run the previous version until every run ends "
+            "(staal-supervisor status lists them), or resolve this run by hand")
+        return
+    if not files.inputs.exists():
+        plan.problems.append(f"run {entry.run}: its arguments file {files.inputs} is missing, "
+                             "so it cannot be resumed")
+        return
+    plan.resume.append(files)
+
+
+def what_changed(manifest: Manifest, tool_name: str, summary: Summary) -> str:
+    tool = manifest.tool(tool_name)
+    if tool is None:
+        return f"the manifest no longer has tool '{tool_name}'"
+    header, changed = summary.header, []
+    if header.runtime != staal.RUNTIME:
+        changed.append(f"the runtime (it began under {header.runtime}; this is {staal.RUNTIME})")
+    program = Path(header.program)
+    if program != tool.program:
+        changed.append(f"the program (it began with {program}; the manifest names {tool.program})")
+    elif not program.is_file() or _sha256(program) != header.program_sha256:
+        changed.append(f"the program {program}")
+    if from_tool(manifest, tool).sha256() != header.config_sha256:
+        changed.append("the tool's config (grants, limits, net or entry)")
+    return "; ".join(changed)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

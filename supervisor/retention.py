@@ -1,0 +1,58 @@
+"""Keeping files (seed 000 section 7): at start and once a day, delete the
+journals and logs of runs settled longer ago than `server.keep` days, the
+log first and then the journal (a failure in between leaves a journal
+without a log, never a log without its journal); then compact the ledger
+(seed 000 section 6). A run in progress, unsettled or holding a once key
+not yet expired is never deleted, whatever its age."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from staal.manifest import Manifest
+from staal.supervisor.files import RunFiles
+from staal.supervisor.ledger import Compaction, Ledger, RunEntry
+
+DAY_S = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Sweep:
+    deleted: tuple[str, ...]
+    compaction: Compaction
+
+
+def expired(entry: RunEntry, keep_ms: int | None, now_ms: int) -> bool:
+    if keep_ms is None or entry.state != "settled" or entry.ended_ms is None:
+        return False
+    return entry.ended_ms + keep_ms < now_ms and not entry.holds_key(now_ms)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def sweep(manifest: Manifest, ledger: Ledger) -> Sweep:
+    journals = manifest.server.journals
+    keep = manifest.server.keep
+    now = ledger.now_ms()
+    deleted = []
+    for entry in ledger.runs():
+        if expired(entry, keep.ms if keep else None, now):
+            files = RunFiles(journals, entry.tool, entry.run)
+            if files.journal.exists() or files.log.exists():
+                _unlink(files.log)
+                _unlink(files.journal)
+                deleted.append(entry.run)
+
+    def files_kept(entry: RunEntry) -> bool:
+        files = RunFiles(journals, entry.tool, entry.run)
+        return files.journal.exists() or files.log.exists()
+
+    windows = {tool.name: tool.quota.window.ms for tool in manifest.tools if tool.quota}
+    return Sweep(tuple(deleted), ledger.compact(files_kept, windows))

@@ -1,0 +1,147 @@
+// One MCP session with a TypeScript SDK client against a stdio server, as
+// tests/test_client_typescript.py runs it:
+//
+//   node sdk_session.mjs '<json plan>'
+//
+// The plan: {"sdk": "client" | "sdk", "mode": "legacy" | "auto" | "<version>",
+//            "server": {"command", "args", "cwd", "env"},
+//            "echo": {"name", "good": {...}, "bad": {...}},
+//            "refuse": {"name", "arguments": {...}}, "unknown": "<tool name>",
+//            "timeoutMs": 30000}
+//
+// "sdk" is @modelcontextprotocol/client 2.x (mode legacy, auto, or a pinned
+// version), "sdk1" @modelcontextprotocol/sdk 1.x (2025-11-25 only; mode must be
+// legacy). It connects, lists the tools, calls the echo tool with good
+// arguments (asking for progress), then with arguments the program's types
+// refuse, calls the refusing tool and an unknown tool, and asks
+// staal_run_status about the first call's run. It prints one JSON object on
+// stdout: what each step gave, or {"fatal": "..."} if the session broke.
+// The server's stderr is collected into "serverStderr".
+
+const plan = JSON.parse(process.argv[2]);
+const timeout = plan.timeoutMs ?? 30000;
+
+async function load() {
+  if (plan.sdk === "client") {
+    const client = await import("@modelcontextprotocol/client");
+    const stdio = await import("@modelcontextprotocol/client/stdio");
+    const pkg = await packageVersion("@modelcontextprotocol/client");
+    // 2.x: callTool(params, options).
+    const call = (c, params, options) => c.callTool(params, options);
+    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call };
+  }
+  if (plan.sdk === "sdk1") {
+    const client = await import("@modelcontextprotocol/sdk/client/index.js");
+    const stdio = await import("@modelcontextprotocol/sdk/client/stdio.js");
+    const pkg = await packageVersion("@modelcontextprotocol/sdk");
+    // 1.x: callTool(params, resultSchema, options).
+    const call = (c, params, options) => c.callTool(params, undefined, options);
+    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call };
+  }
+  throw new Error(`unknown sdk ${plan.sdk}`);
+}
+
+async function packageVersion(name) {
+  // The installed version, read next to this script (the lock file pins it).
+  const { readFileSync } = await import("node:fs");
+  const url = new URL(`./node_modules/${name}/package.json`, import.meta.url);
+  return JSON.parse(readFileSync(url, "utf8")).version;
+}
+
+function negotiationOptions() {
+  if (plan.sdk !== "client" || plan.mode === "legacy") {
+    // No option at all: the default, a plain 2025-11-25 initialize.
+    return {};
+  }
+  const mode = plan.mode === "auto" ? "auto" : { pin: plan.mode };
+  return { versionNegotiation: { mode, probe: { timeoutMs: timeout } } };
+}
+
+function errorOf(err) {
+  return { code: typeof err?.code === "number" ? err.code : null, message: String(err?.message ?? err) };
+}
+
+function resultOf(result) {
+  return {
+    isError: result.isError ?? false,
+    structuredContent: result.structuredContent ?? null,
+    text: (result.content ?? []).filter((c) => c.type === "text").map((c) => c.text),
+    resultType: result.resultType ?? null,
+    meta: result._meta ?? null,
+  };
+}
+
+async function main() {
+  const { Client, StdioClientTransport, pkg, call } = await load();
+  const out = { sdk: plan.sdk, package: pkg, mode: plan.mode, steps: [] };
+  const stderr = [];
+  const transport = new StdioClientTransport({
+    command: plan.server.command,
+    args: plan.server.args ?? [],
+    cwd: plan.server.cwd,
+    env: plan.server.env,
+    stderr: "pipe",
+  });
+  transport.stderr?.on("data", (chunk) => stderr.push(chunk.toString()));
+  const client = new Client({ name: "staal-tests", version: "1.0.0" }, negotiationOptions());
+  const step = (name) => out.steps.push(name);
+  const opts = { timeout };
+  try {
+    step("connect");
+    await client.connect(transport, opts);
+    out.protocolVersion = client.getNegotiatedProtocolVersion?.() ?? null;
+    out.serverVersion = client.getServerVersion() ?? null;
+    out.serverPid = transport.pid;
+
+    step("listTools");
+    const listed = await client.listTools(undefined, opts);
+    out.tools = listed.tools.map((t) => ({ name: t.name, title: t.title ?? null, annotations: t.annotations ?? null,
+                                          inputSchema: t.inputSchema }));
+    out.listMeta = { resultType: listed.resultType ?? null, ttlMs: listed.ttlMs ?? null,
+                     cacheScope: listed.cacheScope ?? null, meta: listed._meta ?? null };
+
+    step("callGood");
+    const progress = [];
+    const good = await call(client, { name: plan.echo.name, arguments: plan.echo.good },
+                                 { ...opts, onprogress: (p) => progress.push(p) });
+    out.good = resultOf(good);
+    out.progress = progress;
+
+    step("callBadArguments");
+    out.badArguments = resultOf(await call(client, { name: plan.echo.name, arguments: plan.echo.bad }, opts));
+
+    step("callRefusing");
+    out.refused = resultOf(await call(client, { name: plan.refuse.name, arguments: plan.refuse.arguments },
+                                      opts));
+
+    step("callUnknown");
+    try {
+      const answer = await call(client, { name: plan.unknown, arguments: {} }, opts);
+      out.unknown = { answered: resultOf(answer) };
+    } catch (err) {
+      out.unknown = { error: errorOf(err) };
+    }
+
+    const run = progress.map((p) => /run ([0-9a-f]{32}) started/.exec(p.message ?? "")?.[1]).find(Boolean);
+    if (run) {
+      step("runStatus");
+      out.runStatus = resultOf(await call(client, { name: "staal_run_status", arguments: { run } }, opts));
+    }
+    step("close");
+    await client.close();
+    step("closed");
+  } catch (err) {
+    out.fatal = errorOf(err);
+    out.fatal.stack = err?.stack ?? null;
+    try { await client.close(); } catch {}
+  }
+  // Give the pipe a moment to hand over the server's last stderr lines.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  out.serverStderr = stderr.join("");
+  process.stdout.write(JSON.stringify(out) + "\n");
+}
+
+main().catch((err) => {
+  process.stdout.write(JSON.stringify({ fatal: errorOf(err) }) + "\n");
+  process.exitCode = 1;
+});

@@ -1,0 +1,97 @@
+// A transparent stdio tap between an MCP client and the server it starts:
+//
+//   node tap.mjs [--hold-ms N] LOG_DIR -- COMMAND ARGS...
+//
+// Starts COMMAND with piped stdio and passes every byte through unchanged,
+// writing what happened to LOG_DIR/<tap pid>.jsonl, one JSON object a line:
+//   {"t": ms, "event": "start", "pid": server pid}
+//   {"t": ms, "event": "in" | "out" | "err", "line": "..."}  (client->server,
+//                                                            server->client, server stderr)
+//   {"t": ms, "event": "signal", "signal": "SIGTERM"}        (the tap was signalled)
+//   {"t": ms, "event": "exit", "code": n | null, "signal": name | null}
+//
+// A signal to the tap is passed on to the server at once, and the tap exits
+// when the server has. With --hold-ms N the tap instead exits at once and
+// leaves the server running, its stdin still open, for N ms before it is
+// sent the signal: a wrapper slow to let go of its server, so the next
+// server started on the same journals finds the lock still held.
+
+import { spawn } from "node:child_process";
+import { appendFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+const argv = process.argv.slice(2);
+
+if (argv[0] === "--holder") {
+  // The helper --hold-ms starts: it keeps the server's stdin open (it was
+  // handed the pipe as its own fd 0), then signals the server and exits.
+  const [, pid, ms, signal] = argv;
+  setTimeout(() => {
+    try { process.kill(Number(pid), signal); } catch {}
+    process.exit(0);
+  }, Number(ms));
+} else {
+  main();
+}
+
+function main() {
+  let holdMs = 0;
+  if (argv[0] === "--hold-ms") {
+    holdMs = Number(argv[1]);
+    argv.splice(0, 2);
+  }
+  const dashes = argv.indexOf("--");
+  const logDir = argv[0];
+  const [command, ...args] = argv.slice(dashes + 1);
+  mkdirSync(logDir, { recursive: true });
+  const logPath = join(logDir, `${process.pid}.jsonl`);
+  const log = (event, fields = {}) =>
+    appendFileSync(logPath, JSON.stringify({ t: Date.now(), event, ...fields }) + "\n");
+
+  const child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"] });
+  log("start", { pid: child.pid });
+
+  const lines = (event, forward) => {
+    let pending = "";
+    return (chunk) => {
+      forward(chunk);
+      pending += chunk.toString("utf8");
+      let end;
+      while ((end = pending.indexOf("\n")) >= 0) {
+        log(event, { line: pending.slice(0, end) });
+        pending = pending.slice(end + 1);
+      }
+    };
+  };
+  process.stdin.on("data", lines("in", (chunk) => child.stdin.write(chunk)));
+  process.stdin.on("end", () => child.stdin.end());
+  child.stdin.on("error", () => {});
+  child.stdout.on("data", lines("out", (chunk) => process.stdout.write(chunk)));
+  child.stderr.on("data", lines("err", (chunk) => process.stderr.write(chunk)));
+  process.stdout.on("error", () => {});
+  process.stderr.on("error", () => {});
+
+  let exited = false;
+  child.on("exit", (code, signal) => {
+    exited = true;
+    log("exit", { code, signal });
+    process.exitCode = code ?? 1;
+  });
+  child.on("close", () => process.exit());
+
+  for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"]) {
+    process.on(signal, () => {
+      log("signal", { signal });
+      if (exited) return process.exit();
+      if (holdMs > 0) {
+        const holder = spawn(process.execPath, [new URL(import.meta.url).pathname, "--holder",
+                                                String(child.pid), String(holdMs), signal],
+                             { stdio: [child.stdin, "ignore", "ignore"], detached: true });
+        holder.unref();
+        log("held", { pid: child.pid, ms: holdMs });
+        process.exit(0);
+      }
+      child.kill(signal);
+    });
+  }
+}
