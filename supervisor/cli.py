@@ -73,6 +73,20 @@ def serve(
     raise typer.Exit(asyncio.run(run_server(loaded, stdio, Log(log_format))))
 
 
+@app.command()
+def status(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON, stable for scripts."),
+) -> None:
+    """Unfinished runs and quota use, beside a running server (read only)."""
+    import json
+
+    from staal.supervisor.status import collect, render
+
+    report = collect(load_or_exit(manifest))
+    print(json.dumps(report, indent=2) if as_json else render(report))
+
+
 def main() -> None:
     app()
 

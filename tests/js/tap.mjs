@@ -64,7 +64,8 @@ function main() {
     };
   };
   process.stdin.on("data", lines("in", (chunk) => child.stdin.write(chunk)));
-  process.stdin.on("end", () => child.stdin.end());
+  // Held, the server must not see its client go until the hold is over.
+  process.stdin.on("end", () => { if (holdMs === 0) child.stdin.end(); });
   child.stdin.on("error", () => {});
   child.stdout.on("data", lines("out", (chunk) => process.stdout.write(chunk)));
   child.stderr.on("data", lines("err", (chunk) => process.stderr.write(chunk)));

@@ -1,0 +1,129 @@
+"""`staal-supervisor status MANIFEST [--json]`: beside a running server,
+without taking its lock or changing any file, the unfinished runs (waiting
+for an operator, with the op in doubt and the exact resolve command; in
+progress; interrupted and to be resumed at the next start) and each tool's
+quota use in its window."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from staal.manifest import Manifest
+from staal.supervisor.files import RunFiles
+from staal.supervisor.journals import summarize
+from staal.supervisor.ledger import read_ledger
+
+
+def server_pid(journals: Path) -> int | None:
+    """The pid of the server using `journals`, if one is running (the lock
+    file holds its pid; the lock itself is not touched)."""
+    try:
+        text = (journals / "server.lock").read_text().strip()
+    except (FileNotFoundError, PermissionError):
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        process = psutil.Process(pid)
+        command = " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    return pid if "serve" in command else None
+
+
+def _when(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def collect(manifest: Manifest) -> dict[str, Any]:
+    journals = manifest.server.journals
+    state = read_ledger(journals / "server.ledger")
+    pid = server_pid(journals)
+    runs = [_run(entry, journals, pid is not None) for entry in state.unsettled()]
+    now = max([e.reserved_ms for e in state.runs()] + [_now_ms()])
+    quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
+              if tool.quota is not None]
+    return {"server": {"running": pid is not None, "pid": pid, "journals": str(journals)},
+            "runs": runs, "quotas": quotas}
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000
+
+
+def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
+    files = RunFiles(journals, entry.tool, entry.run)
+    run: dict[str, Any] = {"run": entry.run, "tool": entry.tool,
+                           "reserved": _when(entry.reserved_ms), "journal": str(files.journal)}
+    summary = None
+    if files.journal.exists():
+        try:
+            summary = summarize(files.journal)
+        except Exception as exc:  # a damaged journal is itself something to report
+            run["problem"] = str(exc)
+    if files.waiting.exists() or (summary is not None and summary.stopped is not None
+                                  and summary.end is None and not serving):
+        op = summary.stopped.op if summary and summary.stopped else None
+        run.update(state="waiting_for_operator", op=op,
+                   message=summary.stopped.message if summary and summary.stopped else None,
+                   resolve=f"staal resolve --journal {files.journal} --op {op} --happened yes "
+                           "--result JSON   (or: --happened no)")
+    elif serving:
+        run["state"] = "in_progress"
+    else:
+        run["state"] = "interrupted: resumed at the next start"
+    return run
+
+
+def _quota(use: Any) -> dict[str, Any]:
+    quota: dict[str, Any] = {"tool": use.tool, "window_ms": use.window_ms,
+                             "calls": use.calls, "calls_limit": use.calls_limit,
+                             "calls_frees_at": _when(use.calls_frees_at_ms),
+                             "unsettled_runs": use.unsettled}
+    if use.money_limit is not None:
+        quota.update(money_held=str(use.money_held), money_spent=str(use.money_charged),
+                     money_limit=str(use.money_limit), money_frees_at=_when(use.money_frees_at_ms))
+    return quota
+
+
+def render(report: dict[str, Any]) -> str:
+    server = report["server"]
+    lines = [f"server: {'running, pid ' + str(server['pid']) if server['running'] else 'not running'}"
+             f"  journals {server['journals']}", ""]
+    runs = report["runs"]
+    if not runs:
+        lines.append("unfinished runs: none")
+    else:
+        lines.append(f"unfinished runs: {len(runs)}")
+        lines.append(f"  {'run':<32}  {'tool':<20}  {'state':<36}  reserved")
+        for run in runs:
+            lines.append(f"  {run['run']:<32}  {run['tool']:<20}  {run['state']:<36}  {run['reserved']}")
+            if run["state"] == "waiting_for_operator":
+                lines.append(f"      in doubt: op {run['op']}: {run.get('message') or ''}")
+                lines.append(f"      resolve:  {run['resolve']}")
+    lines.append("")
+    if not report["quotas"]:
+        lines.append("quotas: none")
+    for quota in report["quotas"]:
+        window = f"{quota['window_ms'] // 60000} min" if quota["window_ms"] < 3_600_000 else \
+            f"{quota['window_ms'] // 3_600_000} h"
+        calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
+        line = f"quota {quota['tool']}: calls {calls} in the last {window}"
+        if "money_limit" in quota:
+            line += (f"; money held {quota['money_held']}, spent {quota['money_spent']}, "
+                     f"limit {quota['money_limit']}")
+        frees = quota.get("money_frees_at") or quota.get("calls_frees_at")
+        if frees:
+            line += f"; next frees at {frees}"
+        lines.append(line)
+    return "\n".join(lines)

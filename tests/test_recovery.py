@@ -1,0 +1,160 @@
+"""Recovery at start and after a worker's death (seed 000 section 7,
+DESIGN.md sections 6 and 9): one rule per case, before anything is answered."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from staal.clock import SYSTEM_CLOCK
+from staal.ids import new_run_id
+from staal.journal_records import JOURNAL, End, Header, Intent
+from staal.messages import StoppedMsg
+from staal.outcomes import Usage
+from staal.supervisor.files import RunFiles
+from staal.supervisor.journals import summarize
+from staal.supervisor.ledger import FileLedger, read_ledger
+from staal.supervisor.outcomes import give_up
+from tests.recorder import WAIT
+from tests.serving import server_env, start, tool, write_manifest
+
+LOOKUP = """
+from staal.caps import HttpGet
+
+def main(order: str, get: HttpGet) -> dict:
+    return {"status": get.get(BASE + "/v1/orders/" + order).status_code}
+"""
+
+
+def lookup_manifest(tmp_path, service):
+    (tmp_path / "lookup.py").write_text(f"BASE = {service.base!r}\n" + LOOKUP)
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
+    return write_manifest(tmp_path, [tool("lookup", "lookup.py", grants)])
+
+
+def interrupted(tmp_path, service):
+    """A run killed with its server while the service holds its request."""
+    manifest = lookup_manifest(tmp_path, service)
+    hold = service.hold("/v1/orders/o1")
+    served = start(manifest)
+    served.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                 "params": {"name": "lookup", "arguments": {"order": "o1"}}})
+    assert hold.arrived.wait(WAIT), served.stderr()
+    served.kill()
+    hold.release.set()
+    with service.lock:
+        del service.holds["/v1/orders/o1"]
+    (entry,) = read_ledger(tmp_path / "journals" / "server.ledger").unsettled()
+    return manifest, entry.run
+
+
+def serve_once(manifest, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+                          input=b"", capture_output=True, timeout=60, env=env or server_env(),
+                          cwd=manifest.parent)
+
+
+def test_an_interrupted_run_is_resumed_at_start_and_settled(tmp_path, service):
+    manifest, run = interrupted(tmp_path, service)
+    files = RunFiles(tmp_path / "journals", "lookup", run)
+    assert summarize(files.journal).end is None
+    with start(manifest) as served:
+        assert [e["rule"] for e in served.events("recovered")] == ["resuming", "resumed"]
+        status = served.call("staal_run_status", {"run": run})
+        assert status["structuredContent"]["status"] == "done"
+        assert served.close() == 0
+    assert len(service.seen("GET")) == 2  # a read in doubt is sent again
+    entry = read_ledger(tmp_path / "journals" / "server.ledger").run(run)
+    assert entry.state == "settled" and entry.outcome == "done"
+    assert not files.inputs.exists()
+
+
+def test_an_unfinished_run_whose_program_changed_stops_the_server_naming_it(tmp_path, service):
+    manifest, run = interrupted(tmp_path, service)
+    program = tmp_path / "lookup.py"
+    source = program.read_text()
+    program.write_text(source + "\n# changed while the run was unfinished\n")
+    done = serve_once(manifest)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert run.encode() in done.stderr and b"the program" in done.stderr
+    assert len(service.seen("GET")) == 1
+    program.write_text(source)
+    again = serve_once(manifest)
+    assert again.returncode == 0, again.stderr.decode()
+    assert read_ledger(tmp_path / "journals" / "server.ledger").run(run).state == "settled"
+
+
+def test_a_journal_with_no_reservation_stops_the_server_naming_it(tmp_path, service):
+    manifest = lookup_manifest(tmp_path, service)
+    run = new_run_id()
+    files = RunFiles(tmp_path / "journals", "lookup", run)
+    files.folder.mkdir(parents=True)
+    header = Header(run=run, tool="lookup", program=str(tmp_path / "lookup.py"),
+                    program_sha256="0" * 64, config_sha256="0" * 64, inputs_sha256="0" * 64,
+                    runtime="staal 0.1.0", time=1)
+    files.journal.write_bytes(json.dumps(JOURNAL.encode(header)).encode() + b"\n")
+    done = serve_once(manifest)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert str(files.journal).encode() in done.stderr
+    assert service.seen() == []
+
+
+def test_a_run_that_ended_but_was_not_settled_is_settled_from_its_end(tmp_path, service):
+    manifest = lookup_manifest(tmp_path, service)
+    journals = tmp_path / "journals"
+    ledger = FileLedger.open(journals / "server.ledger", SYSTEM_CLOCK)
+    reserved = ledger.reserve_call("lookup", None, 1, (), None)
+    ledger.close()
+    files = RunFiles(journals, "lookup", reserved.run)
+    files.folder.mkdir(parents=True)
+    header = Header(run=reserved.run, tool="lookup", program=str(tmp_path / "lookup.py"),
+                    program_sha256="0" * 64, config_sha256="0" * 64, inputs_sha256="0" * 64,
+                    runtime="staal 0.1.0", time=1)
+    end = End(outcome="done", time=2, result={"status": 200}, usage={"get": Usage(actions=1)})
+    files.journal.write_bytes(b"".join(json.dumps(JOURNAL.encode(r)).encode() + b"\n"
+                                       for r in (header, end)))
+    files.inputs.write_text('{"order": "o1"}')
+    done = serve_once(manifest)
+    assert done.returncode == 0, done.stderr.decode()
+    entry = read_ledger(journals / "server.ledger").run(reserved.run)
+    assert entry.state == "settled" and entry.outcome == "done"
+    assert not files.inputs.exists()
+    assert service.seen() == []  # settled from its end, not run again
+
+
+def test_a_worker_that_keeps_dying_is_resumed_three_times_then_fails_as_internal(tmp_path):
+    (tmp_path / "crash.py").write_text(
+        "from staal.caps import Ffi\n\ndef main(libc: Ffi) -> dict:\n    libc.abort()\n    return {}\n")
+    manifest = write_manifest(tmp_path, [tool("crash", "crash.py",
+                                              {"libc": {"cap": "ffi.c", "library": "libc.so.6"}})])
+    with start(manifest) as served:
+        result = served.call("crash", {})
+        assert result["isError"] is True
+        lost = served.events("worker_lost")
+        assert len(lost) == 4 and all("SIGABRT" in e["how"] for e in lost)
+        assert served.close() == 0
+    (entry,) = read_ledger(tmp_path / "journals" / "server.ledger").runs()
+    assert entry.run in result["content"][0]["text"]
+    assert entry.state == "settled" and entry.outcome == "failed"
+    end = summarize(RunFiles(tmp_path / "journals", "crash", entry.run).journal).end
+    assert end.failure.kind == "internal"
+
+
+def test_giving_up_on_a_run_with_an_op_in_doubt_makes_it_wait_for_an_operator(tmp_path):
+    files = RunFiles(tmp_path, "pay", new_run_id())
+    files.folder.mkdir(parents=True)
+    header = Header(run=files.run, tool="pay", program="/p.py", program_sha256="0" * 64,
+                    config_sha256="0" * 64, inputs_sha256="0" * 64, runtime="staal 0.1.0", time=1)
+    intent = Intent(op=1, param="post", cap="net.http.post", action="post",
+                    args_sha256="0" * 64, time=2)
+    files.journal.write_bytes(b"".join(json.dumps(JOURNAL.encode(r)).encode() + b"\n"
+                                       for r in (header, intent)))
+    final = give_up(files, 4, "was killed by SIGSEGV")
+    assert isinstance(final, StoppedMsg) and final.op == 1
+    assert "staal resolve" in final.message
+    summary = summarize(files.journal)
+    assert summary.stopped is not None and summary.stopped.op == 1 and summary.end is None
