@@ -45,7 +45,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -260,6 +259,8 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
 async def bench(args: argparse.Namespace) -> None:
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
     everyone = contenders(args.fastmcp_python)
+    if args.exit_race_workaround:
+        everyone[0].env = {"PYTHONPATH": str(hooks_dir(base, None, True))}
     results = {c.name: Samples() for c in everyone}
     for r in range(args.rounds):
         shift = r % len(everyone)
@@ -276,51 +277,162 @@ async def bench(args: argparse.Namespace) -> None:
 # -- --profile: where a sequential staal call's time goes ------------------------------------
 
 
-def read_trace(path: Path) -> list[tuple[int, str, str, int]]:
-    events = []
-    for line in path.read_text().splitlines():
-        pid, what, name, t = line.split(" ")
-        events.append((int(pid), what, name, int(t)))
-    return events
+def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool) -> Path:
+    """A directory holding a `sitecustomize.py` that installs the tracer
+    (servers/trace/tracer.py) in every staal process started with it on the
+    PYTHONPATH: the supervisor passes PYTHONPATH on to its zygote, and the
+    workers are the zygote's forks."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-hooks-", dir=base))
+    (directory / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"sys.path.append({str(TRACE_DIR)!r})\n"
+        "import tracer\n"
+        f"tracer.install({str(trace) if trace else None!r}, fix_exit_race={fix_exit_race!r})\n")
+    return directory
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """A process's own CPU time, and that of its children it has reaped."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / tick
+    children = (int(fields[13]) + int(fields[14])) / tick
+    return own, children
+
+
+def staal_processes() -> dict[str, int]:
+    """The supervisor and zygote this client started (our children's tree)."""
+    import psutil
+
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        cmd = " ".join(child.cmdline())
+        if "staal.worker.zygote" in cmd and "zygote" not in found:
+            if child.parent() is not None and "zygote" not in " ".join(child.parent().cmdline()):
+                found["zygote"] = child.pid
+        elif "staal-supervisor" in cmd or "staal.supervisor" in cmd:
+            found.setdefault("supervisor", child.pid)
+    return found
 
 
 async def profile(args: argparse.Namespace) -> None:
-    """Run staal alone under the tracer and print the breakdown."""
-    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
-    trace = Path(tempfile.mkdtemp(prefix="bench-trace-", dir=base)) / "trace.txt"
-    env = {"PYTHONPATH": str(TRACE_DIR), "STAAL_BENCH_TRACE": str(trace)}
-    staal = contenders(args.fastmcp_python)[0]
-    staal.env = env
-    params, directory = staal.prepare(base)
-    # The client marks each call's start and end, and every line it reads, in the same file.
+    """Staal alone, traced: cold starts, then sequential calls, with CPU time per process."""
     import mcp.client.stdio as sdk_stdio
 
     sys.path.insert(0, str(TRACE_DIR))
-    import sitecustomize as tracer  # noqa: E402  (servers/trace/sitecustomize.py)
+    import tracer  # servers/trace/tracer.py
 
+    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
+    out = Path(tempfile.mkdtemp(prefix="bench-trace-", dir=base))
+    trace = out / "trace.txt"
+    hooks = hooks_dir(base, trace, args.exit_race_workaround)
+    staal = contenders(args.fastmcp_python)[0]
+    staal.env = {"PYTHONPATH": str(hooks)}
     tracer.start(str(trace))
     original_parse = sdk_stdio._parse_line
 
     def parse_line(line: str) -> Any:
-        tracer.mark("client.line_read")
+        tracer.mark("line_read")
         return original_parse(line)
 
     sdk_stdio._parse_line = parse_line
     try:
+        for _ in range(args.cold):
+            params, directory = staal.prepare(base)
+            tracer.mark("spawn")
+            async with Session(params, directory / "stderr.log") as client:
+                await client.list_tools()
+                tracer.mark("listed")
+        params, directory = staal.prepare(base)
         async with Session(params, directory / "stderr.log") as client:
             await client.list_tools()
             for i in range(args.warmup):
                 await client.call_tool("noop", {"x": i})
-            tracer.mark("client.measure")
+            pids = staal_processes()
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            client_before = os.times()
+            begin = time.perf_counter()
             for i in range(args.calls):
-                tracer.mark("client.call>")
+                tracer.mark("call>")
                 await client.call_tool("noop", {"x": i})
-                tracer.mark("client.call<")
-            tracer.mark("client.measure_end")
+                tracer.mark("call<")
+            elapsed = time.perf_counter() - begin
+            client_after = os.times()
+            after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     finally:
         sdk_stdio._parse_line = original_parse
+    tracer.flush()
     print(f"trace: {trace}; server stderr: {directory / 'stderr.log'}", file=sys.stderr)
-    tracer.summarize(read_trace(trace), args.calls)
+    n = args.calls
+    print(f"\n### Staal, traced: {n} sequential calls, {elapsed / n * 1e6:.0f} µs each")
+    print("\n#### CPU time per sequential call, by process\n")
+    print("| process | CPU per call |")
+    print("|---|---|")
+    client_cpu = (client_after.user + client_after.system - client_before.user - client_before.system)
+    print(f"| client (the SDK, this process) | {client_cpu / n * 1e6:.0f} µs |")
+    if "supervisor" in pids:
+        print(f"| supervisor | {(after['supervisor'][0] - before['supervisor'][0]) / n * 1e6:.0f} µs |")
+    if "zygote" in pids:
+        print(f"| zygote (forking) | {(after['zygote'][0] - before['zygote'][0]) / n * 1e6:.0f} µs |")
+        print(f"| workers (start, run, exit; reaped by the zygote) | "
+              f"{(after['zygote'][1] - before['zygote'][1]) / n * 1e6:.0f} µs |")
+    print(f"| wall time per call | {elapsed / n * 1e6:.0f} µs |")
+    print("\n(CPU from /proc, in clock ticks of 10 ms: over many calls, not one.)")
+    tracer.summarize(str(trace))
+    tracer.summarize_cold(str(trace))
+
+
+async def py_spy(args: argparse.Namespace) -> None:
+    """Sample the supervisor with py-spy (`pip install py-spy`) during
+    sequential calls, untraced, and print where its CPU time goes."""
+    import subprocess
+    from collections import Counter
+
+    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
+    staal = contenders(args.fastmcp_python)[0]
+    if args.exit_race_workaround:
+        staal.env = {"PYTHONPATH": str(hooks_dir(base, None, True))}
+    params, directory = staal.prepare(base)
+    raw = directory.parent / f"{directory.name}.pyspy.txt"
+    async with Session(params, directory / "stderr.log") as client:
+        await client.list_tools()
+        for i in range(args.warmup):
+            await client.call_tool("noop", {"x": i})
+        supervisor = staal_processes()["supervisor"]
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(supervisor), "--rate", "1000",
+                                "--format", "raw", "--gil", "--output", str(raw)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(1.0)  # py-spy attaches
+        begin = time.perf_counter()
+        for i in range(args.calls):
+            await client.call_tool("noop", {"x": i})
+        elapsed = time.perf_counter() - begin
+        spy.send_signal(2)
+        spy.wait()
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        n = int(count)
+        total += n
+        leaf = frames[-1]
+        own[leaf] += n
+        for frame in set(frames[1:]):
+            inclusive[frame] += n
+    print(f"\n### py-spy on the supervisor: {args.calls} sequential calls, "
+          f"{elapsed / args.calls * 1e6:.0f} µs each; {total} samples at 1 kHz of a thread holding the GIL "
+          f"(≈ {total / args.calls * 1e3:.0f} µs of Python per call)\n")
+    print("| function (file:line) | self | inclusive |")
+    print("|---|---|---|")
+    for frame, n in own.most_common(args.top):
+        print(f"| `{frame}` | {n / total:.1%} | {inclusive[frame] / total:.1%} |")
+    print("\n| function, by inclusive share | inclusive |")
+    print("|---|---|")
+    for frame, n in inclusive.most_common(args.top * 2):
+        print(f"| `{frame}` | {n / total:.1%} |")
+    print(f"\nraw samples: {raw}", file=sys.stderr)
 
 
 def main() -> None:
@@ -333,8 +445,14 @@ def main() -> None:
     parser.add_argument("--fastmcp-python", default=sys.executable,
                         help="the interpreter that has fastmcp installed")
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
+    parser.add_argument("--exit-race-workaround", action="store_true",
+                        help="run staal with the workaround for the worker-exit race in "
+                             "supervisor/pool.py (see BENCHMARKS.md)")
+    parser.add_argument("--py-spy", action="store_true",
+                        help="sample staal's supervisor with py-spy during sequential calls")
+    parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    asyncio.run(profile(args) if args.profile else bench(args))
+    asyncio.run(py_spy(args) if args.py_spy else profile(args) if args.profile else bench(args))
 
 
 if __name__ == "__main__":

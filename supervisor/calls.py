@@ -31,7 +31,7 @@ from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.outcomes import (
     answer_of_journal, charged_of, give_up, outcome_of_message, run_status,
 )
-from staal.supervisor.pool import Pool, WorkerLost
+from staal.supervisor.pool import Pool, WorkerLost, ZygoteGone
 from staal.supervisor.waiting import Waiting
 
 # A run whose worker dies is resumed in a new worker at most this many times.
@@ -165,12 +165,13 @@ class Calls:
         while True:
             try:
                 return await self.execute(tool, files, resume=resume or deaths > 0)
-            except WorkerLost as lost:
+            except (WorkerLost, ZygoteGone) as lost:
                 deaths += 1
+                how = lost.how if isinstance(lost, WorkerLost) else lost.message
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
-                         pid=lost.pid, how=lost.how, deaths=deaths)
+                         pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
-                    return await asyncio.to_thread(give_up, files, deaths, lost.how)
+                    return await asyncio.to_thread(give_up, files, deaths, how)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool) -> Ended | StoppedMsg:
         """Run (or resume) in a worker; `WorkerLost` if the worker died."""

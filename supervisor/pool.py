@@ -31,6 +31,12 @@ HEARTBEAT_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 60.0
 
 
+class ZygoteGone(StaalError):
+    """The zygote exited: no worker can be forked until it is started again."""
+
+    kind = "zygote_gone"
+
+
 class WorkerLost(StaalError):
     """A worker ended before its run did."""
 
@@ -40,6 +46,14 @@ class WorkerLost(StaalError):
         super().__init__(f"worker {pid} {how}")
         self.pid = pid
         self.how = how
+
+
+MAX_ZYGOTE_RESPAWNS = 3
+
+
+def _status_of(returncode: int) -> int:
+    """A wait status from a Popen return code (negative: killed by a signal)."""
+    return -returncode if returncode < 0 else returncode << 8
 
 
 def describe_exit(status: int) -> str:
@@ -80,11 +94,21 @@ class Pool:
         self.zygote: subprocess.Popen | None = None
         self.tasks: list[asyncio.Task] = []
         self.closing = False
+        self.serving = False  # set once start-up checks passed: only then respawn
+        self.respawns = 0
+        self.zygote_exit = ""
+        self.zygote_gone = asyncio.Event()
 
     # -- life -----------------------------------------------------------
 
     async def start(self) -> None:
         self.router.bind(self.endpoint)
+        await self._spawn_zygote()
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._receive()), loop.create_task(self._watch())]
+
+    async def _spawn_zygote(self) -> None:
+        self.zygote_gone = asyncio.Event()
         report_r, report_w = os.pipe()
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "staal.worker.zygote", "--manifest", str(self.manifest),
@@ -93,12 +117,7 @@ class Pool:
             pass_fds=(report_w,), close_fds=True,
         )
         os.close(report_w)
-        loop = asyncio.get_running_loop()
-        self.tasks = [
-            loop.create_task(self._receive()),
-            loop.create_task(self._reports(report_r)),
-            loop.create_task(self._watch()),
-        ]
+        self.reports = asyncio.get_running_loop().create_task(self._reports(report_r))
         self.fork(self.ahead)
 
     async def close(self) -> None:
@@ -110,7 +129,7 @@ class Pool:
                 pass
         # Closing the zygote's stdin makes it kill every worker it forked;
         # the server closes only after every call in flight was answered.
-        for task in self.tasks:
+        for task in [*self.tasks, self.reports]:
             task.cancel()
         if self.zygote is not None:
             try:
@@ -132,16 +151,32 @@ class Pool:
 
     # -- handing out workers ------------------------------------------------
 
+    async def _ready(self) -> Worker:
+        """The next ready worker; `ZygoteGone` at once if none can come."""
+        getter = asyncio.ensure_future(self.idle.get())
+        gone = asyncio.ensure_future(self.zygote_gone.wait())
+        try:
+            done, _ = await asyncio.wait({getter, gone}, timeout=READY_TIMEOUT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        if self.zygote_gone.is_set():
+            raise ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above")
+        raise ZygoteGone(f"no worker was ready within {READY_TIMEOUT_S:.0f} s")
+
     async def checkout(self) -> Worker:
         """A ready worker, for one run; a replacement is forked at once."""
         while True:
-            worker = await asyncio.wait_for(self.idle.get(), READY_TIMEOUT_S)
+            worker = await self._ready()
             if worker.gone is None:
                 self.fork(1)
                 return worker
 
     async def check(self, tool: str) -> Checked:
-        worker = await asyncio.wait_for(self.idle.get(), READY_TIMEOUT_S)
+        worker = await self._ready()
         try:
             await self.router.send_multipart([worker.identity, pack(Check(manifest=str(self.manifest), tool=tool))])
             while True:
@@ -203,19 +238,41 @@ class Pool:
             if verb == "exit":
                 pid_text, _, status = rest.partition(" ")
                 self._exited(int(pid_text), int(status))
+        code = await asyncio.to_thread(self.zygote.wait)
+        self.zygote_exit = describe_exit(_status_of(code))
+        self.zygote_gone.set()
+        # Its workers die with it (they ask the kernel to), unreported.
+        for worker in list(self.workers.values()):
+            self._lost(worker, f"died with the zygote, which {self.zygote_exit}")
         if not self.closing:
-            self.log("zygote_exited", level="error")
+            self.log("zygote_exited", level="error", how=self.zygote_exit)
+            await self._respawn()
+
+    async def _respawn(self) -> None:
+        """While serving, a zygote that died is started again (a few times):
+        calls in flight that wait for a worker get `ZygoteGone` meanwhile."""
+        self.respawns += 1
+        if self.respawns > MAX_ZYGOTE_RESPAWNS or not self.serving:
+            return
+        self.requested = 0
+        await self._spawn_zygote()
 
     def _exited(self, pid: int, status: int) -> None:
-        identity = f"w{pid}".encode()
-        worker = self.workers.pop(identity, None)
-        if worker is None or worker.gone is not None:
+        worker = self.workers.get(f"w{pid}".encode())
+        if worker is not None:
+            self._lost(worker, describe_exit(status), clean=status == 0)
+
+    def _lost(self, worker: Worker, how: str, clean: bool = False) -> None:
+        """A worker is gone: whoever waits on its run learns how; an idle one
+        is replaced to keep the pool ahead of demand."""
+        self.workers.pop(worker.identity, None)
+        if worker.gone is not None:
             return
-        worker.gone = describe_exit(status)
-        if worker.run is not None and status != 0:
-            worker.inbox.put_nowait(WorkerLost(pid, worker.gone))
+        worker.gone = how
+        if worker.run is not None and not clean:
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how))
         elif worker.run is None and not self.closing:
-            self.fork(1)  # an idle worker died: keep the pool ahead of demand
+            self.fork(1)
 
     async def _watch(self) -> None:
         """Kill the process group of a worker that stopped sending heartbeats
@@ -231,5 +288,7 @@ class Pool:
     def _kill(self, worker: Worker) -> None:
         try:
             os.killpg(worker.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:
+            self._lost(worker, "vanished without a report")
+        except PermissionError:
             pass

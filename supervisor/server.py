@@ -106,6 +106,7 @@ class Server:
         await self.keep_files()
         descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
         self.connection = Connection(ServerInfo(server.name, staal.__version__), descriptors)
+        self.pool.serving = True
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
                  version=staal.__version__)

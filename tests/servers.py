@@ -436,7 +436,12 @@ class Traffic:
         return [m for m in self.received if "method" not in m and m.get("id") == request_id]
 
     def notifications(self, method: str) -> list[dict[str, Any]]:
+        """Notifications of `method` the server sent."""
         return [m for m in self.received if m.get("method") == method]
+
+    def notifications_sent(self, method: str) -> list[dict[str, Any]]:
+        """Notifications of `method` the client sent."""
+        return [m for m in self.sent if m.get("method") == method and "id" not in m]
 
 
 def _as_json(message: Any) -> dict[str, Any]:

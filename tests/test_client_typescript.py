@@ -161,7 +161,7 @@ class Setup:
         server = [supervisor_command(), "serve", str(self.manifest)]
         if tap:
             extra = ["--hold-ms", str(hold_ms)] if hold_ms else []
-            server = [node(), str(JS / "tap.mjs"), *extra, str(self.taps), "--", *server]
+            server = [node(), str(JS / "tap.mjs"), *extra, str(self.taps), *server]
         return {"command": server[0], "args": server[1:], "cwd": str(self.manifest.parent),
                 "env": self.env}
 
@@ -368,6 +368,7 @@ def test_a_real_server_started_while_the_probe_still_holds_the_lock_waits_and_se
     first_answer = next(e for e in real if e["event"] == "out")
     assert first_answer["t"] >= held["t"] + HOLD_MS
     assert real[0]["t"] < held["t"] + HOLD_MS  # it really did start while the lock was held
+    assert real[-1]["event"] == "exit" and real[-1]["code"] == 0
     assert out["good"]["structuredContent"] == {"result": {"echo": "hello", "clock_read": True}}
     assert out["refused"]["isError"] is True
 

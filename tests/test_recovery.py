@@ -158,3 +158,30 @@ def test_giving_up_on_a_run_with_an_op_in_doubt_makes_it_wait_for_an_operator(tm
     assert "staal resolve" in final.message
     summary = summarize(files.journal)
     assert summary.stopped is not None and summary.stopped.op == 1 and summary.end is None
+
+
+def test_a_zygote_that_dies_at_start_stops_the_server_at_once(tmp_path):
+    (tmp_path / "dies.py").write_text("import os\nos._exit(3)\n\ndef main() -> dict:\n    return {}\n")
+    manifest = write_manifest(tmp_path, [tool("dies", "dies.py")])
+    done = serve_once(manifest)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert b"zygote" in done.stderr
+
+
+def test_a_zygote_killed_while_serving_is_started_again(tmp_path):
+    import os
+    import signal
+
+    import psutil
+
+    (tmp_path / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
+    manifest = write_manifest(tmp_path, [tool("noop", "noop.py")])
+    with start(manifest) as served:
+        assert served.call("noop", {"n": 1})["structuredContent"] == {"result": 1}
+        (zygote,) = [p for p in psutil.Process(served.process.pid).children()
+                     if "staal.worker.zygote" in " ".join(p.cmdline())]
+        os.kill(zygote.pid, signal.SIGKILL)
+        assert served.call("noop", {"n": 2})["structuredContent"] == {"result": 2}
+        assert served.events("zygote_exited")
+        assert served.close() == 0

@@ -3,7 +3,7 @@
 //
 //   node sdk_session.mjs '<json plan>'
 //
-// The plan: {"sdk": "client" | "sdk", "mode": "legacy" | "auto" | "<version>",
+// The plan: {"sdk": "client" | "sdk1", "mode": "legacy" | "auto" | "<version>",
 //            "server": {"command", "args", "cwd", "env"},
 //            "echo": {"name", "good": {...}, "bad": {...}},
 //            "refuse": {"name", "arguments": {...}}, "unknown": "<tool name>",

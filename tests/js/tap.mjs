@@ -1,6 +1,6 @@
 // A transparent stdio tap between an MCP client and the server it starts:
 //
-//   node tap.mjs [--hold-ms N] LOG_DIR -- COMMAND ARGS...
+//   node tap.mjs [--hold-ms N] LOG_DIR COMMAND ARGS...
 //
 // Starts COMMAND with piped stdio and passes every byte through unchanged,
 // writing what happened to LOG_DIR/<tap pid>.jsonl, one JSON object a line:
@@ -10,11 +10,13 @@
 //   {"t": ms, "event": "signal", "signal": "SIGTERM"}        (the tap was signalled)
 //   {"t": ms, "event": "exit", "code": n | null, "signal": name | null}
 //
-// A signal to the tap is passed on to the server at once, and the tap exits
-// when the server has. With --hold-ms N the tap instead exits at once and
-// leaves the server running, its stdin still open, for N ms before it is
-// sent the signal: a wrapper slow to let go of its server, so the next
-// server started on the same journals finds the lock still held.
+// The end of the tap's stdin and a signal to the tap are passed on to the
+// server at once, and the tap exits when the server has. With --hold-ms N, a
+// probe (a server that has been sent nothing but server/discover) is held
+// instead: its stdin stays open and the tap exits at once on a signal,
+// leaving the server running for N ms before it is sent the signal. That is
+// a wrapper slow to let go of its server, so the next server started on the
+// same journals finds the lock still held.
 
 import { spawn } from "node:child_process";
 import { appendFileSync, mkdirSync } from "node:fs";
@@ -40,9 +42,7 @@ function main() {
     holdMs = Number(argv[1]);
     argv.splice(0, 2);
   }
-  const dashes = argv.indexOf("--");
-  const logDir = argv[0];
-  const [command, ...args] = argv.slice(dashes + 1);
+  const [logDir, command, ...args] = argv;
   mkdirSync(logDir, { recursive: true });
   const logPath = join(logDir, `${process.pid}.jsonl`);
   const log = (event, fields = {}) =>
@@ -51,6 +51,8 @@ function main() {
   const child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"] });
   log("start", { pid: child.pid });
 
+  // Whether every request so far was server/discover: a probe.
+  let probe = true;
   const lines = (event, forward) => {
     let pending = "";
     return (chunk) => {
@@ -58,14 +60,17 @@ function main() {
       pending += chunk.toString("utf8");
       let end;
       while ((end = pending.indexOf("\n")) >= 0) {
-        log(event, { line: pending.slice(0, end) });
+        const line = pending.slice(0, end);
         pending = pending.slice(end + 1);
+        log(event, { line });
+        if (event === "in" && line.trim() && !line.includes('"server/discover"')) probe = false;
       }
     };
   };
+  const holding = () => holdMs > 0 && probe;
   process.stdin.on("data", lines("in", (chunk) => child.stdin.write(chunk)));
   // Held, the server must not see its client go until the hold is over.
-  process.stdin.on("end", () => { if (holdMs === 0) child.stdin.end(); });
+  process.stdin.on("end", () => { if (!holding()) child.stdin.end(); });
   child.stdin.on("error", () => {});
   child.stdout.on("data", lines("out", (chunk) => process.stdout.write(chunk)));
   child.stderr.on("data", lines("err", (chunk) => process.stderr.write(chunk)));
@@ -84,7 +89,7 @@ function main() {
     process.on(signal, () => {
       log("signal", { signal });
       if (exited) return process.exit();
-      if (holdMs > 0) {
+      if (holding()) {
         const holder = spawn(process.execPath, [new URL(import.meta.url).pathname, "--holder",
                                                 String(child.pid), String(holdMs), signal],
                              { stdio: [child.stdin, "ignore", "ignore"], detached: true });

@@ -1,0 +1,446 @@
+"""Timestamps across staal's processes, for `benchmarks/server.py --profile`.
+
+`benchmarks/server.py --profile` writes a `sitecustomize.py` into a
+temporary directory and puts that directory on the PYTHONPATH of the
+supervisor it starts; the supervisor hands PYTHONPATH on to the zygote, and
+the zygote's workers are its forks, so every staal process imports this
+module at interpreter start and calls `install(path)`. Nothing in staal is
+edited: an import hook wraps, as each module finishes executing, the
+functions named in `SPANS` so that each marks its entry (`name>`) and exit
+(`name<`), and `os.fsync`/`os.fdatasync` are wrapped everywhere (named by
+their callers). Marks are `CLOCK_MONOTONIC` nanoseconds, one clock for every
+process, kept in memory and written to the trace file (opened before any
+confinement; `O_APPEND`, so processes do not overwrite each other) when the
+buffer fills, at exit and before `os._exit`.
+
+`summarize` reads the trace back: per sequential call (between the client's
+`call>` and `call<`), the median time of every event from the client's send,
+the gaps between them, and the fsyncs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import inspect
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+_fd: int | None = None
+_buffer: list[tuple[int, str, str, int]] = []
+_role = "cli"
+_FLUSH_AT = 4096
+_tracing = False
+_fix_exit_race = False
+_wanted: set[str] = set()
+
+# module -> names to wrap, in that module's namespace ("Class.method" or a
+# module-level function, possibly one imported from elsewhere by name).
+SPANS: dict[str, tuple[str, ...]] = {
+    # supervisor
+    "staal.supervisor.cli": ("load_or_exit",),
+    "staal.supervisor.stdio": ("LineWriter.send", "protect_descriptors"),
+    "staal.protocol.connection": ("Connection.receive_data", "Connection.answer_call"),
+    "staal.supervisor.server": ("Server.start", "Server.dispatch", "Server.run_call", "Server.answer",
+                                "Server.recover", "Server.keep_files", "plan_recovery"),
+    "staal.supervisor.calls": ("Calls.call_tool", "Calls.reserve_and_run", "Calls.execute",
+                               "Calls.conclude", "check_arguments", "write_inputs", "append_log",
+                               "remove_inputs", "outcome_of_message", "arguments_to_json"),
+    "staal.supervisor.ledger": ("FileLedger.open", "FileLedger.reserve_call", "FileLedger.settle",
+                                "GroupCommit.wait"),
+    "staal.supervisor.lockfile": ("ServerLock.acquire",),
+    "staal.supervisor.waiting": ("Waiting.remove",),
+    "staal.supervisor.log": ("Log.__call__",),
+    "staal.supervisor.pool": ("Pool.start", "Pool.check", "Pool.checkout", "Pool.run", "Pool.fork",
+                              "unpack", "pack"),
+    # zygote and workers
+    "staal.worker.zygote": ("preload", "warm", "Zygote.fork_worker", "Zygote.become_worker"),
+    "staal.worker.serve": ("serve_one", "serve_run", "execute", "checked", "Channel.__init__",
+                           "Channel.send", "Channel.finish", "unpack", "pack", "cpu_backstop"),
+    "staal.worker.run": ("start", "_execute", "_bind", "check_arguments", "arguments_hash"),
+    "staal.worker.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
+    "staal.worker.engine": ("RunContext.finish",),
+    "staal.worker.confine": ("narrow_tripwire",),
+    "staal.worker.limits": ("StepCounter.start", "StepCounter.stop"),
+    "staal.worker.capabilities.http": ("HttpClient.close",),
+}
+# Marked once, with the message's type, so a heartbeat is told from a run's
+# end: name -> (verb, index of the message argument, or -1: the result).
+_TYPED = {"pack": ("send", 0), "unpack": ("recv", -1), "Channel.send": ("queue", 1)}
+
+
+def mark(name: str) -> None:
+    _buffer.append((os.getpid(), _role, name, time.monotonic_ns()))
+    if len(_buffer) >= _FLUSH_AT:
+        flush()
+
+
+def flush() -> None:
+    global _buffer
+    if _fd is None or not _buffer:
+        return
+    pending, _buffer = _buffer, []
+    data = "".join(f"{pid} {role} {name} {t}\n" for pid, role, name, t in pending).encode()
+    try:
+        os.write(_fd, data)
+    except OSError:
+        pass
+
+
+def _after_fork_in_child() -> None:
+    global _role
+    _buffer.clear()  # the parent's marks are the parent's to write
+    if _role == "zyg":
+        _role = "wrk"
+
+
+def _wrap(fn: Callable, name: str) -> Callable:
+    if name in _TYPED:
+        # A single mark naming the message: `send.Run`, `recv.Ended`, `queue.Ended`.
+        verb, index = _TYPED[name]
+        if index < 0:
+            @functools.wraps(fn)
+            def received(*args: Any, **kwargs: Any) -> Any:
+                result = fn(*args, **kwargs)
+                mark(f"{verb}.{type(result).__name__}")
+                return result
+            return received
+
+        @functools.wraps(fn)
+        def sent(*args: Any, **kwargs: Any) -> Any:
+            mark(f"{verb}.{type(args[index]).__name__}")
+            return fn(*args, **kwargs)
+        return sent
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def awrapper(*args: Any, **kwargs: Any) -> Any:
+            mark(name + ">")
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                mark(name + "<")
+        return awrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        mark(name + ">")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            mark(name + "<")
+    return wrapper
+
+
+def _patch(module: Any) -> None:
+    if _tracing:
+        for target in SPANS.get(module.__name__, ()):
+            _patch_one(module, target)
+        if module.__name__ == "staal.supervisor.stdio" and hasattr(module, "read_chunks"):
+            module.read_chunks = _marking_reader(module.read_chunks)
+    if _fix_exit_race and module.__name__ == "staal.supervisor.pool":
+        _defer_exits(module)
+
+
+def _patch_one(module: Any, target: str) -> None:
+    owner_name, _, attr = target.rpartition(".")
+    owner = getattr(module, owner_name, None) if owner_name else module
+    if owner is None:
+        return
+    raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    if raw is None:
+        return
+    if isinstance(raw, classmethod):
+        setattr(owner, attr, classmethod(_wrap(raw.__func__, target)))
+    elif isinstance(raw, staticmethod):
+        setattr(owner, attr, staticmethod(_wrap(raw.__func__, target)))
+    elif callable(raw):
+        setattr(owner, attr, _wrap(raw, target))
+
+
+def _marking_reader(read_chunks: Callable) -> Callable:
+    """The supervisor's stdin thread: mark each chunk as it is read."""
+    @functools.wraps(read_chunks)
+    def wrapped(fd: int, deliver: Callable, *args: Any, **kwargs: Any) -> Any:
+        def delivering(data: Any) -> None:
+            mark("stdin_read")
+            deliver(data)
+        return read_chunks(fd, delivering, *args, **kwargs)
+    return wrapped
+
+
+def _defer_exits(module: Any) -> None:
+    """The benchmark's workaround for a race in `Pool` (see BENCHMARKS.md):
+    the zygote's report that a worker exited can be handled before that
+    worker's last ZeroMQ message (its run's end), and `_exited` then forgets
+    the worker, so `_receive` drops the end and the call never returns. Here a
+    clean exit of a worker whose run has not ended yet is applied once its
+    end arrives. It changes what is done when, not what anything costs."""
+    pool = getattr(module, "Pool", None)
+    if pool is None or not hasattr(pool, "_exited") or not hasattr(pool, "run"):
+        return
+    exited, run = pool._exited, pool.run
+
+    def _exited(self: Any, pid: int, status: int) -> None:
+        worker = self.workers.get(f"w{pid}".encode())
+        if (worker is not None and worker.run is not None and status == 0
+                and not getattr(worker, "bench_ended", False)):
+            worker.bench_exit = (pid, status)
+            return
+        exited(self, pid, status)
+
+    async def run_(self: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await run(self, worker, *args, **kwargs)
+        finally:
+            worker.bench_ended = True
+            pending = getattr(worker, "bench_exit", None)
+            if pending is not None:
+                exited(self, *pending)
+
+    pool._exited = _exited
+    pool.run = run_
+
+
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in _wanted:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            _patch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _caller_chain() -> str:
+    frame = sys._getframe(2)
+    names = []
+    while frame is not None and len(names) < 3:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "<".join(names)
+
+
+def _wrap_sync(fn: Callable) -> Callable:
+    def synced(fd: int) -> None:
+        label = f"{fn.__name__}[{_caller_chain()}]"
+        mark(label + ">")
+        try:
+            fn(fd)
+        finally:
+            mark(label + "<")
+    return synced
+
+
+def _exit(code: int) -> None:
+    flush()
+    _real_exit(code)
+
+
+_real_exit = os._exit
+
+
+def start(path: str) -> None:
+    """Open the trace file (the client's side uses this alone)."""
+    global _fd
+    _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    atexit.register(flush)
+
+
+def install(path: str | None, fix_exit_race: bool = False) -> None:
+    """In a staal process: trace to `path` (None: no tracing), and with
+    `fix_exit_race` apply the workaround in `_defer_exits`."""
+    global _role, _tracing, _fix_exit_race, _wanted
+    argv = " ".join(sys.orig_argv)
+    _role = ("zyg" if "staal.worker.zygote" in argv
+             else "sup" if "staal-supervisor" in argv or "staal.supervisor" in argv else "other")
+    _tracing = path is not None
+    _fix_exit_race = fix_exit_race
+    _wanted = set(SPANS) if _tracing else set()
+    if fix_exit_race:
+        _wanted.add("staal.supervisor.pool")
+    if _wanted:
+        sys.meta_path.insert(0, _Hook())
+    if not _tracing:
+        return
+    start(path)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.fsync = _wrap_sync(os.fsync)
+    os.fdatasync = _wrap_sync(os.fdatasync)
+    os._exit = _exit
+    mark("interpreter_up")
+
+
+# -- reading a trace back ----------------------------------------------------------------------
+
+
+def read(path: str) -> list[tuple[int, str, str, int]]:
+    events = []
+    with open(path) as f:
+        for line in f:
+            pid, role, name, t = line.split()
+            events.append((int(pid), role, name, int(t)))
+    events.sort(key=lambda e: e[3])
+    return events
+
+
+def windows(events: list[tuple[int, str, str, int]], start: str, end: str
+            ) -> list[list[tuple[int, str, str, int]]]:
+    """The events between each client `start` mark and the `end` after it."""
+    out, current = [], None
+    for event in events:
+        if event[1] == "cli" and event[2] == start:
+            current = [event]
+        elif current is not None:
+            current.append(event)
+            if event[1] == "cli" and event[2] == end:
+                out.append(current)
+                current = None
+    return out
+
+
+def timelines(calls: list[list[tuple[int, str, str, int]]]) -> list[dict[str, int]]:
+    """Per call, each event's time (ns) from the call's start; the n-th
+    occurrence of a name in a call is `name#n`. Roles: cli (the client),
+    sup, zyg, wrk (the worker running this call), next-wrk (another worker,
+    forked ahead while this call runs)."""
+    lines = []
+    for events in calls:
+        t0 = events[0][3]
+        seen: dict[str, int] = defaultdict(int)
+        line = {}
+        # The worker that runs this call is the one that receives the run;
+        # any other worker's events are a replacement being forked ahead.
+        runner = next((pid for pid, role, name, _ in events
+                       if role == "wrk" and name == "recv.Run"), None)
+        for pid, role, name, t in events:
+            if role == "wrk" and pid != runner:
+                role = "next-wrk"
+            key = f"{role}:{name}"
+            seen[key] += 1
+            if seen[key] > 1:
+                key = f"{key}#{seen[key]}"
+            line[key] = t - t0
+        lines.append(line)
+    return lines
+
+
+def median_timeline(lines: list[dict[str, int]], share: float = 0.9) -> list[tuple[str, float]]:
+    """Events present in at least `share` of the calls, by median time."""
+    counts: dict[str, list[int]] = defaultdict(list)
+    for line in lines:
+        for key, t in line.items():
+            counts[key].append(t)
+    kept = [(key, statistics.median(ts)) for key, ts in counts.items()
+            if len(ts) >= share * len(lines)]
+    return sorted(kept, key=lambda kt: kt[1])
+
+
+def print_timeline(lines: list[dict[str, int]], title: str) -> None:
+    order = median_timeline(lines)
+    print(f"\n#### {title}: every event, median time from the client's call (µs)\n")
+    print("| t | event | gap before it (median per call) |")
+    print("|---|---|---|")
+    previous = None
+    for key, t in order:
+        if previous is None:
+            gap = 0.0
+        else:
+            gaps = [line[key] - line[previous] for line in lines if key in line and previous in line]
+            gap = statistics.median(gaps) if gaps else float("nan")
+        print(f"| {t / 1e3:.0f} | `{key}` | {gap / 1e3:.0f} |")
+        previous = key
+
+
+def spans(lines: list[dict[str, int]]) -> dict[str, list[int]]:
+    """Per `name>`/`name<` pair (first occurrences only), each call's duration."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for line in lines:
+        for key, t in line.items():
+            if key.endswith(">"):
+                end = key[:-1] + "<"
+                if end in line:
+                    out[key[:-1]].append(line[end] - t)
+    return out
+
+
+def fsyncs(calls: list[list[tuple[int, str, str, int]]]) -> None:
+    per_call: dict[str, list[int]] = defaultdict(list)
+    counts: dict[str, int] = defaultdict(int)
+    totals = []
+    for events in calls:
+        open_at: dict[tuple[int, str], int] = {}
+        total = 0
+        for pid, role, name, t in events:
+            if not name.startswith(("fsync[", "fdatasync[")):
+                continue
+            label = f"{role}:{name[:-1]}"
+            if name.endswith(">"):
+                open_at[(pid, label)] = t
+            elif (pid, label) in open_at:
+                took = t - open_at.pop((pid, label))
+                per_call[label].append(took)
+                counts[label] += 1
+                total += took
+        totals.append(total)
+    n = len(calls)
+    print("\n#### fsyncs per sequential call\n")
+    print("| process:call [caller < its caller < ...] | per call | median | p90 |")
+    print("|---|---|---|---|")
+    for label, took in sorted(per_call.items(), key=lambda kv: -sum(kv[1])):
+        took.sort()
+        print(f"| `{label}` | {counts[label] / n:.2f} | {statistics.median(took) / 1e3:.0f} µs | "
+              f"{took[int(0.9 * (len(took) - 1))] / 1e3:.0f} µs |")
+    print(f"\nfsync time per call, summed: median {statistics.median(totals) / 1e3:.0f} µs; "
+          f"{sum(counts.values()) / n:.2f} fsyncs per call")
+
+
+def summarize(path: str) -> None:
+    events = read(path)
+    calls = windows(events, "call>", "call<")
+    if not calls:
+        print("no calls in the trace")
+        return
+    lines = timelines(calls)
+    totals = [line["cli:call<"] for line in lines]
+    print(f"\n{len(calls)} sequential calls traced; client-measured latency: median "
+          f"{statistics.median(totals) / 1e3:.0f} µs (the tracer adds its own few µs per mark)")
+    print_timeline(lines, "One sequential call")
+    durations = spans(lines)
+    print("\n#### Spans (median per call, first occurrence in the call)\n")
+    print("| span | median | p90 |")
+    print("|---|---|---|")
+    for name, took in sorted(durations.items(), key=lambda kv: -statistics.median(kv[1])):
+        if len(took) < 0.9 * len(calls):
+            continue
+        took.sort()
+        print(f"| `{name}` | {statistics.median(took) / 1e3:.0f} µs | "
+              f"{took[int(0.9 * (len(took) - 1))] / 1e3:.0f} µs |")
+    fsyncs(calls)
+
+
+def summarize_cold(path: str) -> None:
+    events = read(path)
+    starts = windows(events, "spawn", "listed")
+    lines = timelines(starts)
+    if not lines:
+        print("no cold start in the trace")
+        return
+    print_timeline(lines, f"Cold start ({len(lines)} samples): spawn to the first tools/list answered")
