@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 HERE = Path(__file__).resolve().parent
@@ -115,13 +115,13 @@ class Session:
         self.client: Client | None = None
 
     async def __aenter__(self) -> Client:
-        errlog = self.stack.enter_context(open(self.stderr_path, "a"))
+        errlog = self.stack.enter_context(open(self.stderr_path, "a"))  # noqa: ASYNC230, SIM115
         transport = stdio_client(self.params, errlog=errlog)
         self.client = await self.stack.enter_async_context(
             Client(transport, mode=MODE, read_timeout_seconds=60))
         return self.client
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stack.aclose()
 
 
@@ -180,21 +180,30 @@ async def one_round(contender: Contender, samples: Samples, base: Path, args: ar
         samples.cold.append(await cold_start(contender, base))
     params, directory = contender.prepare(base)
     try:
-        async with Session(params, directory / "stderr.log") as client:
-            await client.list_tools()
-            for i in range(args.warmup):
-                await client.call_tool("noop", {"x": i})
-            latencies, elapsed, wrong = await sequential(client, args.calls)
-            latencies.sort()
-            samples.p50.append(percentile(latencies, 50))
-            samples.p99.append(percentile(latencies, 99))
-            samples.sequential_rate.append(args.calls / elapsed)
-            total = args.inflight // IN_FLIGHT * IN_FLIGHT
-            elapsed, wrong_inflight = await in_flight(client, total)
-            samples.inflight_rate.append(total / elapsed)
-            samples.wrong += wrong + wrong_inflight
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        await measure_session(contender, samples, params, directory, args)
+    except (MCPError, ExceptionGroup) as exc:  # anyio may wrap it in a group of one
+        print(f"{contender.name}: a call failed ({exc}); the server's stderr is kept in "
+              f"{directory / 'stderr.log'}. For staal: a call that never returns is the worker-exit "
+              "race in supervisor/pool.py; see --exit-race-workaround.", file=sys.stderr)
+        raise SystemExit(1) from None
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+async def measure_session(contender: Contender, samples: Samples, params: StdioServerParameters,
+                          directory: Path, args: argparse.Namespace) -> None:
+    async with Session(params, directory / "stderr.log") as client:
+        await client.list_tools()
+        for i in range(args.warmup):
+            await client.call_tool("noop", {"x": i})
+        latencies, elapsed, wrong = await sequential(client, args.calls)
+        latencies.sort()
+        samples.p50.append(percentile(latencies, 50))
+        samples.p99.append(percentile(latencies, 99))
+        samples.sequential_rate.append(args.calls / elapsed)
+        total = args.inflight // IN_FLIGHT * IN_FLIGHT
+        elapsed, wrong_inflight = await in_flight(client, total)
+        samples.inflight_rate.append(total / elapsed)
+        samples.wrong += wrong + wrong_inflight
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -217,7 +226,9 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
     ours = med[STAAL]
     print(f"\nPython {platform.python_version()}, mcp {version('mcp')}, fastmcp {version('fastmcp')}, "
           f"{os.cpu_count()} cores; client: the SDK's `Client`, mode={MODE!r}; "
-          f"{args.rounds} rounds, medians over rounds.")
+          f"{args.rounds} rounds, medians over rounds; load average (1 min) "
+          f"{args.load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+          + ("; staal with --exit-race-workaround" if args.exit_race_workaround else "") + ".")
 
     print(f"\n### Sequential calls ({args.calls} per round)\n")
     print("| server | p50 | p99 | calls/s | staal / this, p50 |")
@@ -257,6 +268,7 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
 
 
 async def bench(args: argparse.Namespace) -> None:
+    args.load_before = os.getloadavg()[0]
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
     everyone = contenders(args.fastmcp_python)
     if args.exit_race_workaround:
@@ -359,25 +371,42 @@ async def profile(args: argparse.Namespace) -> None:
             elapsed = time.perf_counter() - begin
             client_after = os.times()
             after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            total = args.inflight // IN_FLIGHT * IN_FLIGHT
+            flight_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            flight_client_before = os.times()
+            flight_elapsed, _ = await in_flight(client, total)
+            flight_client_after = os.times()
+            flight_after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     finally:
         sdk_stdio._parse_line = original_parse
     tracer.flush()
     print(f"trace: {trace}; server stderr: {directory / 'stderr.log'}", file=sys.stderr)
     n = args.calls
-    print(f"\n### Staal, traced: {n} sequential calls, {elapsed / n * 1e6:.0f} µs each")
-    print("\n#### CPU time per sequential call, by process\n")
-    print("| process | CPU per call |")
-    print("|---|---|")
-    client_cpu = (client_after.user + client_after.system - client_before.user - client_before.system)
-    print(f"| client (the SDK, this process) | {client_cpu / n * 1e6:.0f} µs |")
+    print(f"\n### Staal, traced: {n} sequential calls, {elapsed / n * 1e6:.0f} µs each; "
+          f"then {total} with {IN_FLIGHT} in flight, {total / flight_elapsed:.0f} calls/s")
+    print("\n#### CPU time per call, by process\n")
+    print(f"| process | sequential | {IN_FLIGHT} in flight |")
+    print("|---|---|---|")
+
+    def used(a: Any, b: Any, key: str, index: int, count: int) -> str:
+        return f"{(b[key][index] - a[key][index]) / count * 1e6:.0f} µs"
+
+    def client_used(a: Any, b: Any, count: int) -> str:
+        return f"{(b.user + b.system - a.user - a.system) / count * 1e6:.0f} µs"
+
+    print(f"| client (the SDK, this process) | {client_used(client_before, client_after, n)} | "
+          f"{client_used(flight_client_before, flight_client_after, total)} |")
     if "supervisor" in pids:
-        print(f"| supervisor | {(after['supervisor'][0] - before['supervisor'][0]) / n * 1e6:.0f} µs |")
+        print(f"| supervisor | {used(before, after, 'supervisor', 0, n)} | "
+              f"{used(flight_before, flight_after, 'supervisor', 0, total)} |")
     if "zygote" in pids:
-        print(f"| zygote (forking) | {(after['zygote'][0] - before['zygote'][0]) / n * 1e6:.0f} µs |")
+        print(f"| zygote (forking) | {used(before, after, 'zygote', 0, n)} | "
+              f"{used(flight_before, flight_after, 'zygote', 0, total)} |")
         print(f"| workers (start, run, exit; reaped by the zygote) | "
-              f"{(after['zygote'][1] - before['zygote'][1]) / n * 1e6:.0f} µs |")
-    print(f"| wall time per call | {elapsed / n * 1e6:.0f} µs |")
-    print("\n(CPU from /proc, in clock ticks of 10 ms: over many calls, not one.)")
+              f"{used(before, after, 'zygote', 1, n)} | {used(flight_before, flight_after, 'zygote', 1, total)} |")
+    print(f"| wall time per call | {elapsed / n * 1e6:.0f} µs | {flight_elapsed / total * 1e6:.0f} µs |")
+    print("\n(CPU from /proc and os.times, in clock ticks of 10 ms: over many calls, not one. "
+          "The tracer's marks are included.)")
     tracer.summarize(str(trace))
     tracer.summarize_cold(str(trace))
 
@@ -399,9 +428,10 @@ async def py_spy(args: argparse.Namespace) -> None:
         for i in range(args.warmup):
             await client.call_tool("noop", {"x": i})
         supervisor = staal_processes()["supervisor"]
-        spy = subprocess.Popen(["py-spy", "record", "--pid", str(supervisor), "--rate", "1000",
-                                "--format", "raw", "--gil", "--output", str(raw)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command = ["py-spy", "record", "--pid", str(supervisor), "--rate", "1000",
+                   "--format", "raw", "--gil", "--output", str(raw)]
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
+                               stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.0)  # py-spy attaches
         begin = time.perf_counter()
         for i in range(args.calls):
@@ -428,9 +458,11 @@ async def py_spy(args: argparse.Namespace) -> None:
     print("|---|---|---|")
     for frame, n in own.most_common(args.top):
         print(f"| `{frame}` | {n / total:.1%} | {inclusive[frame] / total:.1%} |")
-    print("\n| function, by inclusive share | inclusive |")
+    print("\n| staal's own functions, by inclusive share | inclusive |")
     print("|---|---|")
-    for frame, n in inclusive.most_common(args.top * 2):
+    ours = [(frame, n) for frame, n in inclusive.most_common()
+            if any(f"({part}/" in frame for part in ("supervisor", "shared", "protocol"))]
+    for frame, n in ours[:args.top]:
         print(f"| `{frame}` | {n / total:.1%} |")
     print(f"\nraw samples: {raw}", file=sys.stderr)
 

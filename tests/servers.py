@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from staal.protocol.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
@@ -41,6 +40,9 @@ from staal.protocol.revisions import (
 )
 
 WAIT = 30.0
+# The first answer also waits for the start: the zygote, and every tool's
+# program checked in a worker. Seconds on a loaded two-core machine.
+START_WAIT = 60.0
 KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE")
 NET = {"timeout_ms": 10000, "connect_timeout_ms": 2000}
 SERVER_NAME = "staal-test"
@@ -119,6 +121,21 @@ class Site:
         return sorted(p for p in self.journals.rglob("*") if p.is_file())
 
 
+def stripe_refund_grant(base: str, **limits: Any) -> dict[str, Any]:
+    """A `payments.stripe.refund` grant against the service at `base` (the
+    fake payment service): 50.00 USD each, one use, unless `limits` say
+    otherwise; the key from STRIPE_SECRET_KEY."""
+    limits = limits or {"each": {"amount": "50.00", "currency": "USD"}, "uses": 1}
+    return {
+        "cap": "payments.stripe.refund", **limits, "base_url": base,
+        "needs": {
+            "get": {"cap": "net.http.get", "only": [base + "/v1/payment_intents/*"]},
+            "post": {"cap": "net.http.post", "only": [base + "/v1/refunds"], "idempotency_key": True},
+            "key": {"env": "STRIPE_SECRET_KEY"},
+        },
+    }
+
+
 # -- standard error ------------------------------------------------------------
 
 
@@ -134,7 +151,7 @@ class Stderr:
         self._cond = threading.Condition()
         self._ended = False
         self._handles: list[Any] = []
-        self._file = open(path, "ab")
+        self._file = open(path, "ab")  # noqa: SIM115  (closed by the reading thread)
         self._thread = threading.Thread(target=self._pump, name="stderr-tee", daemon=True)
         self._thread.start()
 
@@ -330,6 +347,8 @@ class RawServer:
         """The next line the server writes (None at the end of its stdout)."""
         if self._pending:
             return self._pending.pop(0)
+        if not self.lines:
+            timeout = max(timeout, START_WAIT)
         try:
             return self._arrivals.get(timeout=timeout)
         except queue.Empty:
@@ -413,7 +432,7 @@ def run_to_end(site: Site, data: bytes, env: dict[str, str] | None = None,
     try:
         done = subprocess.run(supervisor_command(site.manifest), cwd=site.root,
                               env=server_env(env), input=data, stdout=subprocess.PIPE,
-                              stderr=stderr.fd, timeout=timeout)
+                              stderr=stderr.fd, timeout=timeout, check=False)
     finally:
         stderr.spawned()
     return done.returncode, done.stdout, stderr.wait_closed()

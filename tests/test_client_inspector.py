@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
+
 from tests.test_client_typescript import (
     JS,
     NODE_MODULES,
@@ -61,7 +61,7 @@ class Inspector:
         args = [str(INSPECTOR), "--cli", "--protocol-era", era, "--format", "json",
                 "--connect-timeout", "30000", "--cwd", str(self.manifest.parent),
                 "-e", f"TMPDIR={self.env['TMPDIR']}", *server, *method]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT,
+        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT, check=False,
                               env={**self.env, "HOME": str(self.home)})
         out = done.stdout.strip()
         if out:
@@ -91,7 +91,8 @@ def check_era_fields(era: str, result: dict[str, Any]) -> None:
 
 def test_the_inspector_cli_is_the_pinned_one():
     require_node_modules()
-    installed = json.loads((NODE_MODULES / "@modelcontextprotocol/inspector/package.json").read_text())
+    package = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "package.json"
+    installed = json.loads(package.read_text())
     wanted = json.loads((JS / "package.json").read_text())["dependencies"]
     assert installed["version"] == wanted["@modelcontextprotocol/inspector"]
     assert "mcp-inspector" in installed["bin"]

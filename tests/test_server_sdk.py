@@ -11,12 +11,11 @@ from collections.abc import Iterator
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
-
 from staal.supervisor.ledger import read_ledger
-from tests.payments import Payments, payments  # noqa: F401  (the fixture)
+
+from tests.payments import Payments
 from tests.recorder import Recorder
-from tests.servers import WAIT, Closer, Site, sdk_session, text_of
-from tests.test_stripe import grant as stripe_grant
+from tests.servers import WAIT, Closer, Site, sdk_session, stripe_refund_grant, text_of
 
 MODES = ["auto", "legacy", "2026-07-28"]
 USD = "USD"
@@ -58,6 +57,16 @@ def usd(amount: str) -> dict:
 
 
 @pytest.fixture
+def payments() -> Iterator[Payments]:
+    """The fake payment service, in its own process (tests/payments.py)."""
+    service = Payments()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture
 def service() -> Iterator[Recorder]:
     recorder = Recorder().start()
     recorder.route("GET", "/slow", 200, {"slow": True})
@@ -82,7 +91,7 @@ def refund_site(site: Site, payments: Payments, **tool: object) -> None:
     """A refund tool (each 50.00 USD, 1 use) against the fake service."""
     site.program("refund.py", REFUND)
     site.write([{"name": "refund", "title": "Refund an order", "program": "refund.py",
-                 "grants": {"pay": stripe_grant(payments.base)},
+                 "grants": {"pay": stripe_refund_grant(payments.base)},
                  "net": {"timeout_ms": 20000, "connect_timeout_ms": 2000}, **tool}])
 
 
@@ -106,7 +115,7 @@ def test_the_sdk_lists_the_manifest_tools_in_order_then_staal_run_status(tmp_pat
     base = payments.base
     site.write([
         {"name": "refund", "title": "Refund an order", "program": "refund.py",
-         "grants": {"pay": stripe_grant(base)}, "once": {"by": ["order"]}},
+         "grants": {"pay": stripe_refund_grant(base)}, "once": {"by": ["order"]}},
         {"name": "echo", "title": "Echo a text", "program": "echo.py"},
         {"name": "lookup", "program": "lookup.py",
          "grants": {"get": {"cap": "net.http.get", "only": [base + "/*"]}}},

@@ -9,9 +9,9 @@ import json
 from collections.abc import Iterator
 
 import pytest
-
 from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
 from staal.supervisor.ledger import read_ledger
+
 from tests.recorder import Recorder
 from tests.servers import (
     INITIALIZE_PARAMS,
@@ -21,6 +21,7 @@ from tests.servers import (
     Site,
     modern_meta,
     run_to_end,
+    stripe_refund_grant,
 )
 
 ECHO = """
@@ -489,13 +490,7 @@ def test_a_money_tool_without_once_is_warned_about_at_start_in_the_json_log(tmp_
     site.program("echo.py", ECHO)
     base = "http://127.0.0.1:9"
     site.write([
-        {"name": "refund", "program": "refund.py", "grants": {"pay": {
-            "cap": "payments.stripe.refund", "each": {"amount": "50.00", "currency": "USD"},
-            "uses": 1, "base_url": base,
-            "needs": {"get": {"cap": "net.http.get", "only": [base + "/v1/payment_intents/*"]},
-                      "post": {"cap": "net.http.post", "only": [base + "/v1/refunds"],
-                               "idempotency_key": True},
-                      "key": {"env": "STRIPE_SECRET_KEY"}}}}},
+        {"name": "refund", "program": "refund.py", "grants": {"pay": stripe_refund_grant(base)}},
         {"name": "echo", "program": "echo.py"},
     ])
     with RawServer(site, env={"STRIPE_SECRET_KEY": "sk_test_never_used_here"}) as server:

@@ -9,7 +9,7 @@
 //            "refuse": {"name", "arguments": {...}}, "unknown": "<tool name>",
 //            "timeoutMs": 30000}
 //
-// "sdk" is @modelcontextprotocol/client 2.x (mode legacy, auto, or a pinned
+// "client" is @modelcontextprotocol/client 2.x (mode legacy, auto, or a pinned
 // version), "sdk1" @modelcontextprotocol/sdk 1.x (2025-11-25 only; mode must be
 // legacy). It connects, lists the tools, calls the echo tool with good
 // arguments (asking for progress), then with arguments the program's types

@@ -29,7 +29,8 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _fd: int | None = None
 _buffer: list[tuple[int, str, str, int]] = []
