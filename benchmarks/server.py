@@ -15,6 +15,9 @@ started by that client:
   `mcp` 2.3), or give its interpreter with --fastmcp-python.
 
 The references run the tool in-process, with no journal, ledger or isolation.
+A fourth row runs staal with its directory on /dev/shm, where an fsync costs
+nothing, to show what the fsyncs cost (as `engine.py` does); --no-shm leaves
+it out.
 
 Per round, for each server in turn (the order rotates every round):
 cold start (spawn to the first `tools/list` answered, --cold samples, each a
@@ -24,7 +27,8 @@ under `asyncio.gather` (calls/s). Reports medians over rounds and the ratios
 the server issue's goals name (issue 5 item 10).
 
     python benchmarks/server.py [--rounds 5] [--calls 1000] [--inflight 2000] [--cold 3]
-    python benchmarks/server.py --profile [--calls 1000]   # staal's side only
+    python benchmarks/server.py --profile [--calls 1000] [--on-shm]   # staal's side only
+    python benchmarks/server.py --py-spy [--calls 1000]   # py-spy on the supervisor
 
 --profile runs staal alone with `servers/trace/sitecustomize.py` on the
 PYTHONPATH of the supervisor, the zygote and its workers: it timestamps each
@@ -61,6 +65,7 @@ MODE = "legacy"
 IN_FLIGHT = 16
 
 STAAL = "staal"
+STAAL_SHM = "staal, journals on /dev/shm (fsync costs nothing)"
 MCPSERVER = "MCPServer (official SDK)"
 FASTMCP = "FastMCP"
 
@@ -72,11 +77,12 @@ class Contender:
     args: list[str]
     staal: bool = False
     env: dict[str, str] | None = None
+    base: Path | None = None  # where its directory goes, if not the benchmark's
 
     def prepare(self, base: Path) -> tuple[StdioServerParameters, Path]:
         """Parameters for a new server process, and a fresh directory for it
         (staal's manifest, program, ledger and journals; every server's stderr)."""
-        directory = Path(tempfile.mkdtemp(prefix="bench-server-", dir=base))
+        directory = Path(tempfile.mkdtemp(prefix="bench-server-", dir=self.base or base))
         args = list(self.args)
         if self.staal:
             shutil.copy(SERVERS / "noop.py", directory / "noop.py")
@@ -95,14 +101,17 @@ class Samples:
     wrong: int = 0
 
 
-def contenders(fastmcp_python: str) -> list[Contender]:
+def contenders(fastmcp_python: str, shm: bool = False) -> list[Contender]:
     bin_dir = Path(sys.executable).parent
     supervisor = bin_dir / "staal-supervisor"
-    return [
+    everyone = [
         Contender(STAAL, str(supervisor), [], staal=True),
         Contender(MCPSERVER, sys.executable, [str(SERVERS / "mcpserver_noop.py")]),
         Contender(FASTMCP, fastmcp_python, [str(SERVERS / "fastmcp_noop.py")]),
     ]
+    if shm and Path("/dev/shm").is_dir():
+        everyone.append(Contender(STAAL_SHM, str(supervisor), [], staal=True, base=Path("/dev/shm")))
+    return everyone
 
 
 class Session:
@@ -270,9 +279,12 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
 async def bench(args: argparse.Namespace) -> None:
     args.load_before = os.getloadavg()[0]
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
-    everyone = contenders(args.fastmcp_python)
+    everyone = contenders(args.fastmcp_python, shm=not args.no_shm)
     if args.exit_race_workaround:
-        everyone[0].env = {"PYTHONPATH": str(hooks_dir(base, None, True))}
+        hooks = {"PYTHONPATH": str(hooks_dir(base, None, True))}
+        for contender in everyone:
+            if contender.staal:
+                contender.env = hooks
     results = {c.name: Samples() for c in everyone}
     for r in range(args.rounds):
         shift = r % len(everyone)
@@ -340,6 +352,8 @@ async def profile(args: argparse.Namespace) -> None:
     hooks = hooks_dir(base, trace, args.exit_race_workaround)
     staal = contenders(args.fastmcp_python)[0]
     staal.env = {"PYTHONPATH": str(hooks)}
+    if args.on_shm:
+        staal.base = Path("/dev/shm")
     tracer.start(str(trace))
     original_parse = sdk_stdio._parse_line
 
@@ -421,8 +435,10 @@ async def py_spy(args: argparse.Namespace) -> None:
     staal = contenders(args.fastmcp_python)[0]
     if args.exit_race_workaround:
         staal.env = {"PYTHONPATH": str(hooks_dir(base, None, True))}
+    if args.on_shm:
+        staal.base = Path("/dev/shm")
     params, directory = staal.prepare(base)
-    raw = directory.parent / f"{directory.name}.pyspy.txt"
+    raw = base / f"{directory.name}.pyspy.txt"
     async with Session(params, directory / "stderr.log") as client:
         await client.list_tools()
         for i in range(args.warmup):
@@ -476,6 +492,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--fastmcp-python", default=sys.executable,
                         help="the interpreter that has fastmcp installed")
+    parser.add_argument("--no-shm", action="store_true",
+                        help="leave out the staal row with its journals on /dev/shm")
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
     parser.add_argument("--exit-race-workaround", action="store_true",
                         help="run staal with the workaround for the worker-exit race in "
@@ -483,6 +501,8 @@ def main() -> None:
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--on-shm", action="store_true",
+                        help="--profile, --py-spy: staal's journals on /dev/shm (fsyncs cost nothing)")
     args = parser.parse_args()
     asyncio.run(py_spy(args) if args.py_spy else profile(args) if args.profile else bench(args))
 

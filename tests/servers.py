@@ -447,6 +447,8 @@ class Traffic:
 
     sent: list[dict[str, Any]] = field(default_factory=list)
     received: list[dict[str, Any]] = field(default_factory=list)
+    # Lines from the server the SDK could not read as a JSON-RPC message.
+    errors: list[Exception] = field(default_factory=list)
 
     def sent_calls(self) -> list[dict[str, Any]]:
         return [m for m in self.sent if m.get("method") == "tools/call"]
@@ -477,7 +479,9 @@ async def recorded(transport: Any, traffic: Traffic) -> AsyncIterator[Any]:
         async def inward() -> None:
             async with to_client:
                 async for item in read:
-                    if not isinstance(item, Exception):
+                    if isinstance(item, Exception):
+                        traffic.errors.append(item)
+                    else:
                         traffic.received.append(_as_json(item.message))
                     await to_client.send(item)
 

@@ -353,7 +353,7 @@ def test_auto_and_pinned_modes_start_a_probe_that_is_sigtermd_then_the_real_serv
     assert "run_started" not in event_names("\n".join(lines(probe, "err")))
 
 
-HOLD_MS = 1500
+HOLD_MS = 2500  # long enough for the real server to reach the lock; well under its 5 s wait
 
 
 def test_a_real_server_started_while_the_probe_still_holds_the_lock_waits_and_serves(setup):

@@ -184,3 +184,40 @@ def test_run_status_answers_expired_once_the_journal_is_gone_and_unknown_after(t
         unknown = served.call("staal_run_status", {"run": "0" * 32})
         assert unknown["structuredContent"]["status"] == "unknown"
         assert served.close() == 0
+
+
+def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_next_start(tmp_path, service):
+    manifest = waiting_manifest(tmp_path, service)
+    with start(manifest) as served:
+        run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
+        assert served.close() == 0
+    files = RunFiles(tmp_path / "journals", "ticket", run)
+    answer = json.dumps({"status": 201, "text": "{}"})
+    resolved = subprocess.run([sys.executable, "-m", "staal.worker.cli", "resolve", "--journal",
+                               str(files.journal), "--op", "1", "--happened", "yes", "--result", answer],
+                              capture_output=True, text=True, timeout=60)
+    assert resolved.returncode == 0, resolved.stderr
+    with start(manifest) as served:
+        status = served.call("staal_run_status", {"run": run})
+        assert status["structuredContent"]["status"] == "done"
+        assert status["structuredContent"]["result"] == {"status": 201}
+        assert served.close() == 0
+    entry = read_ledger(tmp_path / "journals" / "server.ledger").run(run)
+    assert entry.state == "settled"
+    assert not files.waiting.exists() and not files.inputs.exists()
+    assert len(service.seen("POST")) == 1  # it happened once; nothing was sent again
+
+
+def test_a_notify_command_that_keeps_failing_changes_nothing_else(tmp_path, service):
+    script = notifier(tmp_path, failures=10_000)
+    manifest = waiting_manifest(tmp_path, service, notify=[str(script)])
+    (tmp_path / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
+    data = json.loads(manifest.read_text())
+    data["tools"].append(tool("noop", "noop.py"))
+    manifest.write_text(json.dumps(data))
+    with start(manifest) as served:
+        run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
+        assert (tmp_path / "journals" / "waiting" / f"{run}.json").exists()
+        assert served.events("run_waits_for_operator")
+        assert served.call("noop", {"n": 7})["structuredContent"] == {"result": 7}
+        assert served.close() == 0

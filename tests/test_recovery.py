@@ -60,6 +60,7 @@ def test_an_interrupted_run_is_resumed_at_start_and_settled(tmp_path, service):
     manifest, run = interrupted(tmp_path, service)
     files = RunFiles(tmp_path / "journals", "lookup", run)
     assert summarize(files.journal).end is None
+    assert files.inputs.exists()  # kept while the run may need resuming
     with start(manifest) as served:
         assert [e["rule"] for e in served.events("recovered")] == ["resuming", "resumed"]
         status = served.call("staal_run_status", {"run": run})
@@ -69,6 +70,8 @@ def test_an_interrupted_run_is_resumed_at_start_and_settled(tmp_path, service):
     entry = read_ledger(tmp_path / "journals" / "server.ledger").run(run)
     assert entry.state == "settled" and entry.outcome == "done"
     assert not files.inputs.exists()
+    events = [json.loads(line)["event"] for line in files.log.read_text().splitlines()]
+    assert events[0] == "started" and events[-1] == "ended"  # the run's log beside its journal
 
 
 def test_an_unfinished_run_whose_program_changed_stops_the_server_naming_it(tmp_path, service):

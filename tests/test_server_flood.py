@@ -105,7 +105,9 @@ def test_a_flood_of_calls_is_answered_done_or_busy_and_nothing_runs_twice(tmp_pa
     assert len({p.json()["n"] for p in posts}) == len(posts)
     balanced_ledger(site, len(done) + 1)
     assert most_runs_at_once(session.stderr.records()) <= MAX_RUNS
-    # Every answer went to its own request: one answer per tools/call sent.
+    # Every line was one whole message, and every answer went to its own
+    # request: one answer per tools/call sent.
+    assert session.traffic.errors == []
     calls = session.traffic.sent_calls()
     assert len(calls) == CALLS + 1
     assert all(len(session.traffic.received_for(c["id"])) == 1 for c in calls)

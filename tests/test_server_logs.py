@@ -87,7 +87,8 @@ def test_stderr_is_one_json_object_per_line_with_time_level_event_and_the_run_an
             call = session.client.call_tool
             await call("echo", {"text": "one"})
             await call("echo", {"text": 2})  # refused arguments
-            await call("fails", {"why": "no reason"})
+            failed = await call("fails", {"why": "no reason"})
+            assert failed.is_error is True and failed.content[0].text == "validation: no reason"
             stopped = await call("send", {"url": closer.base + "/x"})
             await call("staal_run_status", {"run": stopped.structured_content["run"]})
             return session

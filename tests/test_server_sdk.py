@@ -360,6 +360,88 @@ def test_over_the_calls_quota_a_call_is_refused_and_holds_nothing(tmp_path, paym
     assert [e["event"] for e in events] == ["reserve", "settle"]
 
 
+def test_concurrent_calls_cannot_overspend_the_money_quota_together(tmp_path, payments):
+    site = Site(tmp_path)
+    # Each run holds its worst case, 50.00, until it settles: two do not fit in 60.00.
+    refund_site(site, payments, quota={"window": "24h", "money": usd("60.00")})
+    first, second = payments.intent(amount=5000), payments.intent(amount=5000)
+    payments.fault("/v1/refunds", "hang")
+
+    async def scenario():
+        async with sdk_session(site, "auto", env=secret(payments)) as session:
+            call = session.client.call_tool
+            answers = {}
+
+            async def held() -> None:
+                answers["held"] = await call("refund", {"order": first["id"], "amount": usd("5")})
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(held)
+                await anyio.to_thread.run_sync(lambda: payments.wait("/v1/refunds", held=1, timeout=WAIT))
+                answers["refused"] = await call("refund", {"order": second["id"], "amount": usd("5")})
+                payments.release()
+            # Settled to the 5.00 it spent, the first leaves room for another.
+            answers["after"] = await call("refund", {"order": second["id"], "amount": usd("5")})
+            return answers
+
+    answers = anyio.run(scenario)
+    assert answers["held"].is_error is False
+    refused = text_of(answers["refused"])
+    assert answers["refused"].is_error is True
+    assert "quota" in refused and "50.00 USD of 60.00 USD" in refused
+    assert answers["after"].is_error is False
+    assert len(payments.refunds()) == 2
+    assert len(ledger_runs(site)) == 2
+
+
+def test_a_once_call_answered_busy_holds_no_key_and_the_same_call_later_runs(tmp_path, payments):
+    site = Site(tmp_path)
+    refund_site(site, payments, once={"by": ["order"]}, max_concurrent_runs=1)
+    first, second = payments.intent(amount=5000), payments.intent(amount=5000)
+    payments.fault("/v1/refunds", "hang")
+
+    async def scenario():
+        async with sdk_session(site, "legacy", env=secret(payments)) as session:
+            call = session.client.call_tool
+            answers = {}
+
+            async def held() -> None:
+                answers["held"] = await call("refund", {"order": first["id"], "amount": usd("5")})
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(held)
+                await anyio.to_thread.run_sync(lambda: payments.wait("/v1/refunds", held=1, timeout=WAIT))
+                answers["busy"] = await call("refund", {"order": second["id"], "amount": usd("5")})
+                payments.release()
+            answers["later"] = await call("refund", {"order": second["id"], "amount": usd("5")})
+            return answers
+
+    answers = anyio.run(scenario)
+    assert answers["busy"].is_error is True and "busy" in text_of(answers["busy"])
+    assert answers["later"].is_error is False
+    assert answers["later"].structured_content != answers["held"].structured_content
+    assert len(payments.refunds()) == 2
+    assert len(ledger_runs(site)) == 2
+
+
+def test_once_keys_are_scoped_to_the_tool(tmp_path):
+    site = Site(tmp_path)
+    site.program("echo.py", ECHO)
+    site.write([{"name": "one", "program": "echo.py", "once": {"by": ["text"]}},
+                {"name": "two", "program": "echo.py", "once": {"by": ["text"]}}])
+
+    async def scenario():
+        async with sdk_session(site, "2026-07-28") as session:
+            call = session.client.call_tool
+            return [await call(name, {"text": "same"}) for name in ("one", "one", "two", "two")]
+
+    results = anyio.run(scenario)
+    assert all(r.structured_content == {"result": {"echo": "same"}} for r in results)
+    runs = ledger_runs(site)
+    assert sorted(run.tool for run in runs) == ["one", "two"]
+    assert [e["event"] for e in site.ledger_events()].count("reserve") == 2
+
+
 # -- a run that stops in doubt ------------------------------------------------------------------------
 
 
@@ -392,6 +474,8 @@ def test_a_run_that_stops_in_doubt_waits_for_an_operator_and_status_says_so(tmp_
     assert "not call the tool again" in text.lower() or "do not call" in text.lower()
     record = json.loads(site.waiting_record(run).read_text())
     assert record["run"] == run
+    # Its arguments are kept while it may need resuming.
+    assert site.journal("send", run).with_name(f"{run}.inputs.json").is_file()
     assert status.structured_content["status"] == "waiting_for_operator"
     assert status.structured_content["run"] == run
     # It keeps its whole reservation: not settled.

@@ -6,6 +6,9 @@ exiting when stdin closes only after every call in flight is answered."""
 from __future__ import annotations
 
 import json
+import os
+import select
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -16,12 +19,16 @@ from tests.recorder import Recorder
 from tests.servers import (
     INITIALIZE_PARAMS,
     SERVER_NAME,
+    START_WAIT,
     WAIT,
     RawServer,
     Site,
+    Stderr,
     modern_meta,
     run_to_end,
+    server_env,
     stripe_refund_grant,
+    supervisor_command,
 )
 
 ECHO = """
@@ -358,6 +365,46 @@ def test_when_stdin_closes_the_server_answers_every_call_in_flight_then_exits_0(
     assert server.wait_exit() == 0
     [entry] = read_ledger(site.ledger_path).runs()
     assert entry.state == "settled" and entry.outcome == "done"
+
+
+def test_when_the_client_stops_reading_the_server_lets_runs_end_and_exits(site, service):
+    """A write that fails for good (the client is gone: EPIPE) stops the
+    reading; the run in flight still ends and is settled; the server exits
+    although its stdin is still open."""
+    slow = service.hold("/slow")
+    stderr = Stderr(site.stderr_path)
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(supervisor_command(site.manifest), cwd=site.root, env=server_env(),
+                               stdin=subprocess.PIPE, stdout=write_end, stderr=stderr.fd)
+    os.close(write_end)
+    stderr.spawned()
+    try:
+        assert process.stdin is not None
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE_PARAMS}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "fetch", "arguments": {"url": service.base + "/slow"}}}
+        process.stdin.write((json.dumps(hello) + "\n" + json.dumps(call) + "\n").encode())
+        process.stdin.flush()
+        ready, _, _ = select.select([read_end], [], [], START_WAIT)
+        assert ready and b'"id":1' in os.read(read_end, 65536)
+        assert slow.arrived.wait(WAIT), stderr.text
+        os.close(read_end)  # the client is gone
+        read_end = -1
+        slow.release.set()
+        assert process.wait(WAIT) == 0, stderr.text
+        gone = stderr.wait_event("client_gone")
+        assert gone["level"] == "warning"
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT)
+        process.stdin.close()
+        stderr.close()
+    [entry] = read_ledger(site.ledger_path).runs()
+    assert entry.state == "settled" and entry.outcome == "done"
+    assert len(service.seen("GET", "/slow")) == 1
 
 
 def test_a_call_answered_is_already_settled_and_its_files_are_beside_its_journal(server, site):

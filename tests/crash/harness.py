@@ -196,3 +196,6 @@ def judge(cell: Cell, observed: Observed, payments: Payments, journals: Path) ->
         if "server_gone" not in observed.first and observed.first["structured"] != repeat["structured"]:
             observed.problems.append("the repeat's answer differs from the first answer")
     check_ledger(journals, observed, payments)
+    left = sorted(p.name for p in journals.glob("*/*/*.inputs.json"))
+    if left:
+        observed.problems.append(f"arguments files left after every run settled: {left}")

@@ -413,6 +413,55 @@ def fsyncs(calls: list[list[tuple[int, str, str, int]]]) -> None:
           f"{sum(counts.values()) / n:.2f} fsyncs per call")
 
 
+# Where a sequential call's time goes: (phase, from event, to event).
+PHASES = (
+    ("client: build and write the request", "cli:call>", "sup:stdin_read"),
+    ("supervisor: stdin thread to event loop, parse, dispatch, check arguments",
+     "sup:stdin_read", "sup:Calls.reserve_and_run>"),
+    ("reserve: thread hop, ledger event, fsync", "sup:Calls.reserve_and_run>",
+     "sup:FileLedger.reserve_call<"),
+    ("inputs file: thread hop, write, fsync file and directory", "sup:FileLedger.reserve_call<",
+     "sup:write_inputs<"),
+    ("checkout: fork request to the zygote, log `run_started`", "sup:write_inputs<", "sup:send.Run"),
+    ("ZeroMQ, supervisor to worker", "sup:send.Run", "wrk:recv.Run"),
+    ("worker: channel thread to main thread", "wrk:recv.Run", "wrk:serve_run>"),
+    ("worker: tripwire, CPU backstop, read inputs, check, hash", "wrk:serve_run>",
+     "wrk:JournalWriter.create>"),
+    ("worker: journal created (header, fsync file and directory)", "wrk:JournalWriter.create>",
+     "wrk:JournalWriter.create<"),
+    ("worker: bind, step counter, the program itself", "wrk:JournalWriter.create<",
+     "wrk:RunContext.finish>"),
+    ("worker: end record, fsync", "wrk:RunContext.finish>", "wrk:RunContext.finish<"),
+    ("worker: close, queue the end, channel thread sends it", "wrk:RunContext.finish<",
+     "wrk:send.Ended"),
+    ("ZeroMQ, worker to supervisor", "wrk:send.Ended", "sup:recv.Ended"),
+    ("conclude: run log line, settle (thread hop, fsync)", "sup:recv.Ended",
+     "sup:FileLedger.settle<"),
+    ("conclude: remove inputs, waiting record, log `run_ended` (thread hops)",
+     "sup:FileLedger.settle<", "sup:Server.answer>"),
+    ("answer: encode, write the line", "sup:Server.answer>", "sup:LineWriter.send<"),
+    ("client: read, parse, validate, return", "sup:LineWriter.send<", "cli:call<"),
+)
+
+
+def print_phases(lines: list[dict[str, int]]) -> None:
+    total = statistics.median(line["cli:call<"] for line in lines)
+    print("\n#### Where a sequential call's time goes (median per call)\n")
+    print("| phase | median | share of the median call |")
+    print("|---|---|---|")
+    summed = 0.0
+    for label, start, end in PHASES:
+        took = [line[end] - line[start] for line in lines if start in line and end in line]
+        if len(took) < 0.9 * len(lines):
+            print(f"| {label} | (not traced) | |")
+            continue
+        median = statistics.median(took)
+        summed += median
+        print(f"| {label} | {median / 1e3:.0f} µs | {median / total:.0%} |")
+    print(f"| **sum of the medians** (the median call: {total / 1e3:.0f} µs) | "
+          f"**{summed / 1e3:.0f} µs** | |")
+
+
 def summarize(path: str) -> None:
     events = read(path)
     calls = windows(events, "call>", "call<")
@@ -423,6 +472,8 @@ def summarize(path: str) -> None:
     totals = [line["cli:call<"] for line in lines]
     print(f"\n{len(calls)} sequential calls traced; client-measured latency: median "
           f"{statistics.median(totals) / 1e3:.0f} µs (the tracer adds its own few µs per mark)")
+    print_phases(lines)
+    fsyncs(calls)
     print_timeline(lines, "One sequential call")
     durations = spans(lines)
     print("\n#### Spans (median per call, first occurrence in the call)\n")
@@ -434,7 +485,6 @@ def summarize(path: str) -> None:
         took.sort()
         print(f"| `{name}` | {statistics.median(took) / 1e3:.0f} µs | "
               f"{took[int(0.9 * (len(took) - 1))] / 1e3:.0f} µs |")
-    fsyncs(calls)
 
 
 def summarize_cold(path: str) -> None:
