@@ -483,6 +483,43 @@ async def py_spy(args: argparse.Namespace) -> None:
     print(f"\nraw samples: {raw}", file=sys.stderr)
 
 
+def worker_costs(args: argparse.Namespace) -> None:
+    """What a worker costs by CPU time, step by step (servers/worker_costs.py)."""
+    import json
+    import subprocess
+
+    base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
+    staal = contenders(args.fastmcp_python)[0]
+    if args.on_shm:
+        staal.base = Path("/dev/shm")
+    _, directory = staal.prepare(base)
+    journals = directory / "journals"
+    journals.mkdir()
+    try:
+        output = subprocess.run(
+            [sys.executable, str(SERVERS / "worker_costs.py"), str(directory / "manifest.json"),
+             str(journals), str(args.forks)], check=True, capture_output=True, text=True).stdout
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    results = json.loads(output)
+    zygote = results.pop("zygote")
+    labels = {
+        "A": "fork, exit at once",
+        "B": "A + the worker's ZeroMQ context and DEALER socket, closed again",
+        "C": "B + the channel's Python thread",
+        "D": "A + one run of the no-op tool (journal " + ("on /dev/shm" if args.on_shm else "on disk") + ")",
+        "E": "C + D: a worker's work, without its messages",
+    }
+    print(f"\n### What one worker costs ({args.forks} forks per case; the zygote: "
+          f"{zygote.get('VmRSS', '?')} resident, {zygote.get('VmSize', '?')} mapped)\n")
+    print("| case | child CPU | minor faults | zygote CPU per fork | fork to reaped (wall) |")
+    print("|---|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name}: {labels[name]} | {r['child_cpu_us']:.0f} µs | {r['minor_faults']:.0f} | "
+              f"{r['parent_cpu_us']:.0f} µs | {r['wall_us']:.0f} µs |")
+    print("\n(CPU and faults from each child's rusage, medians; the zygote's CPU per fork is a mean.)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -501,9 +538,15 @@ def main() -> None:
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--worker-costs", action="store_true",
+                        help="what one worker costs by CPU time, step by step")
+    parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")
     parser.add_argument("--on-shm", action="store_true",
                         help="--profile, --py-spy: staal's journals on /dev/shm (fsyncs cost nothing)")
     args = parser.parse_args()
+    if args.worker_costs:
+        worker_costs(args)
+        return
     asyncio.run(py_spy(args) if args.py_spy else profile(args) if args.profile else bench(args))
 
 

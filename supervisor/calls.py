@@ -83,6 +83,7 @@ class Calls:
     on_started: Callable[[Any, str], None] = lambda call, run: None
     running: int = 0
     states: dict[Any, CallState] = field(default_factory=dict)
+    logs: dict[str, list[bytes]] = field(default_factory=dict)
 
     @property
     def journals(self) -> Path:
@@ -183,19 +184,37 @@ class Calls:
         def on_message(reply: Any) -> None:
             if isinstance(reply, PrintLine):
                 self.log("print", run=reply.run, tool=tool.name, text=reply.text)
-                append_log(files, log_file_line("print", text=reply.text))
+                self.run_log(files).append(log_file_line("print", text=reply.text))
             elif isinstance(reply, Started):
-                append_log(files, log_file_line("started", pid=reply.pid))
+                self.run_log(files).append(log_file_line("started", pid=reply.pid))
 
         return await self.pool.run(worker, message, on_message)
+
+    def run_log(self, files: RunFiles) -> list[bytes]:
+        """The run's log lines, written beside its journal when it ends (or
+        stops): one write per run instead of one per line."""
+        return self.logs.setdefault(files.run, [])
+
+    def _flush_log(self, files: RunFiles, ended: str) -> None:
+        lines = self.logs.pop(files.run, [])
+        lines.append(log_file_line("ended", outcome=ended))
+        append_log(files, b"".join(lines))
+
+    def _settle(self, files: RunFiles, final: Ended) -> None:
+        """Step 7, in one trip to a thread: settle durably, then the run's
+        log, its arguments file and any waiting record."""
+        self.ledger.settle(files.run, final.outcome, charged_of(final))
+        kill_point("supervisor", "settle")
+        self._flush_log(files, final.outcome)
+        remove_inputs(files)
+        self.waiting.remove(files)
 
     async def conclude(self, tool: Tool, files: RunFiles,
                        final: Ended | StoppedMsg | None) -> CallOutcome:
         """Step 7: a stopped run waits (no settle); any other is settled,
         its arguments removed, and answered from its outcome."""
-        append_log(files, log_file_line("ended", outcome=getattr(final, "outcome", "stopped")
-                                        if final is not None else "never started"))
         if isinstance(final, StoppedMsg):
+            await asyncio.to_thread(self._flush_log, files, "stopped")
             await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
             kill_point("supervisor", "waiting")
             self.log("run_waiting", level="warning", run=files.run, tool=tool.name, op=final.op,
@@ -205,14 +224,12 @@ class Calls:
             # Its workers died before its journal existed: it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
             await asyncio.to_thread(remove_inputs, files)
+            await asyncio.to_thread(self._flush_log, files, "never started")
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="every worker died before the run's journal was created")
             return Failed(files.run, "internal", "the run's workers died before it started")
         outcome = outcome_of_message(final)
-        await asyncio.to_thread(self.ledger.settle, files.run, final.outcome, charged_of(final))
-        kill_point("supervisor", "settle")
-        await asyncio.to_thread(remove_inputs, files)
-        await asyncio.to_thread(self.waiting.remove, files)
+        await asyncio.to_thread(self._settle, files, final)
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if isinstance(outcome, Failed) and outcome.kind == "internal":

@@ -28,6 +28,7 @@ from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pa
 from staal.records import Record
 
 HEARTBEAT_TIMEOUT_S = 15.0
+END_GRACE_S = 5.0
 READY_TIMEOUT_S = 60.0
 
 
@@ -75,6 +76,7 @@ class Worker:
     run: str | None = None
     last_seen: float = field(default_factory=time.monotonic)
     gone: str | None = None
+    ended: bool = False  # its run's end (Ended or StoppedMsg) has arrived
 
 
 class Pool:
@@ -197,6 +199,9 @@ class Pool:
         while True:
             reply = await self._next(worker)
             if isinstance(reply, (Ended, StoppedMsg)):
+                worker.ended = True
+                if worker.gone is not None:
+                    self.workers.pop(worker.identity, None)  # kept for this message (_lost)
                 return reply
             on_message(reply)
 
@@ -265,10 +270,18 @@ class Pool:
     def _lost(self, worker: Worker, how: str, clean: bool = False) -> None:
         """A worker is gone: whoever waits on its run learns how; an idle one
         is replaced to keep the pool ahead of demand."""
-        self.workers.pop(worker.identity, None)
         if worker.gone is not None:
+            self.workers.pop(worker.identity, None)
             return
         worker.gone = how
+        if worker.run is not None and clean and not worker.ended:
+            # A worker exits cleanly just after sending its run's end, and the
+            # zygote's report of the exit can overtake that message on its way
+            # through the socket: keep routing to the worker until it arrives,
+            # for a while; an end that never comes is a lost worker.
+            asyncio.get_running_loop().call_later(END_GRACE_S, self._end_overdue, worker, how)
+            return
+        self.workers.pop(worker.identity, None)
         if worker.run is not None and not clean:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how))
         elif worker.run is None and not self.closing:
@@ -284,6 +297,11 @@ class Pool:
                 if worker.gone is None and now - worker.last_seen > HEARTBEAT_TIMEOUT_S:
                     self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run)
                     self._kill(worker)
+
+    def _end_overdue(self, worker: Worker, how: str) -> None:
+        if not worker.ended:
+            self.workers.pop(worker.identity, None)
+            worker.inbox.put_nowait(WorkerLost(worker.pid, f"{how} without reporting its run's end"))
 
     def _kill(self, worker: Worker) -> None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,10 @@ class Server:
 
     async def serve(self) -> None:
         self.loop = asyncio.get_running_loop()
+        # SIGTERM (an SDK letting go of its probe, `docker stop`) ends the
+        # serving as the end of input does: calls in flight are answered,
+        # and close() lets go of the lock and removes the runtime directory.
+        self.loop.add_signal_handler(signal.SIGTERM, self._terminated)
         daily = asyncio.ensure_future(self.daily())
         chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
         read_chunks(self.stdio.reader, lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
@@ -224,6 +229,10 @@ class Server:
 
     def send(self, message: dict[str, Any]) -> None:
         self.writer.send(orjson.dumps(message) + b"\n")
+
+    def _terminated(self) -> None:
+        self.log("terminated", signal="SIGTERM")
+        self.stop_reading.set()
 
     def _client_gone(self, error: OSError) -> None:
         self.log("client_gone", level="warning", error=str(error))

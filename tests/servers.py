@@ -9,8 +9,11 @@ would start it.
   with a bound, for a log event instead of sleeping.
 - `RawServer` speaks raw lines: it writes whatever bytes a test gives and
   keeps every line the server writes, parsed where it parses.
-- `sdk_client` gives the official Python SDK's `Client` over stdio to the
-  same process, with every message in both directions recorded (`Traffic`).
+- `sdk_client` / `sdk_session` give the official Python SDK's `Client` over
+  stdio to the same process, with every message in both directions recorded
+  (`Traffic`).
+- `Closer` is a local HTTP service that takes a request and closes the
+  connection without an answer (an unkeyed POST to it is in doubt).
 
 Every wait is bounded (`WAIT`, generous for a loaded two-core machine).
 """
@@ -85,10 +88,6 @@ class Site:
             "tools": [{"description": f"The {tool['name']} tool.", "grants": {}, "net": NET, **tool}
                       for tool in tools],
         }
-        self.manifest.write_text(json.dumps(data, indent=2))
-        return self.manifest
-
-    def write_raw(self, data: Any) -> Path:
         self.manifest.write_text(json.dumps(data, indent=2))
         return self.manifest
 
@@ -506,16 +505,15 @@ def sdk_client(site: Site, mode: str, stderr: Stderr, env: dict[str, str] | None
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
+    # The SDK passes only a few safe variables on; PYTHONPATH too, when the
+    # tests run against another tree.
+    passed = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
     params = StdioServerParameters(command=sys.executable, args=supervisor_command(site.manifest)[1:],
-                                   env=dict(env or {}), cwd=str(site.root))
+                                   env={**passed, **(env or {})}, cwd=str(site.root))
     transport = stdio_client(params, errlog=stderr.errlog())
     if traffic is not None:
         transport = recorded(transport, traffic)
     return Client(transport, mode=mode, read_timeout_seconds=read_timeout)
-
-
-def structured(result: Any) -> Any:
-    return result.structured_content
 
 
 def text_of(result: Any) -> str:

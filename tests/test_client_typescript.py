@@ -379,10 +379,6 @@ def test_a_real_server_started_while_the_probe_still_holds_the_lock_waits_and_se
     assert out["refused"]["isError"] is True
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server bug: SIGTERM kills staal-supervisor without closing it, so its runtime directory "
-    "(the workers' ZeroMQ endpoint) stays behind; every auto-mode TypeScript SDK connection "
-    "SIGTERMs one probe (patch in the issue 7 report)"))
 def test_a_sigtermd_probe_leaves_nothing_behind_in_the_temporary_directory(setup):
     setup.session("client", "auto")
     assert sorted(p.name for p in setup.tmp.iterdir()) == []

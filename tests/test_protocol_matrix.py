@@ -277,7 +277,7 @@ def check_error(expected: Error, message: dict[str, Any]) -> None:
         assert "data" not in error
 
 
-CELLS = [pytest.param(method, column, id=f"{method} | {column}")
+CELLS = [pytest.param(method, column, id=f"{method}@{column.replace(' ', '-')}")
          for method in METHODS for column in COLUMNS]
 
 
@@ -300,7 +300,7 @@ def test_cell(root, method, column):
         check_result(expected, message["result"], server_info(served))
 
 
-@pytest.mark.parametrize("column", list(COLUMNS))
+@pytest.mark.parametrize("column", list(COLUMNS), ids=[c.replace(" ", "-") for c in COLUMNS])
 def test_every_line_of_a_column_is_one_message_and_the_server_exits_cleanly(root, column):
     served = serve_column(column, root)
     assert served.code == 0, served.stderr
