@@ -89,11 +89,19 @@ def _check_envelope(meta: dict[str, Any]) -> str | RpcError:
     return MODERN
 
 
+# The versions a `_meta` envelope may name; 2025-11-25 is served after initialize.
+ENVELOPE_VERSIONS = (MODERN,)
+
+
 def unsupported_version(requested: str) -> RpcError:
+    """An envelope naming a version this server does not serve in an envelope.
+    `supported` lists only what an envelope may name (as the official SDK's
+    own server does), never the version just refused."""
     return RpcError(
         UNSUPPORTED_PROTOCOL_VERSION,
-        "Unsupported protocol version",
-        {"supported": list(SUPPORTED_VERSIONS), "requested": requested},
+        f"Unsupported protocol version in the _meta envelope: {requested!s:.40}; an envelope "
+        f"may name {', '.join(ENVELOPE_VERSIONS)} (2025-11-25 is served after initialize)",
+        {"supported": list(ENVELOPE_VERSIONS), "requested": requested},
     )
 
 

@@ -107,7 +107,7 @@ METHODS: dict[str, dict[str, Any]] = {  # each method's params, before the colum
 @dataclass(frozen=True)
 class Error:
     code: int
-    requested: str | None = None  # -32022: data.requested, with data.supported the two versions
+    requested: str | None = None  # -32022: data.requested, with data.supported the envelope's version
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ def check_error(expected: Error, message: dict[str, Any]) -> None:
     assert error["code"] == expected.code, error
     assert isinstance(error["message"], str) and error["message"]
     if expected.code == UNSUPPORTED_VERSION:
-        assert error["data"] == {"supported": [LEGACY, MODERN], "requested": expected.requested}
+        assert error["data"] == {"supported": [MODERN], "requested": expected.requested}
     else:
         assert "data" not in error
 

@@ -184,6 +184,8 @@ def _defer_exits(module: Any) -> None:
     pool = getattr(module, "Pool", None)
     if pool is None or not hasattr(pool, "_exited") or not hasattr(pool, "run"):
         return
+    if "ended" in getattr(getattr(module, "Worker", None), "__dataclass_fields__", {}):
+        return  # the pool keeps a worker that exited until its end arrives: fixed there
     exited, run = pool._exited, pool.run
 
     def _exited(self: Any, pid: int, status: int) -> None:
