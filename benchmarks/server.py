@@ -236,7 +236,9 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
     print(f"\nPython {platform.python_version()}, mcp {version('mcp')}, fastmcp {version('fastmcp')}, "
           f"{os.cpu_count()} cores; client: the SDK's `Client`, mode={MODE!r}; "
           f"{args.rounds} rounds, medians over rounds; load average (1 min) "
-          f"{args.load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+          f"{args.load_before:.2f} before, {os.getloadavg()[0]:.2f} after; one fsync after an append "
+          f"on the benchmark's disk: median {args.fsync_before * 1e6:.0f} µs before, "
+          f"{fsync_latency(Path(os.environ.get('BENCH_DIR') or tempfile.gettempdir())) * 1e6:.0f} µs after"
           + ("; staal with --exit-race-workaround" if args.exit_race_workaround else "") + ".")
 
     print(f"\n### Sequential calls ({args.calls} per round)\n")
@@ -276,8 +278,26 @@ def report(results: dict[str, Samples], args: argparse.Namespace) -> None:
             print(f"\n**{name}: {s.wrong} calls answered with an error or a wrong value.**")
 
 
+def fsync_latency(base: Path, count: int = 100) -> float:
+    """The median time of one fsync after a small append, on `base`'s disk."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-fsync-", dir=base))
+    fd = os.open(directory / "probe", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    took = []
+    try:
+        for _ in range(count):
+            os.write(fd, b"x" * 200 + b"\n")
+            start = time.perf_counter()
+            os.fsync(fd)
+            took.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        shutil.rmtree(directory, ignore_errors=True)
+    return statistics.median(took)
+
+
 async def bench(args: argparse.Namespace) -> None:
     args.load_before = os.getloadavg()[0]
+    args.fsync_before = fsync_latency(Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir()))
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
     everyone = contenders(args.fastmcp_python, shm=not args.no_shm)
     if args.exit_race_workaround:
@@ -285,6 +305,10 @@ async def bench(args: argparse.Namespace) -> None:
         for contender in everyone:
             if contender.staal:
                 contender.env = hooks
+    for experiment in args.experiment:  # one more staal row each, journals on disk
+        tried = hooks_dir(base, None, args.exit_race_workaround, (experiment,))
+        everyone.append(Contender(f"staal, --experiment {experiment}", everyone[0].command, [],
+                                  staal=True, env={"PYTHONPATH": str(tried)}))
     results = {c.name: Samples() for c in everyone}
     for r in range(args.rounds):
         shift = r % len(everyone)
@@ -301,7 +325,8 @@ async def bench(args: argparse.Namespace) -> None:
 # -- --profile: where a sequential staal call's time goes ------------------------------------
 
 
-def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool) -> Path:
+def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool,
+              experiments: tuple[str, ...] = ()) -> Path:
     """A directory holding a `sitecustomize.py` that installs the tracer
     (servers/trace/tracer.py) in every staal process started with it on the
     PYTHONPATH: the supervisor passes PYTHONPATH on to its zygote, and the
@@ -311,7 +336,8 @@ def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool) -> Path:
         "import sys\n"
         f"sys.path.append({str(TRACE_DIR)!r})\n"
         "import tracer\n"
-        f"tracer.install({str(trace) if trace else None!r}, fix_exit_race={fix_exit_race!r})\n")
+        f"tracer.install({str(trace) if trace else None!r}, fix_exit_race={fix_exit_race!r}, "
+        f"experiments={tuple(experiments)!r})\n")
     return directory
 
 
@@ -349,7 +375,7 @@ async def profile(args: argparse.Namespace) -> None:
     base = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
     out = Path(tempfile.mkdtemp(prefix="bench-trace-", dir=base))
     trace = out / "trace.txt"
-    hooks = hooks_dir(base, trace, args.exit_race_workaround)
+    hooks = hooks_dir(base, trace, args.exit_race_workaround, tuple(args.experiment))
     staal = contenders(args.fastmcp_python)[0]
     staal.env = {"PYTHONPATH": str(hooks)}
     if args.on_shm:
@@ -445,7 +471,7 @@ async def py_spy(args: argparse.Namespace) -> None:
             await client.call_tool("noop", {"x": i})
         supervisor = staal_processes()["supervisor"]
         command = ["py-spy", "record", "--pid", str(supervisor), "--rate", "1000",
-                   "--format", "raw", "--gil", "--output", str(raw)]
+                   "--format", "raw", "--gil", "--nonblocking", "--output", str(raw)]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
                                stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.0)  # py-spy attaches
@@ -538,6 +564,10 @@ def main() -> None:
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--experiment", action="append", default=[], choices=["defer-fork"],
+                        help="try a change to staal from outside (servers/trace/tracer.py), as "
+                             "one more staal row (--profile: on the traced server): defer-fork "
+                             "asks for a replacement worker when a run ends")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")

@@ -7,6 +7,7 @@ problem at once.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -30,16 +31,24 @@ def _root() -> None:
     """Serve staal programs as MCP tools, and look after their runs."""
 
 
-def load_or_exit(manifest: Path) -> Manifest:
+def load_or_exit(manifest: Path, log: Callable[..., None] | None = None) -> Manifest:
     """The manifest, or every problem in it on stderr and a non-zero exit
-    before anything else happens."""
+    before anything else happens. Its warnings go to `log` (the server's
+    structured log) when given, else to stderr as text."""
     try:
         loaded = load_manifest(manifest)
     except ManifestError as exc:
-        print(exc.message, file=sys.stderr)
+        if log is not None:
+            log("manifest_refused", level="error", manifest=str(manifest),
+                problems=list(exc.problems))
+        else:
+            print(exc.message, file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST) from None
     for warning in loaded.warnings():
-        print(f"warning: {warning}", file=sys.stderr)
+        if log is not None:
+            log("manifest_warning", level="warning", message=warning)
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
     return loaded
 
 
@@ -69,8 +78,9 @@ def serve(
     if log_format not in ("json", "text"):
         print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
         raise typer.Exit(2)
-    loaded = load_or_exit(manifest)
-    raise typer.Exit(asyncio.run(run_server(loaded, stdio, Log(log_format))))
+    log = Log(log_format)
+    loaded = load_or_exit(manifest, log)
+    raise typer.Exit(asyncio.run(run_server(loaded, stdio, log)))
 
 
 @app.command()

@@ -459,10 +459,10 @@ def test_a_cancelled_call_whose_run_started_runs_to_its_end_and_gets_no_answer(s
     slow.release.set()
     started = server.stderr.wait_event("run_started", tool="fetch")
     ended = server.stderr.wait_event("run_ended", run=started["run"])
-    assert ended["outcome"] == "done"
+    assert ended["outcome"] == "done", server.stderr.text
     server.close_stdin()
-    assert server.wait_exit() == 0
-    assert [m for m in server.messages() if m.get("id") == request] == []
+    assert server.wait_exit() == 0, server.stderr.text
+    assert [m for m in server.messages() if m.get("id") == request] == [], server.stderr.text
     [entry] = read_ledger(site.ledger_path).runs()
     assert (entry.run, entry.state, entry.outcome) == (started["run"], "settled", "done")
     assert len(service.seen("GET", "/slow")) == 1

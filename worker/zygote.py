@@ -139,6 +139,7 @@ class Zygote:
 
             code = serve_one(self.endpoint, self.configs, self.prepared)
         finally:
+            flush_c_stdio()
             os._exit(code)
 
     def reap(self) -> None:
@@ -154,6 +155,19 @@ class Zygote:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+def flush_c_stdio() -> None:
+    """What a C library called through ffi.c wrote with printf may still sit
+    in C's stdout buffer (fully buffered: descriptor 1 is a pipe to stderr);
+    os._exit would drop it, so every C stream is flushed first."""
+    import ctypes
+
+    try:
+        with confine.broker_section():
+            ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 def die_with_parent() -> None:

@@ -38,6 +38,7 @@ _role = "cli"
 _FLUSH_AT = 4096
 _tracing = False
 _fix_exit_race = False
+_experiments: tuple[str, ...] = ()
 _wanted: set[str] = set()
 
 # module -> names to wrap, in that module's namespace ("Class.method" or a
@@ -145,6 +146,8 @@ def _patch(module: Any) -> None:
             module.read_chunks = _marking_reader(module.read_chunks)
     if _fix_exit_race and module.__name__ == "staal.supervisor.pool":
         _defer_exits(module)
+    if "defer-fork" in _experiments and module.__name__ == "staal.supervisor.pool":
+        _defer_forks(module)
 
 
 def _patch_one(module: Any, target: str) -> None:
@@ -172,6 +175,43 @@ def _marking_reader(read_chunks: Callable) -> Callable:
             deliver(data)
         return read_chunks(fd, delivering, *args, **kwargs)
     return wrapped
+
+
+def _defer_forks(module: Any) -> None:
+    """An experiment (--experiment defer-fork), not a fix: `Pool.checkout`
+    asks the zygote for a replacement at once, so the fork and the new
+    worker's start-up compete for the CPUs with the run just handed out.
+    Here the replacement is asked for when that run has ended, unless no
+    ready worker is left (then at once, as before)."""
+    pool = getattr(module, "Pool", None)
+    if pool is None or not hasattr(pool, "checkout") or not hasattr(pool, "run"):
+        return
+    checkout, run = pool.checkout, pool.run
+
+    async def checkout_(self: Any) -> Any:
+        owed = []
+        self.fork = lambda count=1: owed.append(count)  # shadows the method meanwhile
+        try:
+            worker = await checkout(self)
+        finally:
+            del self.fork
+        if owed and self.idle.empty():
+            self.fork(sum(owed))
+        elif owed:
+            worker.bench_owed_fork = sum(owed)
+        return worker
+
+    async def run_(self: Any, worker: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await run(self, worker, *args, **kwargs)
+        finally:
+            owed = getattr(worker, "bench_owed_fork", 0)
+            if owed:
+                worker.bench_owed_fork = 0
+                self.fork(owed)
+
+    pool.checkout = checkout_
+    pool.run = run_
 
 
 def _defer_exits(module: Any) -> None:
@@ -267,17 +307,20 @@ def start(path: str) -> None:
     atexit.register(flush)
 
 
-def install(path: str | None, fix_exit_race: bool = False) -> None:
-    """In a staal process: trace to `path` (None: no tracing), and with
-    `fix_exit_race` apply the workaround in `_defer_exits`."""
-    global _role, _tracing, _fix_exit_race, _wanted
+def install(path: str | None, fix_exit_race: bool = False,
+            experiments: tuple[str, ...] = ()) -> None:
+    """In a staal process: trace to `path` (None: no tracing), with
+    `fix_exit_race` apply the workaround in `_defer_exits`, and try the
+    named `experiments` ("defer-fork": `_defer_forks`)."""
+    global _role, _tracing, _fix_exit_race, _wanted, _experiments
     argv = " ".join(sys.orig_argv)
     _role = ("zyg" if "staal.worker.zygote" in argv
              else "sup" if "staal-supervisor" in argv or "staal.supervisor" in argv else "other")
     _tracing = path is not None
     _fix_exit_race = fix_exit_race
+    _experiments = tuple(experiments)
     _wanted = set(SPANS) if _tracing else set()
-    if fix_exit_race:
+    if fix_exit_race or _experiments:
         _wanted.add("staal.supervisor.pool")
     if _wanted:
         sys.meta_path.insert(0, _Hook())
