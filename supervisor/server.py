@@ -98,6 +98,13 @@ class Server:
             if not checked.ok:
                 problems.extend(f"tools '{tool.name}': {p}" for p in checked.problems)
                 continue
+            names = {item["name"] for item in checked.inputs["inputs"]}
+            strangers = [name for name in (tool.once.by if tool.once else ()) if name not in names]
+            if strangers:
+                problems.append(f"tools '{tool.name}': once.by names {', '.join(strangers)}, "
+                                f"which {'is' if len(strangers) == 1 else 'are'} not an input of "
+                                f"its program (inputs: {', '.join(sorted(names)) or 'none'})")
+                continue
             tools[tool.name] = ToolRuntime(tool, checked.inputs, checked.schema, worst_case(tool))
         if problems:
             raise StartupFailed("; ".join(problems))

@@ -35,6 +35,7 @@ class Served:
         self.next_id = 0
         self.buffer = b""
         self.notifications: list[dict] = []
+        self.answers: dict[Any, dict] = {}
 
     def send(self, message: dict) -> None:
         self.process.stdin.write(json.dumps(message).encode() + b"\n")
@@ -49,9 +50,12 @@ class Served:
         deadline = time.monotonic() + timeout
         while True:
             for message in self._lines():
-                if message.get("id") == request_id and "method" not in message:
-                    return message
-                self.notifications.append(message)
+                if "method" in message:
+                    self.notifications.append(message)
+                else:
+                    self.answers[message.get("id")] = message
+            if request_id in self.answers:
+                return self.answers.pop(request_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no answer to request {request_id}:\n{self.stderr()}")

@@ -221,3 +221,28 @@ def test_a_notify_command_that_keeps_failing_changes_nothing_else(tmp_path, serv
         assert served.events("run_waits_for_operator")
         assert served.call("noop", {"n": 7})["structuredContent"] == {"result": 7}
         assert served.close() == 0
+
+
+def test_a_repeated_once_call_of_a_waiting_run_gets_the_same_stopped_result(tmp_path, service):
+    manifest = waiting_manifest(tmp_path, service)
+    data = json.loads(manifest.read_text())
+    data["tools"][0]["once"] = {"by": ["order"]}
+    manifest.write_text(json.dumps(data))
+    with start(manifest) as served:
+        first = served.call("ticket", {"order": "o1"})
+        again = served.call("ticket", {"order": "o1"})
+        assert again["isError"] is True
+        assert again["structuredContent"] == first["structuredContent"]
+        assert again["structuredContent"]["status"] == "waiting_for_operator"
+        assert served.close() == 0
+    assert len(service.seen("POST")) == 1
+
+
+def test_with_keep_forever_nothing_is_ever_deleted():
+    from staal.supervisor.quota import RunEntry
+    from staal.supervisor.retention import expired
+
+    entry = RunEntry(run="a" * 32, tool="t", reserved_ms=0, calls=1, money=(), once=None,
+                     state="settled", ended_ms=0, outcome="done", charged=())
+    assert expired(entry, 86_400_000, 10 * 86_400_000)
+    assert not expired(entry, None, 10**15)

@@ -183,20 +183,30 @@ def _defer_forks(module: Any) -> None:
     worker's start-up compete for the CPUs with the run just handed out.
     Here the replacement is asked for when that run has ended, unless no
     ready worker is left (then at once, as before)."""
+    import contextvars
+
     pool = getattr(module, "Pool", None)
-    if pool is None or not hasattr(pool, "checkout") or not hasattr(pool, "run"):
+    if pool is None or not all(hasattr(pool, n) for n in ("checkout", "run", "fork")):
         return
-    checkout, run = pool.checkout, pool.run
+    checkout, run, fork = pool.checkout, pool.run, pool.fork
+    owing: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("owing", default=None)
+
+    def fork_(self: Any, count: int = 1) -> None:
+        owed = owing.get()
+        if owed is None:
+            fork(self, count)
+        else:
+            owed.append(count)
 
     async def checkout_(self: Any) -> Any:
-        owed = []
-        self.fork = lambda count=1: owed.append(count)  # shadows the method meanwhile
+        owed: list[int] = []
+        token = owing.set(owed)  # this task's forks only
         try:
             worker = await checkout(self)
         finally:
-            del self.fork
+            owing.reset(token)
         if owed and self.idle.empty():
-            self.fork(sum(owed))
+            fork(self, sum(owed))
         elif owed:
             worker.bench_owed_fork = sum(owed)
         return worker
@@ -208,8 +218,9 @@ def _defer_forks(module: Any) -> None:
             owed = getattr(worker, "bench_owed_fork", 0)
             if owed:
                 worker.bench_owed_fork = 0
-                self.fork(owed)
+                fork(self, owed)
 
+    pool.fork = fork_
     pool.checkout = checkout_
     pool.run = run_
 
