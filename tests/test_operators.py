@@ -246,3 +246,25 @@ def test_with_keep_forever_nothing_is_ever_deleted():
                      state="settled", ended_ms=0, outcome="done", charged=())
     assert expired(entry, 86_400_000, 10 * 86_400_000)
     assert not expired(entry, None, 10**15)
+
+
+def test_no_outcome_and_no_restart_removes_a_journal(tmp_path, service):
+    manifest = waiting_manifest(tmp_path, service)
+    (tmp_path / "p.py").write_text(
+        "from staal import fail\n\ndef main(n: int) -> int:\n"
+        "    if n < 0:\n        fail('validation', 'negative')\n    return n\n")
+    data = json.loads(manifest.read_text())
+    data["tools"].append(tool("p", "p.py"))
+    manifest.write_text(json.dumps(data))
+    with start(manifest) as served:
+        served.call("p", {"n": 1})            # done
+        served.call("p", {"n": -1})           # failed
+        served.call("p", {"n": "x"})          # refused before it ran: no journal
+        served.call("ticket", {"order": "o"})  # stopped, waiting
+        assert served.close() == 0
+    runs = read_ledger(tmp_path / "journals" / "server.ledger").runs()
+    journals = sorted((tmp_path / "journals").glob("*/*/*.journal"))
+    assert len(runs) == len(journals) == 3
+    with start(manifest) as served:  # recovery and the retention sweep at start
+        assert served.close() == 0
+    assert sorted((tmp_path / "journals").glob("*/*/*.journal")) == journals

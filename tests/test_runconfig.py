@@ -71,3 +71,18 @@ def test_every_problem_of_a_run_config_is_named_by_its_key_path(tmp_path):
         load_run_config(tmp_path / "config.json")
     paths = sorted(p.split(":")[0] for p in caught.value.problems)
     assert paths == ["limits.deadline", "limits.max_steps", "model", "program", "surprise"]
+
+
+def test_a_problem_reads_the_same_in_a_manifest_and_in_a_run_config(tmp_path):
+    from tests.manifests import problems_of, seed_example
+
+    write_programs(tmp_path, "prog.py")
+    bad = {"cap": "net.http.get", "only": ["ftp://example.com/x"]}
+    data = seed_example()
+    data["tools"][0]["grants"]["get"] = bad
+    (manifest_problem,) = [p for p in problems_of(tmp_path, data) if ".grants.get." in p]
+    (tmp_path / "config.json").write_text(json.dumps({"program": "prog.py", "grants": {"get": bad}}))
+    with pytest.raises(ManifestError) as caught:
+        load_run_config(tmp_path / "config.json")
+    (config_problem,) = caught.value.problems
+    assert manifest_problem == "tools[0]." + config_problem
