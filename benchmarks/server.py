@@ -27,13 +27,30 @@ under `asyncio.gather` (calls/s). Reports medians over rounds and the ratios
 the server issue's goals name (issue 5 item 10).
 
     python benchmarks/server.py [--rounds 5] [--calls 1000] [--inflight 2000] [--cold 3]
-    python benchmarks/server.py --profile [--calls 1000] [--on-shm]   # staal's side only
-    python benchmarks/server.py --py-spy [--calls 1000]   # py-spy on the supervisor
 
---profile runs staal alone with `servers/trace/sitecustomize.py` on the
-PYTHONPATH of the supervisor, the zygote and its workers: it timestamps each
-step of a sequential call in every process (CLOCK_MONOTONIC, shared by all
-of them), and times every fsync by caller, and prints where a call's time goes.
+Profiling staal's side (nothing in staal is edited for it):
+
+    python benchmarks/server.py --profile [--calls 1000] [--on-shm]
+    python benchmarks/server.py --py-spy [--calls 1000]      # needs `pip install py-spy`
+    python benchmarks/server.py --worker-costs [--forks 200] [--on-shm]
+
+--profile starts staal with a generated `sitecustomize.py` on its PYTHONPATH
+(the supervisor hands PYTHONPATH on to the zygote; workers are the zygote's
+forks), which installs `servers/trace/tracer.py` in every staal process: it
+timestamps each step of a call in every process (CLOCK_MONOTONIC, one clock
+for all of them) and every fsync by caller, and the client marks each call's
+start and end; it prints where a sequential call's time goes, the fsyncs, the
+CPU time per call of each process (sequential and 16 in flight), and the
+cold start step by step. --py-spy samples the supervisor (threads holding
+the GIL) during sequential calls. --worker-costs measures what one fork of
+the zygote costs, step by step, by each child's own CPU time
+(`servers/worker_costs.py`).
+
+--exit-race-workaround runs staal with a workaround (in the tracer's hooks)
+for a race in `supervisor/pool.py` that left a call unanswered; it does
+nothing once the pool has the fix. --experiment defer-fork adds a staal row
+that asks for each replacement worker when a run ends instead of when it
+starts (an experiment, from outside; see BENCHMARKS.md).
 
 Prints Markdown tables.
 """
@@ -310,6 +327,17 @@ async def bench(args: argparse.Namespace) -> None:
         everyone.append(Contender(f"staal, --experiment {experiment}", everyone[0].command, [],
                                   staal=True, env={"PYTHONPATH": str(tried)}))
     results = {c.name: Samples() for c in everyone}
+    try:
+        await rounds(everyone, results, base, args)
+    finally:
+        for contender in everyone:
+            if contender.env:
+                shutil.rmtree(contender.env["PYTHONPATH"], ignore_errors=True)
+    report(results, args)
+
+
+async def rounds(everyone: list[Contender], results: dict[str, Samples], base: Path,
+                 args: argparse.Namespace) -> None:
     for r in range(args.rounds):
         shift = r % len(everyone)
         for contender in everyone[shift:] + everyone[:shift]:
@@ -319,7 +347,6 @@ async def bench(args: argparse.Namespace) -> None:
                   f"p50 {s.p50[-1] * 1e3:.2f} ms, p99 {s.p99[-1] * 1e3:.2f} ms, "
                   f"{s.sequential_rate[-1]:,.0f} calls/s sequential, "
                   f"{s.inflight_rate[-1]:,.0f} calls/s {IN_FLIGHT} in flight", file=sys.stderr)
-    report(results, args)
 
 
 # -- --profile: where a sequential staal call's time goes ------------------------------------
@@ -395,6 +422,7 @@ async def profile(args: argparse.Namespace) -> None:
             async with Session(params, directory / "stderr.log") as client:
                 await client.list_tools()
                 tracer.mark("listed")
+            shutil.rmtree(directory, ignore_errors=True)
         params, directory = staal.prepare(base)
         async with Session(params, directory / "stderr.log") as client:
             await client.list_tools()
@@ -419,6 +447,7 @@ async def profile(args: argparse.Namespace) -> None:
             flight_after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     finally:
         sdk_stdio._parse_line = original_parse
+        shutil.rmtree(hooks, ignore_errors=True)
     tracer.flush()
     print(f"trace: {trace}; server stderr: {directory / 'stderr.log'}", file=sys.stderr)
     n = args.calls

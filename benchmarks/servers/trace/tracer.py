@@ -14,8 +14,12 @@ confinement; `O_APPEND`, so processes do not overwrite each other) when the
 buffer fills, at exit and before `os._exit`.
 
 `summarize` reads the trace back: per sequential call (between the client's
-`call>` and `call<`), the median time of every event from the client's send,
-the gaps between them, and the fsyncs.
+`call>` and `call<`), where the time goes by phase, the fsyncs, and the
+median time of every event from the client's send.
+
+The same hook can also, without tracing, apply `_defer_exits` (the
+benchmark's `--exit-race-workaround`) and try `_defer_forks` (its
+`--experiment defer-fork`).
 """
 
 from __future__ import annotations
