@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
 from staal.money import Money
-from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
+from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_inputs
 from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
 from staal.supervisor.log import Log, log_file_line

@@ -6,16 +6,15 @@ problem at once.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from staal.errors import ManifestError
-from staal.manifest import Manifest, load_manifest
+from staal.manifest import Manifest
+from staal.supervisor.serving import EXIT_MANIFEST, read_manifest, run_serve
+from staal.supervisor.serving import main as serving_main
 
-EXIT_MANIFEST = 2
 
 app = typer.Typer(
     name="staal-supervisor",
@@ -32,23 +31,11 @@ def _root() -> None:
 
 
 def load_or_exit(manifest: Path, log: Callable[..., None] | None = None) -> Manifest:
-    """The manifest, or every problem in it on stderr and a non-zero exit
-    before anything else happens. Its warnings go to `log` (the server's
-    structured log) when given, else to stderr as text."""
-    try:
-        loaded = load_manifest(manifest)
-    except ManifestError as exc:
-        if log is not None:
-            log("manifest_refused", level="error", manifest=str(manifest),
-                problems=list(exc.problems))
-        else:
-            print(exc.message, file=sys.stderr)
-        raise typer.Exit(EXIT_MANIFEST) from None
-    for warning in loaded.warnings():
-        if log is not None:
-            log("manifest_warning", level="warning", message=warning)
-        else:
-            print(f"warning: {warning}", file=sys.stderr)
+    """The manifest, or every problem in it and a non-zero exit before
+    anything else happens."""
+    loaded = read_manifest(manifest, log)
+    if loaded is None:
+        raise typer.Exit(EXIT_MANIFEST)
     return loaded
 
 
@@ -67,20 +54,7 @@ def serve(
     log_format: str = typer.Option("json", help="json (one object per line) or text."),
 ) -> None:
     """Serve the manifest's tools over stdio to one MCP client."""
-    import asyncio
-
-    from staal.supervisor.log import Log
-    from staal.supervisor.server import serve as run_server
-    from staal.supervisor.stdio import protect_descriptors
-
-    # Before anything else, and before the manifest is read (seed 000 section 3).
-    stdio = protect_descriptors()
-    if log_format not in ("json", "text"):
-        print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
-        raise typer.Exit(2)
-    log = Log(log_format)
-    loaded = load_or_exit(manifest, log)
-    raise typer.Exit(asyncio.run(run_server(loaded, stdio, log)))
+    raise typer.Exit(run_serve(manifest, log_format))
 
 
 @app.command()
@@ -98,7 +72,7 @@ def status(
 
 
 def main() -> None:
-    app()
+    serving_main()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import zmq.asyncio
 from staal.errors import StaalError
 from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pack, unpack
 from staal.records import Record
+from staal.supervisor.zygote import Spawned, spawn
 
 HEARTBEAT_TIMEOUT_S = 15.0
 END_GRACE_S = 5.0
@@ -81,9 +81,11 @@ class Worker:
 
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
-                 ahead: int = 2, log: Callable[..., None] | None = None) -> None:
+                 ahead: int = 2, log: Callable[..., None] | None = None,
+                 early: Spawned | None = None) -> None:
         self.manifest = manifest
-        self.endpoint = f"ipc://{runtime_dir / 'workers'}"
+        self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
+        self.early = early
         self.env = env
         self.ahead = ahead
         self.log = log or (lambda *a, **k: None)
@@ -111,15 +113,11 @@ class Pool:
 
     async def _spawn_zygote(self) -> None:
         self.zygote_gone = asyncio.Event()
-        report_r, report_w = os.pipe()
-        self.zygote = subprocess.Popen(
-            [sys.executable, "-m", "staal.worker.zygote", "--manifest", str(self.manifest),
-             "--endpoint", self.endpoint, "--report-fd", str(report_w)],
-            stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=self.env,
-            pass_fds=(report_w,), close_fds=True,
-        )
-        os.close(report_w)
-        self.reports = asyncio.get_running_loop().create_task(self._reports(report_r))
+        spawned, self.early = self.early, None  # started before the rest of start-up
+        if spawned is None:
+            spawned = spawn(self.manifest, self.endpoint, self.env)
+        self.zygote = spawned.process
+        self.reports = asyncio.get_running_loop().create_task(self._reports(spawned.report_fd))
         self.fork(self.ahead)
 
     async def close(self) -> None:

@@ -11,11 +11,8 @@ stops the reading, and running runs end as usual.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,29 +38,18 @@ from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
 from staal.supervisor.waiting import Waiting
-
-KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE")
+from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
 
 class StartupFailed(StaalError):
     kind = "startup"
 
 
-def worker_environment(manifest: Manifest) -> dict[str, str]:
-    """Workers get only the variables their grants name (and PATH)."""
-    from staal.runconfig import from_tool
-
-    names = {"PATH", *KILL_VARIABLES}
-    for tool in manifest.tools:
-        names.update(from_tool(manifest, tool).secret_names())
-    if "PYTHONPATH" in os.environ:
-        names.add("PYTHONPATH")
-    return {name: os.environ[name] for name in sorted(names) if name in os.environ}
-
-
 class Server:
-    def __init__(self, manifest: Manifest, stdio: Stdio, log: Log) -> None:
+    def __init__(self, manifest: Manifest, stdio: Stdio, log: Log,
+                 early: Spawned | None = None) -> None:
         self.manifest = manifest
+        self.early = early
         self.stdio = stdio
         self.log = log
         self.writer = LineWriter(stdio.writer, self._client_gone)
@@ -87,9 +73,10 @@ class Server:
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))
-        self.runtime_dir = Path(tempfile.mkdtemp(prefix="staal-"))
+        self.runtime_dir = self.early.runtime_dir if self.early else runtime_dir()
         self.pool = Pool(self.manifest.path, self.runtime_dir, worker_environment(self.manifest),
-                         ahead=min(2, server.max_concurrent_runs) + 1, log=self.log)
+                         ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
+                         early=self.early)
         await self.pool.start()
         tools = {}
         problems = []
@@ -247,14 +234,18 @@ class Server:
             self.loop.call_soon_threadsafe(self.stop_reading.set)
 
 
-async def serve(manifest: Manifest, stdio: Stdio, log: Log) -> int:
-    server = Server(manifest, stdio, log)
+async def serve(manifest: Manifest, stdio: Stdio, log: Log, early: Spawned | None = None) -> int:
+    server = Server(manifest, stdio, log, early)
     try:
         await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
         if hasattr(server, "pool"):
             await server.pool.close()
+        elif early is not None:
+            early.process.kill()
+        if early is not None:
+            shutil.rmtree(early.runtime_dir, ignore_errors=True)
         return 2
     try:
         await server.serve()

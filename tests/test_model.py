@@ -19,7 +19,6 @@ from staal.manifest import Grant, ModelConfig, SecretRef
 from staal.runconfig import RunConfig
 from staal.worker.broker import GrantState
 from staal.worker.capabilities import implementation
-from staal.worker.capabilities.http import HttpClient
 from staal.worker.capabilities.model import (
     ANTHROPIC_VERSION,
     MAX_TOKENS,
@@ -332,7 +331,7 @@ def test_the_capability_waits_through_the_runs_sleeper_and_journals_one_action(t
     config = RunConfig(tool="t", program=tmp_path / "p.py", entry="main", grants={"model": grant},
                        model=ModelConfig("anthropic", MODEL, SecretRef("ANTHROPIC_API_KEY"),
                                          timeout_ms=5000, retries=2, base_url=fake_model.base))
-    services = Services(http=HttpClient(config.net), clock=clock,
+    services = Services(clock=clock,
                         secrets={"ANTHROPIC_API_KEY": KEY}, config=config)
     waits: list[float] = []
     services.sleep = waits.append  # type: ignore[attr-defined]

@@ -29,7 +29,6 @@ from staal.runconfig import RunConfig
 from staal.worker import confine
 from staal.worker.broker import GrantState
 from staal.worker.capabilities import implementation
-from staal.worker.capabilities.http import HttpClient
 from staal.worker.engine import RunContext, RunOutcome
 from staal.worker.journal import JournalState, JournalWriter, read_journal
 from staal.worker.limits import StepCounter, cpu_backstop
@@ -48,10 +47,23 @@ class ResumeRefused(StaalError):
 class Services:
     """What capabilities share within one run."""
 
-    http: HttpClient
     clock: Clock
     secrets: dict[str, str] = field(default_factory=dict)
     config: RunConfig | None = None
+    _http: Any = None
+
+    @property
+    def http(self) -> Any:
+        """The run's HTTP client, made (and httpx imported) on first use."""
+        if self._http is None:
+            from staal.worker.capabilities.http import HttpClient
+
+            self._http = HttpClient(self.config.net)
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
 
 
 @dataclass(frozen=True)
@@ -200,8 +212,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
         on_print=request.on_print,
     )
-    services = Services(http=HttpClient(config.net), clock=request.clock, secrets=secrets,
-                        config=config)
+    services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
     returned, failure = None, None
     stdout, sys.stdout = sys.stdout, _Printed(ctx)
@@ -218,7 +229,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     finally:
         sys.stdout.flush_rest()
         sys.stdout = stdout
-        services.http.close()
+        services.close()
     if _violations and ctx.violation is None:
         ctx.violation = ctx.redact(_violations[0])
     if counter.steps > config.limits.max_steps and not isinstance(failure, RunFailed):

@@ -48,6 +48,9 @@ class Channel(threading.Thread):
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.IDENTITY, f"w{os.getpid()}".encode())
         self.socket.setsockopt(zmq.LINGER, 5_000)
+        # The zygote starts before the supervisor binds (their start-ups
+        # overlap): retry a refused connect every 10 ms, not every 100.
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(endpoint)
         # The main thread wakes this one through a pair of inproc sockets.
         self.wake_in = self.context.socket(zmq.PAIR)

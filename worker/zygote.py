@@ -46,8 +46,15 @@ def warm(configs: dict[str, RunConfig]) -> None:
     """Do once here what every worker would otherwise do first: imports, the
     step counter's view of which folders are not the program's, and the
     record encoders' per-type plans. A fork inherits all of it."""
-    import httpx  # noqa: F401
     import zmq  # noqa: F401
+
+    # httpx costs a tenth of a second to import: only when a tool can use it.
+    networked = {"net.http.get", "net.http.post", "payments.stripe.refund", "model.complete"}
+    if any(g.cap in networked for c in configs.values() for gr in c.grants.values()
+           for g in gr.walk()):
+        import httpx  # noqa: F401
+
+        import staal.worker.capabilities.http  # noqa: F401
 
     import staal.worker.serve  # noqa: F401
     from staal.journal_records import JOURNAL

@@ -1,0 +1,86 @@
+"""`staal-supervisor serve`, without the command-line library: an MCP
+client starts this command and waits for each start, so it skips typer's
+imports (about a tenth of a second) and starts the zygote as soon as the
+manifest is read, overlapping its start-up with the supervisor's."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from staal.errors import ManifestError
+from staal.manifest import Manifest, load_manifest
+
+EXIT_MANIFEST = 2
+
+
+def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Manifest | None:
+    """The manifest, or None after reporting every problem in it. Problems
+    and warnings go to `log` (the server's structured log) when given, else
+    to stderr as text."""
+    try:
+        loaded = load_manifest(manifest)
+    except ManifestError as exc:
+        if log is not None:
+            log("manifest_refused", level="error", manifest=str(manifest),
+                problems=list(exc.problems))
+        else:
+            print(exc.message, file=sys.stderr)
+        return None
+    for warning in loaded.warnings():
+        if log is not None:
+            log("manifest_warning", level="warning", message=warning)
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
+    return loaded
+
+
+def run_serve(manifest: Path, log_format: str) -> int:
+    from staal.supervisor.log import Log
+    from staal.supervisor.stdio import protect_descriptors
+
+    # Before anything else, and before the manifest is read (seed 000 section 3).
+    stdio = protect_descriptors()
+    if log_format not in ("json", "text"):
+        print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
+        return 2
+    log = Log(log_format)
+    loaded = read_manifest(manifest, log)
+    if loaded is None:
+        return EXIT_MANIFEST
+    from staal.supervisor.zygote import spawn_early
+
+    early = spawn_early(loaded)  # its start-up overlaps the rest of ours
+    import asyncio
+
+    from staal.supervisor.server import serve
+
+    return asyncio.run(serve(loaded, stdio, log, early))
+
+
+def serve_from_argv(argv: list[str]) -> int | None:
+    """The exit code of `serve ...`, or None for any other command line
+    (which typer then handles, help and errors included)."""
+    import argparse
+
+    if argv[:1] != ["serve"] or {"-h", "--help"} & set(argv):
+        return None
+    parser = argparse.ArgumentParser(prog="staal-supervisor serve", add_help=False)
+    parser.add_argument("manifest", type=Path)
+    parser.add_argument("--log-format", default="json")
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit:
+        return None  # let typer explain what is wrong
+    return run_serve(args.manifest, args.log_format)
+
+
+def main() -> None:
+    """The `staal-supervisor` console script."""
+    code = serve_from_argv(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from staal.supervisor.cli import app
+
+    app()
