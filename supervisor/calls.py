@@ -83,6 +83,8 @@ class Calls:
     running: int = 0
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
+    # Work that may wait until the answer is written (the server runs it).
+    after_answer: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def journals(self) -> Path:
@@ -131,8 +133,8 @@ class Calls:
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
                               call: Any, state: CallState) -> CallOutcome:
         tool = runtime.tool
-        result = await asyncio.to_thread(
-            self.ledger.reserve_call, tool.name, tool.quota, 1, runtime.worst_case, once)
+        arguments = arguments_to_json(values)
+        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments)
         if isinstance(result, Existing):
             return self.answer_earlier(result.entry, once.args)
         if isinstance(result, Different):
@@ -140,14 +142,22 @@ class Calls:
         if isinstance(result, OverQuota):
             return Refused("quota", quota_text(tool, result))
         state.reserved = True
-        run = result.run
-        kill_point("supervisor", "reserve")
-        files = self.files(tool.name, run)
-        await asyncio.to_thread(write_inputs, files, arguments_to_json(values))
-        kill_point("supervisor", "inputs")
-        self.on_started(call, run)
+        files = self.files(tool.name, result.run)
+        self.on_started(call, result.run)
         final = await self.execute_with_recovery(tool, files, resume=False)
         return await self.conclude(tool, files, final)
+
+    def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict) -> Any:
+        """Steps 5 and 6a in one trip to a thread, each durable before the next:
+        the reservation, then the arguments file."""
+        tool = runtime.tool
+        result = self.ledger.reserve_call(tool.name, tool.quota, 1, runtime.worst_case, once)
+        if isinstance(result, (Existing, Different, OverQuota)):
+            return result
+        kill_point("supervisor", "reserve")
+        write_inputs(self.files(tool.name, result.run), arguments)
+        kill_point("supervisor", "inputs")
+        return result
 
     async def resume_run(self, files: RunFiles) -> CallOutcome:
         """Recovery at start: resume an unfinished or waiting run to its end
@@ -200,11 +210,14 @@ class Calls:
         append_log(files, b"".join(lines))
 
     def _settle(self, files: RunFiles, final: Ended) -> None:
-        """Step 7, in one trip to a thread: settle durably, then the run's
-        log, its arguments file and any waiting record."""
         self.ledger.settle(files.run, final.outcome, charged_of(final))
         kill_point("supervisor", "settle")
-        self._flush_log(files, final.outcome)
+
+    def _clean_up(self, files: RunFiles, outcome: str) -> None:
+        """After a settled run is answered: its log, its arguments file (a
+        crash before this leaves it for the next start to remove) and any
+        waiting record."""
+        self._flush_log(files, outcome)
         remove_inputs(files)
         self.waiting.remove(files)
 
@@ -229,6 +242,7 @@ class Calls:
             return Failed(files.run, "internal", "the run's workers died before it started")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self._settle, files, final)
+        self.after_answer.append(lambda: self._clean_up(files, final.outcome))
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if isinstance(outcome, Failed) and outcome.kind == "internal":

@@ -84,3 +84,19 @@ def append_log(files: RunFiles, line: bytes) -> None:
         write_all(fd, line)
     finally:
         os.close(fd)
+
+
+def make_run_folders(journals: Path, tools: list[str], syncer: Syncer = OS_SYNC) -> None:
+    """Every `<tool>/<xx>` folder a run id can name, made once at start, so
+    no call pays for a new directory (and its parent's fsync)."""
+    for tool in tools:
+        base = make_private_dir(journals / tool, syncer)
+        made = False
+        for first in range(256):
+            folder = base / f"{first:02x}"
+            if not folder.is_dir():
+                os.mkdir(folder, 0o700)
+                os.chmod(folder, 0o700)
+                made = True
+        if made:
+            syncer.sync_dir(base)

@@ -52,8 +52,8 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
     for entry in entries.values():
         files = RunFiles(journals, entry.tool, entry.run)
         if entry.state != "unsettled":
-            if files.inputs.exists():
-                plan.remove_inputs.append(files)
+            if files.inputs.exists() or files.waiting.exists():
+                plan.remove_inputs.append(files)  # left by a crash after its settle
             continue
         _plan_unsettled(manifest, entry, files, entry.run in found, plan)
     return plan

@@ -31,7 +31,7 @@ from staal.supervisor.calls import Calls, CallState, ToolRuntime, worst_case
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
-from staal.supervisor.files import remove_inputs
+from staal.supervisor.files import make_run_folders, remove_inputs
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
@@ -97,6 +97,7 @@ class Server:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
                            on_started=self._run_started)
+        await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
         await self.keep_files()
         descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
@@ -119,9 +120,11 @@ class Server:
             self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
         for files in plan.remove_inputs:
             await asyncio.to_thread(remove_inputs, files)
+            self.waiting.remove(files)
         for files in plan.resume:  # one after another, before anything is served
             self.log("recovered", rule="resuming", run=files.run, tool=files.tool)
             outcome = await self.calls.resume_run(files)
+            await self.clean_up()
             self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
                      outcome=type(outcome).__name__.lower())
 
@@ -203,6 +206,7 @@ class Server:
             if outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
+            await self.clean_up()
         except Exception as exc:  # a bug: the call gets an internal error, the log the detail
             self.log("call_failed", level="error", tool=call.name, error=f"{type(exc).__name__}: {exc}")
             self.answer(call, Refused("busy", "the server could not complete this call (an internal "
@@ -210,6 +214,12 @@ class Server:
         finally:
             self.tasks.pop(call.request_id, None)
             self.states.pop(call.request_id, None)
+
+    async def clean_up(self) -> None:
+        """What settled runs left to do once their calls were answered."""
+        work, self.calls.after_answer[:] = list(self.calls.after_answer), []
+        for job in work:
+            await asyncio.to_thread(job)
 
     def answer(self, call: CallTool, outcome: Any) -> None:
         message = self.connection.answer_call(call, outcome)

@@ -96,8 +96,50 @@ class Channel(threading.Thread):
                     self.socket.send(pack(item))
 
 
+def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOutcome]) -> None:
+    """Walk the engine's path once while idle, running no program: a forked
+    worker pays a page copy for every shared object it first touches, and
+    paying them here keeps them off the path of the run it will serve."""
+    from staal.appendlog import AppendLog
+    from staal.clock import SYSTEM_CLOCK
+    from staal.journal_records import Header
+    from staal.worker.engine import RunContext
+    from staal.worker.journal import JournalWriter
+    from staal.worker.limits import StepCounter
+
+    class _NoSync:
+        def sync_file(self, fd: int) -> None: ...
+        def sync_dir(self, path: object) -> None: ...
+
+    for name, loaded in prepared.items():
+        if isinstance(loaded, RunOutcome):
+            continue
+        config = configs[name]
+        inputs = loaded.info.inputs
+        values = check_arguments(inputs, placeholder_arguments(inputs), tuple(loaded.info.capabilities))
+        header = Header(run="0" * 32, tool=name, program=str(config.program),
+                        program_sha256=loaded.program_sha256, config_sha256=loaded.config_sha256,
+                        inputs_sha256="0" * 64, runtime="rehearsal", time=SYSTEM_CLOCK.now_ms())
+        with confine.broker_section():
+            log = AppendLog(Path(os.devnull), os.open(os.devnull, os.O_WRONLY), _NoSync())
+            writer = JournalWriter(log, SYSTEM_CLOCK)
+            writer.write(header)
+            ctx = RunContext("0" * 32, writer, SYSTEM_CLOCK, header.time)
+            counter = StepCounter(config.limits.max_steps, config.program.parent)
+            counter.start()
+            counter.stop()
+            outcome = ctx.finish({"rehearsal": sorted(values)})
+            log.close()
+        pack(Ended(run="0" * 32, outcome=outcome.outcome, result=outcome.result, usage={}))
+        pack(Started(run="0" * 32, pid=os.getpid()))
+
+
 def serve_one(endpoint: str, configs: dict[str, RunConfig],
               prepared: dict[str, Prepared | RunOutcome]) -> int:
+    try:
+        rehearse(configs, prepared)
+    except Exception:  # a rehearsal is an optimisation; the run itself reports real problems
+        pass
     channel = Channel(endpoint)
     channel.start()
     try:
