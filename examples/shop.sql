@@ -2,7 +2,8 @@
 -- is built from this file by examples/make_shop_db.py).
 -- Totals are in the currency's minor units, as payment services count them;
 -- payment_intent is the order's payment at the payment service. The README's
--- "Running the examples by hand" creates pi_shop1001 in the fake service.
+-- quickstart and "Running the examples by hand" create these payments in the
+-- fake service.
 
 CREATE TABLE orders (
     id TEXT PRIMARY KEY,
@@ -16,4 +17,5 @@ CREATE TABLE orders (
 INSERT INTO orders (id, customer, status, total_minor, currency, payment_intent) VALUES
     ('ord_1001', 'Ada Lovelace', 'delivered', 12000, 'USD', 'pi_shop1001'),
     ('ord_1002', 'Alan Turing', 'shipped', 3550, 'USD', 'pi_shop1002'),
-    ('ord_1003', 'Grace Hopper', 'paid', 4500, 'JPY', 'pi_shop1003');
+    ('ord_1003', 'Grace Hopper', 'paid', 4500, 'JPY', 'pi_shop1003'),
+    ('ord_1004', 'Edsger Dijkstra', 'delivered', 25000, 'USD', 'pi_shop1004');

@@ -175,10 +175,12 @@ def internal_error_text(run: str) -> str:
 
 
 def _stopped(outcome: Stopped) -> ToolResult:
+    # The engine's message already names the op ("op 2 (...) may or may not
+    # have happened: ..."), so it is quoted whole rather than wrapped in it.
     text = (
-        f"The action may already have happened: run {outcome.run} stopped at operation "
-        f"{outcome.op} ({outcome.message}) and is waiting for an operator to settle it. "
-        f"Do not call the tool again for it; follow run {outcome.run} with {RUN_STATUS_TOOL}."
+        f"Run {outcome.run} stopped and is waiting for an operator to settle it: "
+        f"{outcome.message.rstrip('.')}. The action may already have happened: do not call "
+        f"the tool again for it; follow run {outcome.run} with {RUN_STATUS_TOOL}."
     )
     return ToolResult(text, True, {"status": "waiting_for_operator", "run": outcome.run})
 

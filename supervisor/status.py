@@ -109,7 +109,7 @@ def render(report: dict[str, Any]) -> str:
         for run in runs:
             lines.append(f"  {run['run']:<32}  {run['tool']:<20}  {run['state']:<36}  {run['reserved']}")
             if run["state"] == "waiting_for_operator":
-                lines.append(f"      in doubt: op {run['op']}: {run.get('message') or ''}")
+                lines.append(f"      in doubt: {_in_doubt(run)}")
                 lines.append(f"      resolve:  {run['resolve']}")
     lines.append("")
     if not report["quotas"]:
@@ -127,3 +127,11 @@ def render(report: dict[str, Any]) -> str:
             line += f"; next frees at {frees}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _in_doubt(run: dict) -> str:
+    """The stop message, which names its op itself unless it is not the
+    engine's usual one."""
+    message = run.get("message") or ""
+    prefix = f"op {run['op']}"
+    return message if message.startswith(prefix) else f"{prefix}: {message}".rstrip(": ")

@@ -12,60 +12,42 @@ examples/ under the test's own folder.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from staal.manifest import load_manifest
 from staal.runconfig import from_tool, load_run_config
+
 from tests.payments import Payments
+from tests.readme import (
+    BASE,
+    ENV,
+    EXAMPLES,
+    README,
+    Step,
+    blocks,
+    copy_examples,
+    normalized,
+    section,
+    shell_env,
+)
+from tests.readme import steps as readme_steps
 from tests.runs import TIMEOUT, Workspace
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-README = (ROOT / "README.md").read_text()
-SECTION_TITLE = "## Running the examples by hand"
-BASE = "http://127.0.0.1:8765"  # where the examples expect the fake payment service
-ENV = "STRIPE_SECRET_KEY"
+SECTION_TITLE = "Running the examples by hand"
 EXIT_CODES = {"done": 0, "failed": 1, "error": 2, "stopped": 3}
 RUN_CONFIGS = ("lookup.run.json", "refund.run.json", "refund_over_limit.run.json")
 OVER_EACH = ("'payments.stripe.refund' allows at most 50.00 USD per action; "
              "this action needs 80.00 USD")
 
 
-# -- the README section -------------------------------------------------------------
-
-
-@dataclass
-class Step:
-    command: str
-    shown: str | None  # the output block that follows it, if any
-
-
-def section() -> str:
-    start = README.index(SECTION_TITLE + "\n")
-    end = README.find("\n## ", start + len(SECTION_TITLE))
-    return README[start:] if end < 0 else README[start:end]
-
-
 def steps() -> list[Step]:
-    """The section's ```sh blocks, each with the output block right after it."""
-    found: list[Step] = []
-    for lang, body in re.findall(r"^```(\w*)\n(.*?)\n```$", section(), flags=re.S | re.M):
-        if lang == "sh":
-            found.append(Step(body, None))
-        else:
-            assert found and found[-1].shown is None, f"an output block follows no command:\n{body}"
-            found[-1].shown = body
-    return found
+    return readme_steps(blocks(section(SECTION_TITLE)))
 
 
 def start_command() -> str:
@@ -76,19 +58,6 @@ def readme_key() -> str:
     match = re.fullmatch(r"python examples/fake_payments\.py --key (sk_test_\w+)", start_command())
     assert match, f"the section opens by starting the fake: {start_command()!r}"
     return match.group(1)
-
-
-def normalized(text: str) -> list[str]:
-    """What stays the same from run to run and machine to machine: run ids,
-    the fake's random object ids, times, hashes, paths and the version go."""
-    text = re.sub(r"[0-9a-f]{32}", "<run>", text)
-    text = re.sub(r"\b(re|ch|txn)_[A-Za-z0-9]+", r"\1_<id>", text)
-    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", "<time>", text)
-    text = re.sub(r'"created": \d+', '"created": <time>', text)
-    text = re.sub(r"[0-9a-f]{16}\.\.\.", "<sha>...", text)
-    text = re.sub(r"\S*/examples/", "examples/", text)
-    text = re.sub(r"staal \d+\.\d+\.\d+\S*", "staal <version>", text)
-    return [line.rstrip() for line in text.strip().splitlines()]
 
 
 # -- the fake service and a copy of examples/ pointed at it ----------------------------
@@ -102,25 +71,6 @@ def fake() -> Iterator[Payments]:
         yield service
     finally:
         service.stop()
-
-
-def copy_examples(root: Path, base: str) -> Path:
-    """examples/ under `root`, its configs pointing at the fake at `base`."""
-    copy = root / "examples"
-    shutil.copytree(EXAMPLES, copy, ignore=shutil.ignore_patterns(
-        "journals", "__pycache__", "*.journal"))
-    for path in copy.glob("*.json"):
-        text = path.read_text()
-        path.write_text(text.replace(BASE, base))
-    return copy
-
-
-def shell_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = Workspace(Path(".")).env(extra)
-    env.pop(ENV, None)  # the README's export provides it
-    # `staal` is this interpreter's: the venv the tests run in.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
 
 
 @pytest.fixture
@@ -182,7 +132,7 @@ def test_every_command_of_the_readme_section_runs_and_prints_what_the_readme_sho
         assert code == expected, where
 
     # The README's curl made the payment shop.sql says order ord_1001 was paid with.
-    [created] = re.findall(r"-d '(\{.*?\})' " + re.escape(BASE) + "/_control/intents", section())
+    [created] = re.findall(r"-d '(\{.*?\})' " + re.escape(BASE) + "/_control/intents", section(SECTION_TITLE))
     created = json.loads(created)
     [order] = [r for r in order_rows(EXAMPLES / "shop.db") if r["payment_intent"] == created["id"]]
     assert (order["total_minor"], order["currency"].lower()) == (created["amount"], created["currency"])
@@ -194,7 +144,7 @@ def test_every_command_of_the_readme_section_runs_and_prints_what_the_readme_sho
 
 
 def test_the_readme_section_comes_after_what_is_here_and_uses_the_examples_default_port():
-    assert README.index("## What is here") < README.index(SECTION_TITLE)
+    assert README.index("## What is here") < README.index("## " + SECTION_TITLE)
     manifest = json.loads((EXAMPLES / "manifest.json").read_text())
     [refund] = [t for t in manifest["tools"] if t["name"] == "refund_order"]
     assert refund["grants"]["pay"]["base_url"] == BASE

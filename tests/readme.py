@@ -1,0 +1,92 @@
+"""Reading README.md's walk-throughs, so the tests that run them and the
+README cannot drift: a section's fenced blocks, what stays the same from
+machine to machine in what a command prints, and a copy of examples/
+pointed at a fake payment service on a free port."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.runs import Workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+README = (ROOT / "README.md").read_text()
+BASE = "http://127.0.0.1:8765"  # where the examples expect the fake payment service
+ENV = "STRIPE_SECRET_KEY"
+
+
+@dataclass
+class Block:
+    lang: str
+    body: str
+
+
+@dataclass
+class Step:
+    command: str
+    shown: str | None  # the output block that follows it, if any
+
+
+def section(title: str) -> str:
+    """The README's `## title` section, up to the next `## ` heading."""
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 3 + len(title))
+    return README[start:] if end < 0 else README[start:end]
+
+
+def blocks(text: str) -> list[Block]:
+    return [Block(lang, body) for lang, body in
+            re.findall(r"^```(\w*)\n(.*?)\n?```$", text, flags=re.DOTALL | re.MULTILINE)]
+
+
+def steps(found: list[Block]) -> list[Step]:
+    """```sh blocks, each with the output block right after it."""
+    out: list[Step] = []
+    for block in found:
+        if block.lang == "sh":
+            out.append(Step(block.body, None))
+        else:
+            assert out and out[-1].shown is None, f"an output block follows no command:\n{block.body}"
+            out[-1].shown = block.body
+    return out
+
+
+def normalized(text: str) -> list[str]:
+    """What stays the same from run to run and machine to machine: run ids,
+    the fake's random object ids, times, hashes, paths and the version go."""
+    text = re.sub(r"[0-9a-f]{32}", "<run>", text)
+    text = re.sub(r"/<run>/", "/<id>/", text)  # a run's folder in a journal path
+    text = re.sub(r"/[0-9a-f]{2}/<run>\.", "/<id>/<run>.", text)
+    text = re.sub(r"\b(re|ch|txn)_[A-Za-z0-9]+", r"\1_<id>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", "<time>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "<time>", text)
+    text = re.sub(r'"created": \d+', '"created": <time>', text)
+    text = re.sub(r"[0-9a-f]{16}\.\.\.", "<sha>...", text)
+    text = re.sub(r"\S*/examples/", "examples/", text)
+    text = re.sub(r"staal \d+\.\d+\.\d+\S*", "staal <version>", text)
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def copy_examples(root: Path, base: str) -> Path:
+    """examples/ under `root`, its configs pointing at the fake at `base`."""
+    copy = root / "examples"
+    shutil.copytree(EXAMPLES, copy, ignore=shutil.ignore_patterns(
+        "journals", "__pycache__", "*.journal"))
+    for path in copy.glob("*.json"):
+        text = path.read_text()
+        path.write_text(text.replace(BASE, base))
+    return copy
+
+
+def shell_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = Workspace(Path(".")).env(extra)
+    env.pop(ENV, None)  # the README's commands provide it
+    # `staal` and `staal-supervisor` are this interpreter's: the venv the tests run in.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
