@@ -204,7 +204,7 @@ def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
     lock = json.loads((JS / "package-lock.json").read_text())
     wanted = {**package.get("dependencies", {}), **package.get("devDependencies", {})}
     assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
-                           "@modelcontextprotocol/inspector"}
+                           "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code"}
     for name, version in wanted.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"pin {name} exactly, not {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
