@@ -38,7 +38,11 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
   the next `times` requests to that path (past the idempotency check) get
   the fault. KIND is `hang` (hold the request until released, or `hold_ms`,
   60 s by default; then go on as usual), `fail` (answer 500 api_error
-  without doing anything), `fail_after` (do it, then answer 500), `close`
+  without doing anything, as a failure in front of the API does: nothing is
+  saved under the key), `fail_saved` (the endpoint starts and fails without
+  doing anything, and its 500 is saved under the key, as Stripe saves every
+  answer once its endpoint ran: a retry with the key gets the same 500),
+  `fail_after` (do it, then answer 500), `close`
   (close the connection without an answer, without doing anything) or
   `close_after` (do it, then close without an answer). The `_after` kinds
   are how a real answer gets lost: the refund exists, the client never
@@ -69,7 +73,7 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 REASONS = ("duplicate", "fraudulent", "requested_by_customer")
-FAULTS = ("hang", "fail", "fail_after", "close", "close_after")
+FAULTS = ("hang", "fail", "fail_saved", "fail_after", "close", "close_after")
 DEFAULT_HOLD_MS = 60_000
 ZERO_DECIMAL = {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd",
                 "vuv", "xaf", "xof", "xpf"}
@@ -430,6 +434,11 @@ class Handler(BaseHTTPRequestHandler):
             if key and replay is None:
                 service.finish(key, None)  # the endpoint never ran: nothing saved
             return self.fail() if kind == "fail" else self.drop()
+        if kind == "fail_saved" and replay is None:
+            failed = error(500, "api_error", "An unknown error occurred")
+            if key:
+                service.finish(key, failed)
+            return self.answer(failed)
         answer = replay or endpoint()
         if key and replay is None:
             service.finish(key, answer)

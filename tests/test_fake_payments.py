@@ -227,6 +227,20 @@ def test_fail_answers_500_api_error_and_does_nothing(payments):
     assert retried.status_code == 200 and len(payments.refunds()) == 1
 
 
+def test_fail_saved_answers_500_and_the_key_gets_that_500_again_as_stripe_saves_it(payments):
+    intent = payments.intent(amount=5000)
+    payments.fault("/v1/refunds", "fail_saved")
+    failed = refund(payments, key="k1", payment_intent=intent["id"], amount=2000)
+    assert failed.status_code == 500 and error_of(failed)["type"] == "api_error"
+    retried = refund(payments, key="k1", payment_intent=intent["id"], amount=2000)
+    assert retried.status_code == 500 and retried.headers["idempotent-replayed"] == "true"
+    assert retried.json() == failed.json()
+    assert payments.refunds() == []
+    # Another key is another request: the fault is spent, so it refunds.
+    other = refund(payments, key="k2", payment_intent=intent["id"], amount=2000)
+    assert other.status_code == 200 and len(payments.refunds()) == 1
+
+
 def test_fail_after_refunds_then_answers_500_and_the_key_gets_the_refund(payments):
     intent = payments.intent(amount=5000)
     payments.fault("/v1/refunds", "fail_after")

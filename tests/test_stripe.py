@@ -323,6 +323,52 @@ def test_a_refund_still_in_doubt_after_its_retries_stops_and_a_resume_finishes_i
     kept_secret(ws, payments, stopped, done)
 
 
+def test_a_saved_500_keeps_the_run_waiting_and_after_did_not_happen_a_new_key_refunds_once(
+        tmp_path, payments):
+    """Stripe saves a 500 under its key once the endpoint ran and gives it to
+    every retry with that key for 24 hours: resends with the key cannot
+    settle it, and the attempt an operator's "did not happen" allows goes
+    out under a key of its own."""
+    ws, _ = workspace(tmp_path, payments)
+    payments.fault("/v1/refunds", "fail_saved")
+    assert ws.run(env=secret(payments)).code == 3
+    again = ws.resume(env=secret(payments))
+    assert again.code == 3 and again.outcome["op"] == 2
+    assert "answered 500" in again.outcome["message"]
+    key = f"{run_id(ws)}-2"
+    assert {p["headers"]["idempotency-key"] for p in payments.requests("POST")} == {key}
+    assert payments.refunds() == []
+
+    resolved = ws.staal("resolve", "--journal", "run.journal", "--op", "2", "--happened", "no")
+    assert resolved.code == 0, resolved.stderr
+    done = ws.resume(env=secret(payments))
+    assert done.code == 0, done.stderr
+    posts = payments.requests("POST")
+    assert [p["headers"]["idempotency-key"] for p in posts][-1] == f"{key}-2"
+    assert {p["body"] for p in posts} == {posts[0]["body"]}  # the same refund, asked again
+    [refund] = payments.refunds()
+    assert done.outcome["result"]["refund"] == refund["id"]
+    assert [r["idempotency_key"] for r in ws.records("intent") if r["op"] == 2] == [key, f"{key}-2"]
+
+
+def test_a_new_attempt_whose_answer_is_lost_is_resent_under_its_own_key(tmp_path, payments):
+    ws, _ = workspace(tmp_path, payments)
+    payments.fault("/v1/refunds", "fail_saved")
+    assert ws.run(env=secret(payments)).code == 3
+    assert ws.staal("resolve", "--journal", "run.journal", "--op", "2", "--happened", "no").code == 0
+    # The new attempt's intent is written, then the worker dies before sending it.
+    killed = ws.resume(env={**secret(payments), "STAAL_TEST_KILL_POINTS": "1",
+                            "STAAL_KILL_AT": "worker:intent"})
+    assert killed.code == -9
+    key = f"{run_id(ws)}-2"
+    assert [r["idempotency_key"] for r in ws.records("intent") if r["op"] == 2] == [key, f"{key}-2"]
+
+    done = ws.resume(env=secret(payments))
+    assert done.code == 0, done.stderr
+    assert payments.requests("POST")[-1]["headers"]["idempotency-key"] == f"{key}-2"
+    assert len(payments.refunds()) == 1
+
+
 def test_a_run_killed_before_the_refund_is_sent_refunds_exactly_once_on_resume(tmp_path, payments):
     ws, _ = workspace(tmp_path, payments)
     killed = ws.run(env={**secret(payments), **KILL_AT_REFUND_INTENT})

@@ -294,10 +294,15 @@ class RunContext:
                 return result
             # It did not happen: do it now, under a new intent, so that if this
             # attempt's answer is lost too the op is in doubt again, not resent.
+            # A new attempt is a new request with a key of its own: a service
+            # keeps the first key's answer (Stripe replays even a 500 to it
+            # for 24 hours), which would make the operator's answer useless.
+            key = None if key is None else f"{key}-{entry.attempts + 1}"
             self._write_intent(op, state, spec, key)
             return self._perform(op, state, spec, perform, key)
         if self._safe_to_resend(spec, intent):
-            return self._perform(op, state, spec, perform, key)
+            # Sent again as it was first sent: under the key its intent records.
+            return self._perform(op, state, spec, perform, intent.idempotency_key)
         self._count(state, spec, ())
         self._stop(op, self._in_doubt_message(op, spec.describe(state.param)))
 

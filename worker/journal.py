@@ -33,6 +33,7 @@ class OpEntry:
     value: Value | None = None
     outcome: OutcomeRecord | None = None
     resolved: Resolved | None = None
+    attempts: int = 1  # intents written for it: one more after each "did not happen"
 
     @property
     def settled(self) -> bool:
@@ -110,7 +111,8 @@ class _Builder:
         if self._retry(record):
             # An op resolved as not having happened, attempted again: in doubt
             # once more until its outcome, and an operator may answer again.
-            state.ops[record.op] = OpEntry(record.op, intent=record)
+            state.ops[record.op] = OpEntry(record.op, intent=record,
+                                           attempts=state.ops[record.op].attempts + 1)
             state.stopped = None
             return
         if record.op != state.last_op + 1:

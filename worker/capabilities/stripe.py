@@ -22,7 +22,9 @@ dropped, a 5xx, or 409 `idempotency_key_in_use` while the first request is
 still being processed) is sent again with the same key a few times, within
 the tool's `net.timeout_ms`; if no answer settles it, the action is in doubt
 and the run stops. A resume sends it again with the same key only inside the
-24 hours (the engine decides that); after that an operator resolves it. Any
+24 hours (the engine decides that); after that an operator resolves it.
+Stripe saves a 500 its endpoint gave under the key too and gives it to every
+retry, so such a refund stays in doubt until an operator answers. Any
 other 4xx is a refusal from Stripe: the action failed, with Stripe's message.
 
 The secret key is read from the server's environment before anything is
@@ -186,7 +188,8 @@ class StripeRefundCapability(Bound, StripeRefund):
             through=((self._state.needs["post"], url),))
 
         def perform(key: str | None) -> Performed:
-            # keyed=True: the engine always hands a key, `<run id>-<op>`.
+            # keyed=True: the engine always hands a key, `<run id>-<op>` (and
+            # `-<attempt>` after an operator's "did not happen").
             return self._post_refund(url, {**headers, IDEMPOTENCY_HEADER: str(key)}, form)
 
         return self._ctx.act(self._state, spec, perform)
