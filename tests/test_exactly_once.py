@@ -167,6 +167,7 @@ def test_killed_after_an_unkeyed_post_intent_the_run_waits_and_no_answer_means_s
 
     resolved = ws.staal("resolve", "--journal", "run.journal", "--op", "1", "--happened", "no")
     assert resolved.code == 0, resolved.stderr
+    assert "staal resume --journal run.journal" in resolved.stdout  # no server: resume it yourself
     done = ws.resume()
     assert done.code == 0, done.stderr
     assert len(service.seen("POST")) == 1

@@ -197,6 +197,9 @@ def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_nex
                                str(files.journal), "--op", "1", "--happened", "yes", "--result", answer],
                               capture_output=True, text=True, timeout=60)
     assert resolved.returncode == 0, resolved.stderr
+    # A server's journal: the operator is told the server resumes it, not to
+    # run `staal resume` beside the server.
+    assert resolved.stdout.strip().endswith("the server resumes the run at its next start")
     with start(manifest) as served:
         status = served.call("staal_run_status", {"run": run})
         assert status["structuredContent"]["status"] == "done"

@@ -40,8 +40,18 @@ def resolve_op(journal: Path, op: int, happened: bool, result_text: str | None) 
         log.append(JOURNAL.encode(Resolved(op=op, happened=happened, time=SYSTEM_CLOCK.now_ms(),
                                            result=result)))
     said = "happened" if happened else "did not happen"
+    if _served(journal):
+        return (f"op {op} of run {state.header.run} recorded as {said}; the server resumes "
+                "the run at its next start")
     return (f"op {op} of run {state.header.run} recorded as {said}; "
             f"resume the run to continue (staal resume --journal {journal})")
+
+
+def _served(journal: Path) -> bool:
+    """Whether the journal is a server's (`<journals>/<tool>/<xx>/<run id>.journal`
+    beside `<journals>/server.ledger`): the server resumes its runs at start,
+    and a `staal resume` beside it would run the program outside the server."""
+    return (journal.resolve().parent.parent.parent / "server.ledger").is_file()
 
 
 def _result(cap: str, action: str, happened: bool, text: str | None) -> Any:
