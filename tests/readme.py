@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.runs import Workspace
+from tests.runs import TIMEOUT, Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -55,6 +57,30 @@ def steps(found: list[Block]) -> list[Step]:
             assert out and out[-1].shown is None, f"an output block follows no command:\n{block.body}"
             out[-1].shown = block.body
     return out
+
+
+@dataclass
+class Ran:
+    step: Step
+    out: str
+    err: str
+    code: int
+
+
+def run_steps(steps: list[Step], local: Callable[[str], str], cwd: Path,
+              env: dict[str, str], outs: Path) -> list[Ran]:
+    """The steps in one shell, as an operator types them one after another
+    (what one defines is there for the next), each command as `local` has
+    this machine run it; what each printed and its exit code."""
+    outs.mkdir()
+    script = [f'{{\n{local(step.command)}\n}} >"{outs}/{i}.out" 2>"{outs}/{i}.err"\n'
+              f'echo $? >"{outs}/{i}.rc"\n' for i, step in enumerate(steps)]
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-c", "".join(script)], cwd=cwd,
+                          env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT * len(steps), check=False)
+    assert done.returncode == 0, done.stderr
+    return [Ran(step, (outs / f"{i}.out").read_text(), (outs / f"{i}.err").read_text(),
+                int((outs / f"{i}.rc").read_text())) for i, step in enumerate(steps)]
 
 
 def normalized(text: str) -> list[str]:

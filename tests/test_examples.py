@@ -33,6 +33,7 @@ from tests.readme import (
     blocks,
     copy_examples,
     normalized,
+    run_steps,
     section,
     shell_env,
 )
@@ -107,29 +108,17 @@ def test_every_command_of_the_readme_section_runs_and_prints_what_the_readme_sho
     assert rest, "the section has commands after starting the fake"
     copy_examples(tmp_path, fake.base)
     (tmp_path / "tmp").mkdir()
-    outs = tmp_path / "steps"
-    outs.mkdir()
-    script = []
-    for i, step in enumerate(rest):
-        command = step.command.replace(BASE, fake.base)
-        script.append(f'{{\n{command}\n}} >"{outs}/{i}.out" 2>"{outs}/{i}.err"\n'
-                      f'echo $? >"{outs}/{i}.rc"\n')
-    done = subprocess.run(["bash", "--noprofile", "--norc", "-c", "".join(script)], cwd=tmp_path,
-                          env={**shell_env(), "TMPDIR": str(tmp_path / "tmp")},
-                          capture_output=True, text=True, timeout=TIMEOUT * len(rest))
-    assert done.returncode == 0, done.stderr
+    ran = run_steps(rest, lambda command: command.replace(BASE, fake.base), tmp_path,
+                    {**shell_env(), "TMPDIR": str(tmp_path / "tmp")}, tmp_path / "steps")
 
-    for i, step in enumerate(rest):
-        out = (outs / f"{i}.out").read_text()
-        err = (outs / f"{i}.err").read_text()
-        code = int((outs / f"{i}.rc").read_text())
-        where = f"README step:\n{step.command}\nprinted:\n{out}\n{err}"
+    for r in ran:
+        where = f"README step:\n{r.step.command}\nprinted:\n{r.out}\n{r.err}"
         expected = 0
-        if step.shown is not None:
-            if step.shown.startswith("{"):
-                expected = EXIT_CODES[json.loads(step.shown)["outcome"]]
-            assert normalized(out) == normalized(step.shown), where
-        assert code == expected, where
+        if r.step.shown is not None:
+            if r.step.shown.startswith("{"):
+                expected = EXIT_CODES[json.loads(r.step.shown)["outcome"]]
+            assert normalized(r.out) == normalized(r.step.shown), where
+        assert r.code == expected, where
 
     # The README's curl made the payment shop.sql says order ord_1001 was paid with.
     [created] = re.findall(r"-d '(\{.*?\})' " + re.escape(BASE) + "/_control/intents", section(SECTION_TITLE))

@@ -43,12 +43,14 @@ from tests.readme import (
     BASE,
     ENV,
     EXAMPLES,
-    README,
     Block,
+    Ran,
     Step,
     blocks,
     copy_examples,
     normalized,
+    run_steps,
+    section,
     shell_env,
 )
 from tests.readme import steps as readme_steps
@@ -71,16 +73,11 @@ class Quickstart:
 
 
 def quickstart() -> Quickstart:
-    found: list[Block] = blocks(_section())
+    found: list[Block] = blocks(section(TITLE))
     desktop = [b for b in found if b.lang == "json" and "mcpServers" in b.body]
     assert len(desktop) == 1, "the quickstart has one Claude Desktop snippet"
     rest = [b for b in found if b is not desktop[0]]
     return Quickstart(readme_steps(rest), json.loads(desktop[0].body))
-
-
-def _section() -> str:
-    start = README.index(f"## {TITLE}\n")
-    return README[start:README.index("\n## ", start + 3)]
 
 
 def fake_command(steps: list[Step]) -> tuple[int, str]:
@@ -132,31 +129,11 @@ def expected_exit(shown: str | None) -> int:
     return INSPECTOR_TOOL_ERROR if shown and '"isError": true' in shown else 0
 
 
-@dataclass
-class Ran:
-    step: Step
-    out: str
-    err: str
-    code: int
-
-
-def run_steps(steps: list[Step], root: Path, base: str, home: Path) -> list[Ran]:
-    """The steps in one shell, as an operator types them one after another
-    (the `refund` function one defines is there for the next)."""
-    outs = root.parent / "steps"
-    outs.mkdir()
-    script = []
-    for i, step in enumerate(steps):
-        script.append(f'{{\n{local(step.command, base)}\n}} >"{outs}/{i}.out" 2>"{outs}/{i}.err"\n'
-                      f'echo $? >"{outs}/{i}.rc"\n')
+def run_walkthrough(steps: list[Step], root: Path, base: str, home: Path) -> list[Ran]:
     env = shell_env({"HOME": str(home), "TMPDIR": str(root.parent / "tmp")})
     env["PATH"] = os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]])
-    done = subprocess.run(["bash", "--noprofile", "--norc", "-c", "".join(script)], cwd=root,
-                          env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT * len(steps), check=False)
-    assert done.returncode == 0, done.stderr
-    return [Ran(step, (outs / f"{i}.out").read_text(), (outs / f"{i}.err").read_text(),
-                int((outs / f"{i}.rc").read_text())) for i, step in enumerate(steps)]
+    return run_steps(steps, lambda command: local(command, base), root, env,
+                     root.parent / "steps")
 
 
 # -- the walk-through ----------------------------------------------------------------------
@@ -172,7 +149,7 @@ def test_every_command_of_the_quickstart_runs_and_prints_what_it_shows(tmp_path,
     home = tmp_path / "home"
     home.mkdir()
 
-    ran = run_steps(steps, root, fake.base, home)
+    ran = run_walkthrough(steps, root, fake.base, home)
     for r in ran:
         where = f"README step:\n{r.step.command}\nprinted:\n{r.out}\n{r.err}"
         if r.step.shown is not None:
