@@ -35,7 +35,7 @@ from staal.manifest import Grant, NetConfig
 from staal.worker.broker import GrantState
 from staal.worker.capabilities.http import HttpClient, HttpGetCapability
 from staal.worker.engine import RunContext
-from staal.worker.journal import JournalWriter
+from staal.journal import JournalWriter
 from staal.worker.limits import StepCounter
 from staal.worker.program import load_module
 from staal.worker.run import Services

@@ -43,11 +43,14 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
   doing anything, and its 500 is saved under the key, as Stripe saves every
   answer once its endpoint ran: a retry with the key gets the same 500),
   `fail_after` (do it, then answer 500), `close`
-  (close the connection without an answer, without doing anything) or
-  `close_after` (do it, then close without an answer). The `_after` kinds
+  (close the connection without an answer, without doing anything),
+  `hang_close` (hold it as `hang` does, then close without an answer and
+  without doing anything: a gateway that held the request and never passed
+  it on) or `close_after` (do it, then close without an answer). The `_after` kinds
   are how a real answer gets lost: the refund exists, the client never
   hears of it, and the saved answer is what a retry with the key gets.
-- `POST /_control/release`: lets every held request go on.
+- `POST /_control/release`: lets every held request go on; once it answers,
+  none is counted as held.
 - `GET /_control/wait?path=P&requests=N&held=N&refunds=N&timeout_ms=T`: waits
   until at least N requests to P arrived / are held / N refunds exist, then
   answers 200; 408 if that did not happen within T ms (default 10000).
@@ -73,7 +76,7 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 REASONS = ("duplicate", "fraudulent", "requested_by_customer")
-FAULTS = ("hang", "fail", "fail_saved", "fail_after", "close", "close_after")
+FAULTS = ("hang", "hang_close", "fail", "fail_saved", "fail_after", "close", "close_after")
 DEFAULT_HOLD_MS = 60_000
 ZERO_DECIMAL = {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd",
                 "vuv", "xaf", "xof", "xpf"}
@@ -256,10 +259,12 @@ class Service:
             releases = self.releases
             self.held[path] = self.held.get(path, 0) + 1
             self.cond.notify_all()
+            released = False
             try:
-                self.cond.wait_for(lambda: self.releases != releases, timeout=seconds)
+                released = self.cond.wait_for(lambda: self.releases != releases, timeout=seconds)
             finally:
-                self.held[path] -= 1
+                if not released:  # a release stops counting it itself
+                    self.held[path] -= 1
 
     def wait(self, query: dict) -> Answer:
         path = query.get("path")
@@ -298,6 +303,7 @@ class Service:
                 return Answer(200, {"ok": True})
             if (method, path) == ("POST", "/_control/release"):
                 self.releases += 1
+                self.held.clear()
                 self.cond.notify_all()
                 return Answer(200, {"ok": True})
         if (method, path) == ("GET", "/_control/wait"):
@@ -428,9 +434,9 @@ class Handler(BaseHTTPRequestHandler):
             if refused is not None:
                 return self.answer(refused)
         kind, hold_s = service.take_fault(path)
-        if kind == "hang":
+        if kind in ("hang", "hang_close"):
             service.hold(path, hold_s)
-        if kind in ("fail", "close"):
+        if kind in ("fail", "close", "hang_close"):
             if key and replay is None:
                 service.finish(key, None)  # the endpoint never ran: nothing saved
             return self.fail() if kind == "fail" else self.drop()

@@ -83,6 +83,8 @@ class Value(Record):
     cap: str
     value: Json
     time: TimeMs
+    # The capability parameter it was drawn through, for the run's usage.
+    param: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,15 @@ class Resolved(Record):
     happened: bool
     time: TimeMs
     result: Json = None
+    # What the action charged, if it happened, as its result says (a
+    # refund's amount): the run's usage and the ledger's settle count it.
+    charged: tuple[Money, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.happened and (self.result is not None or self.charged):
+            raise RecordError("an op that did not happen has no result and charged nothing",
+                              "happened")
+        check_one_per_currency(self.charged, "charged")
 
 
 @dataclass(frozen=True, slots=True)

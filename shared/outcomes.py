@@ -8,7 +8,7 @@ from typing import Literal
 
 from staal.errors import RecordError
 from staal.money import Money
-from staal.records import Count
+from staal.records import Count, OpNumber
 
 # done: a result; failed: a failure of one of FAILURE_KINDS; error: the call's
 # config or inputs were refused before anything ran (ERROR_KINDS).
@@ -24,9 +24,36 @@ ERROR_KINDS = ("config", "input")
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of the operator's program, where an exception passed:
+    for the operator (the run's log, the server's log, `journal show`),
+    never for the client."""
+
+    file: str
+    line: OpNumber
+    function: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     kind: FailureKind
     message: str
+    # The program's own frames the exception that ended it passed through,
+    # most recent call last; empty when it did not come from program code.
+    traceback: tuple[Frame, ...] = ()
+
+
+def format_frames(frames: tuple[Frame, ...], indent: str = "") -> list[str]:
+    """A traceback as Python prints one, for people."""
+    if not frames:
+        return []
+    lines = [f"{indent}Traceback (the program's frames, most recent call last):"]
+    for frame in frames:
+        lines.append(f'{indent}  File "{frame.file}", line {frame.line}, in {frame.function}')
+        if frame.source:
+            lines.append(f"{indent}    {frame.source}")
+    return lines
 
 
 @dataclass(frozen=True, slots=True)

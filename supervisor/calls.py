@@ -23,6 +23,7 @@ from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
 from staal.money import Money
+from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_inputs
 from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
@@ -181,7 +182,7 @@ class Calls:
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
-                    return await asyncio.to_thread(give_up, files, deaths, how)
+                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool) -> Ended | StoppedMsg:
         """Run (or resume) in a worker; `WorkerLost` if the worker died."""
@@ -204,20 +205,20 @@ class Calls:
         stops): one write per run instead of one per line."""
         return self.logs.setdefault(files.run, [])
 
-    def _flush_log(self, files: RunFiles, ended: str) -> None:
+    def _flush_log(self, files: RunFiles, ended: str, failure: Failure | None = None) -> None:
         lines = self.logs.pop(files.run, [])
-        lines.append(log_file_line("ended", outcome=ended))
+        lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
         append_log(files, b"".join(lines))
 
     def _settle(self, files: RunFiles, final: Ended) -> None:
         self.ledger.settle(files.run, final.outcome, charged_of(final))
         kill_point("supervisor", "settle")
 
-    def _clean_up(self, files: RunFiles, outcome: str) -> None:
+    def _clean_up(self, files: RunFiles, final: Ended) -> None:
         """After a settled run is answered: its log, its arguments file (a
         crash before this leaves it for the next start to remove) and any
         waiting record."""
-        self._flush_log(files, outcome)
+        self._flush_log(files, final.outcome, final.failure)
         remove_inputs(files)
         self.waiting.remove(files)
 
@@ -242,9 +243,14 @@ class Calls:
             return Failed(files.run, "internal", "the run's workers died before it started")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self._settle, files, final)
-        self.after_answer.append(lambda: self._clean_up(files, final.outcome))
+        self.after_answer.append(lambda: self._clean_up(files, final))
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
+        if final.failure is not None and final.failure.traceback:
+            # Where the program failed, for the operator; the client gets
+            # only the kind and message.
+            self.log("program_failed", level="warning", run=files.run, tool=tool.name,
+                     **failure_fields(final.failure))
         if isinstance(outcome, Failed) and outcome.kind == "internal":
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message=final.failure.message)
@@ -277,6 +283,18 @@ class Calls:
         if entry is None:
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting)
+
+
+def failure_fields(failure: Failure | None) -> dict[str, Any]:
+    """A failure as log fields: kind, message and the program's frames."""
+    if failure is None:
+        return {}
+    fields: dict[str, Any] = {"kind": failure.kind, "message": failure.message}
+    if failure.traceback:
+        fields["traceback"] = [
+            {"file": f.file, "line": f.line, "function": f.function, "source": f.source}
+            for f in failure.traceback]
+    return fields
 
 
 def quota_text(tool: Tool, over: OverQuota) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from staal.fsio import OS_SYNC, Syncer, make_private_dir, write_all
+from staal.ids import is_run_id
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,19 @@ class RunFiles:
     @property
     def waiting(self) -> Path:
         return self.journals / "waiting" / f"{self.run}.json"
+
+
+def find_journals(journals: Path) -> dict[str, tuple[str, Path]]:
+    """Every journal under `journals`: run id -> (tool, path)."""
+    found: dict[str, tuple[str, Path]] = {}
+    if not journals.is_dir():
+        return found
+    for tool_dir in sorted(p for p in journals.iterdir() if p.is_dir() and p.name != "waiting"):
+        for path in sorted(tool_dir.glob("??/*.journal")):
+            run = path.stem
+            if is_run_id(run) and path.parent.name == run[:2]:
+                found[run] = (tool_dir.name, path)
+    return found
 
 
 def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:

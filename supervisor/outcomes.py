@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from staal.appendlog import AppendLog, read_log
-from staal.clock import SYSTEM_CLOCK
 from staal.errors import LogDamaged
-from staal.journal_records import JOURNAL, End, Stopped as StoppedRecord
+from staal.journal import JournalWriter, read_journal
+from staal.journal_records import End, Stopped as StoppedRecord
 from staal.messages import Ended, StoppedMsg
 from staal.outcomes import Failure
 from staal.money import Money
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
 from staal.supervisor.files import RunFiles
-from staal.supervisor.journals import summarize
 from staal.supervisor.ledger import RunEntry
 
 
@@ -41,22 +39,19 @@ def charged_of(message: Ended | End) -> tuple[Money, ...]:
     return tuple(totals[c] for c in sorted(totals))
 
 
-def journal_end(files: RunFiles) -> tuple[End | None, StoppedRecord | None]:
-    """The journal's end record and its last stop, if any; (None, None) when
-    the journal is gone (deleted under retention)."""
+def journal_end(files: RunFiles) -> End | None:
+    """The journal's end record, if any; None too when the journal is gone
+    (deleted under retention)."""
     try:
-        records = read_log(files.journal, decode=JOURNAL.decode).records
+        return read_journal(files.journal).end
     except FileNotFoundError:
-        return None, None
-    end = next((r for r in reversed(records) if isinstance(r, End)), None)
-    stopped = next((r for r in reversed(records) if isinstance(r, StoppedRecord)), None)
-    return end, stopped
+        return None
 
 
 def answer_of_journal(entry: RunEntry, files: RunFiles) -> CallOutcome:
     """The earlier run's answer, exactly as it was given."""
     try:
-        end, _ = journal_end(files)
+        end = journal_end(files)
     except LogDamaged as exc:
         return Refused("in_progress", f"run {entry.run} ended, but its journal cannot be read: {exc}")
     if end is None:
@@ -80,7 +75,7 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
                              message=stopped["message"])
         return RunStatus(run, "running")
     try:
-        end, _ = journal_end(files)
+        end = journal_end(files)
     except LogDamaged:
         end = None
     if end is None:
@@ -90,26 +85,27 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
     return RunStatus(run, "failed", kind=end.failure.kind, message=end.failure.message)
 
 
-def give_up(files: RunFiles, deaths: int, how: str) -> Ended | StoppedMsg | None:
+def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
+            how: str) -> Ended | StoppedMsg | None:
     """After its workers died `deaths` times: a run with an op in doubt waits
     for an operator; any other fails as internal. The supervisor writes the
     journal's record itself, since no worker holds it any more. None: the
-    run never got a journal, so it never started."""
+    run never got a journal, so it never started. `params` are the tool's
+    capability parameters, for the end's usage."""
     if not files.journal.exists():
         return None
-    summary = summarize(files.journal)
+    journal = read_journal(files.journal)
     reason = f"the worker running it died {deaths} times (the last {how})"
-    log, _ = AppendLog.open(files.journal, decode=JOURNAL.decode)
-    with log:
-        now = SYSTEM_CLOCK.now_ms()
-        if summary.in_doubt:
-            op = summary.in_doubt[0]
+    with JournalWriter.reopen(files.journal) as writer:
+        doubt = journal.in_doubt()
+        if doubt:
+            op = doubt[0]
             message = (f"op {op} may or may not have happened: {reason}; find out from the "
                        f"service, then run: staal resolve --journal {files.journal} --op {op} "
                        "--happened yes --result JSON (or --happened no)")
-            log.append(JOURNAL.encode(StoppedRecord(op=op, message=message, time=now)))
+            writer.write(StoppedRecord(op=op, message=message, time=writer.now()))
             return StoppedMsg(run=files.run, op=op, message=message)
         failure = Failure("internal", reason)
-        log.append(JOURNAL.encode(End(outcome="failed", time=now, failure=failure,
-                                      usage=summary.usage)))
-        return Ended(run=files.run, outcome="failed", failure=failure, usage=summary.usage)
+        usage = journal.usage(params)
+        writer.write(End(outcome="failed", time=writer.now(), failure=failure, usage=usage))
+        return Ended(run=files.run, outcome="failed", failure=failure, usage=usage)

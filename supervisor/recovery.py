@@ -24,8 +24,8 @@ from staal.errors import LogDamaged
 from staal.journal_records import End
 from staal.manifest import Manifest
 from staal.runconfig import from_tool
-from staal.supervisor.files import RunFiles
-from staal.supervisor.journals import Summary, find_journals, summarize
+from staal.journal import JournalState, read_journal
+from staal.supervisor.files import RunFiles, find_journals
 from staal.supervisor.ledger import Ledger, RunEntry
 
 
@@ -65,14 +65,14 @@ def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_jo
         plan.release.append(files)
         return
     try:
-        summary = summarize(files.journal)
+        journal = read_journal(files.journal)
     except LogDamaged as exc:
         plan.problems.append(f"run {entry.run}: its journal is damaged: {exc.message}")
         return
-    if summary.end is not None:
-        plan.settle.append((files, summary.end))
+    if journal.end is not None:
+        plan.settle.append((files, journal.end))
         return
-    changed = what_changed(manifest, entry.tool, summary)
+    changed = what_changed(manifest, entry.tool, journal)
     if changed:
         plan.problems.append(
             f"run {entry.run} of tool '{entry.tool}' is unfinished and cannot be resumed: "
@@ -86,11 +86,11 @@ def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_jo
     plan.resume.append(files)
 
 
-def what_changed(manifest: Manifest, tool_name: str, summary: Summary) -> str:
+def what_changed(manifest: Manifest, tool_name: str, journal: JournalState) -> str:
     tool = manifest.tool(tool_name)
     if tool is None:
         return f"the manifest no longer has tool '{tool_name}'"
-    header, changed = summary.header, []
+    header, changed = journal.header, []
     if header.runtime != staal.RUNTIME:
         changed.append(f"the runtime (it began under {header.runtime}; this is {staal.RUNTIME})")
     program = Path(header.program)

@@ -12,9 +12,9 @@ from typing import Any
 
 import psutil
 
+from staal.journal import read_journal
 from staal.manifest import Manifest
 from staal.supervisor.files import RunFiles
-from staal.supervisor.journals import summarize
 from staal.supervisor.ledger import read_ledger
 
 
@@ -68,7 +68,7 @@ def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
     summary = None
     if files.journal.exists():
         try:
-            summary = summarize(files.journal)
+            summary = read_journal(files.journal)
         except Exception as exc:  # a damaged journal is itself something to report
             run["problem"] = str(exc)
     if files.waiting.exists() or (summary is not None and summary.stopped is not None

@@ -30,7 +30,7 @@ from staal.worker.engine import (
     RunContext,
     RunStopped,
 )
-from staal.worker.journal import JournalState, JournalWriter, read_journal
+from staal.journal import JournalState, JournalWriter, read_journal
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32
@@ -144,10 +144,11 @@ def in_doubt_journal(journal: Path, clock: FixedClock, resend: str) -> None:
     assert read_journal(journal).in_doubt() == [1]
 
 
-def resolve(journal: Path, op: int, happened: bool, result: Any = None) -> None:
+def resolve(journal: Path, op: int, happened: bool, result: Any = None,
+            charged: tuple[Money, ...] = ()) -> None:
     """What `staal resolve` appends."""
     writer = JournalWriter.reopen(journal)
-    writer.write(Resolved(op=op, happened=happened, time=T0, result=result))
+    writer.write(Resolved(op=op, happened=happened, time=T0, result=result, charged=charged))
     writer.close()
 
 
@@ -258,6 +259,34 @@ def test_a_resumed_run_replays_journaled_results_without_performing_them(journal
     assert outcome.outcome == "done"
     assert outcome.usage == {"fetch": Usage(actions=1), "send": Usage(actions=1)}
     assert read_journal(journal).end.usage == outcome.usage
+
+
+def test_the_journal_read_back_gives_the_usage_the_run_ended_with(journal, clock):
+    """The supervisor computes a run's usage from its journal when no worker
+    can (it gives up on the run): it must be the engine's, op for op."""
+    grants = {"fetch": Grant(cap="net.http.get"),
+              "send": Grant(cap="net.http.post", idempotency_key=True),
+              "now": Grant(cap="clock.now"), "idle": Grant(cap="net.http.get")}
+    first = Run(journal, clock, grants)
+    first.get(Service(journal))
+    first.ctx.value(first.states["now"], lambda: 1234)
+    with pytest.raises(Crash):
+        first.post(Service(journal, raises=Crash()), {"n": 1}, resend="never")
+    first.crash()
+    resolve(journal, 3, True, {"id": "re_1"}, charged=(Money("20.00", "USD"),))
+
+    second = Run(journal, clock, grants)
+    service = Service(journal, Performed(result={}, charged=(Money("5", "USD"),)))
+    second.get(service)
+    second.ctx.value(second.states["now"], lambda: 9999)
+    assert second.post(service, {"n": 1}, resend="never") == {"id": "re_1"}
+    second.post(service, {"n": 2})
+    outcome = second.finish("ok")
+    assert outcome.usage == {
+        "fetch": Usage(actions=1), "now": Usage(actions=1), "idle": Usage(actions=0),
+        "send": Usage(actions=2, charged=(Money("25.00", "USD"),))}
+    state = read_journal(journal)
+    assert state.usage(grants) == outcome.usage == state.end.usage
 
 
 def test_a_replayed_failure_is_raised_again(journal, clock):

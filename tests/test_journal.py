@@ -1,4 +1,4 @@
-"""staal.worker.journal: a run's journal written with JournalWriter and read
+"""staal.journal: a run's journal written with JournalWriter and read
 back as one coherent story; any record that does not fit the story is
 damage named by its line (DESIGN.md section 5)."""
 
@@ -25,7 +25,7 @@ from staal.journal_records import (
 from staal.money import Money
 from staal.outcomes import Failure, Usage
 from staal.records import Record
-from staal.worker.journal import JournalWriter, OpEntry, read_journal
+from staal.journal import JournalWriter, OpEntry, read_journal
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

@@ -27,7 +27,7 @@ from staal.worker.capabilities.model import (
     ModelCapability,
 )
 from staal.worker.engine import RunContext
-from staal.worker.journal import JournalWriter
+from staal.journal import JournalWriter
 from staal.worker.run import Services
 
 from tests.fake_model import FakeModel, running_fake_model

@@ -13,7 +13,7 @@ from staal.journal_records import JOURNAL, End, Header, Intent
 from staal.messages import StoppedMsg
 from staal.outcomes import Usage
 from staal.supervisor.files import RunFiles
-from staal.supervisor.journals import summarize
+from staal.journal import read_journal
 from staal.supervisor.ledger import FileLedger, read_ledger
 from staal.supervisor.outcomes import give_up
 from tests.recorder import WAIT
@@ -59,7 +59,7 @@ def serve_once(manifest, env=None) -> subprocess.CompletedProcess:
 def test_an_interrupted_run_is_resumed_at_start_and_settled(tmp_path, service):
     manifest, run = interrupted(tmp_path, service)
     files = RunFiles(tmp_path / "journals", "lookup", run)
-    assert summarize(files.journal).end is None
+    assert read_journal(files.journal).end is None
     assert files.inputs.exists()  # kept while the run may need resuming
     with start(manifest) as served:
         assert [e["rule"] for e in served.events("recovered")] == ["resuming", "resumed"]
@@ -143,7 +143,7 @@ def test_a_worker_that_keeps_dying_is_resumed_three_times_then_fails_as_internal
     (entry,) = read_ledger(tmp_path / "journals" / "server.ledger").runs()
     assert entry.run in result["content"][0]["text"]
     assert entry.state == "settled" and entry.outcome == "failed"
-    end = summarize(RunFiles(tmp_path / "journals", "crash", entry.run).journal).end
+    end = read_journal(RunFiles(tmp_path / "journals", "crash", entry.run).journal).end
     assert end.failure.kind == "internal"
 
 
@@ -156,11 +156,11 @@ def test_giving_up_on_a_run_with_an_op_in_doubt_makes_it_wait_for_an_operator(tm
                     args_sha256="0" * 64, time=2)
     files.journal.write_bytes(b"".join(json.dumps(JOURNAL.encode(r)).encode() + b"\n"
                                        for r in (header, intent)))
-    final = give_up(files, 4, "was killed by SIGSEGV")
+    final = give_up(files, ("post",), 4, "was killed by SIGSEGV")
     assert isinstance(final, StoppedMsg) and final.op == 1
     assert "staal resolve" in final.message
-    summary = summarize(files.journal)
-    assert summary.stopped is not None and summary.stopped.op == 1 and summary.end is None
+    journal = read_journal(files.journal)
+    assert journal.stopped is not None and journal.stopped.op == 1 and journal.end is None
 
 
 def test_a_zygote_that_dies_at_start_stops_the_server_at_once(tmp_path):

@@ -351,6 +351,48 @@ def test_a_saved_500_keeps_the_run_waiting_and_after_did_not_happen_a_new_key_re
     assert [r["idempotency_key"] for r in ws.records("intent") if r["op"] == 2] == [key, f"{key}-2"]
 
 
+def test_journal_show_tells_the_whole_history_of_an_op_an_operator_answered(tmp_path, payments):
+    """The first attempt in doubt, the stop, the operator's "did not happen"
+    and when, the new attempt under its new key and its outcome, in order."""
+    ws, _ = workspace(tmp_path, payments)
+    payments.fault("/v1/refunds", "fail_saved")
+    assert ws.run(env=secret(payments)).code == 3
+    assert ws.staal("resolve", "--journal", "run.journal", "--op", "2", "--happened", "no").code == 0
+    assert ws.resume(env=secret(payments)).code == 0
+    shown = ws.staal("journal", "show", "run.journal")
+    assert shown.code == 0, shown.stderr
+    key = f"{run_id(ws)}-2"
+    story = [line for line in shown.stdout.splitlines() if line.startswith(("op   2", "STOPPED",
+                                                                             "END", "         "))]
+    expected = [
+        ("op   2  intent  payments.stripe.refund refund through 'pay'", f"key {key}"),
+        ("STOPPED at op 2, ", "may or may not have happened"),
+        ("op   2  resolved by an operator at ", ": did not happen"),
+        ("op   2  intent (attempt 2)  payments.stripe.refund refund through 'pay'", f"key {key}-2"),
+        ("         outcome ", "charged 20.00 USD"),
+        ("END ", "done: "),
+    ]
+    later = [line for line in story if not line.startswith("         outcome {\"amount\": 5000")]
+    assert len(later) == len(expected), shown.stdout
+    for line, (start, part) in zip(later, expected):
+        assert line.startswith(start) and part in line, (line, start, part)
+
+
+def test_journal_show_names_a_file_that_is_missing_or_is_not_a_journal(tmp_path):
+    ws = Workspace(tmp_path)
+    missing = ws.staal("journal", "show", "nothing.journal")
+    assert missing.code == 2 and missing.stderr.strip() == "nothing.journal: no such file"
+    (tmp_path / "manifest.json").write_text(json.dumps({"server": {"name": "x"}}, indent=2))
+    manifest = ws.staal("journal", "show", "manifest.json")
+    assert manifest.code == 2
+    assert manifest.stderr.startswith("manifest.json: not a staal journal: its first line is not "
+                                      "a journal header"), manifest.stderr
+    (tmp_path / "other.jsonl").write_text('{"v": 1, "type": "reserve"}\n')
+    other = ws.staal("journal", "show", "other.jsonl")
+    assert other.code == 2 and "other.jsonl: not a staal journal" in other.stderr
+    assert "Traceback" not in missing.stderr + manifest.stderr + other.stderr
+
+
 def test_a_new_attempt_whose_answer_is_lost_is_resent_under_its_own_key(tmp_path, payments):
     ws, _ = workspace(tmp_path, payments)
     payments.fault("/v1/refunds", "fail_saved")

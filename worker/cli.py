@@ -134,8 +134,13 @@ def _protect_stdout() -> int:
 
 
 def _emit(out: int, outcome: Any) -> None:
+    """The outcome as JSON on the real standard output; where the program
+    failed, as a traceback of its frames, on standard error."""
     from staal.fsio import write_all
+    from staal.outcomes import format_frames
 
+    if outcome.failure is not None and outcome.failure.traceback:
+        print("\n".join(format_frames(outcome.failure.traceback)), file=sys.stderr)
     write_all(out, (json.dumps(outcome.to_json(), ensure_ascii=False) + "\n").encode())
     raise typer.Exit(EXIT[outcome.outcome])
 
@@ -172,7 +177,7 @@ def resume(
 ) -> None:
     """Resume a run from its journal, replaying what it already did."""
     from staal.runconfig import load_run_config
-    from staal.worker.journal import read_journal
+    from staal.journal import read_journal
     from staal.worker.run import ResumeRefused, RunRequest, ended_outcome, error
     from staal.worker.run import resume as resume_run
 
@@ -215,13 +220,12 @@ def resolve(
 
 @journal_app.command("show")
 def journal_show(path: Path = typer.Argument(..., help="A journal file.")) -> None:
-    """Print a journal for a person."""
-    from staal.worker.journal import read_journal
-    from staal.worker.journal_show import render
+    """Print a journal for a person: its whole history, in order."""
+    from staal.worker.journal_show import show
 
     try:
-        print(render(read_journal(path)))
-    except (StaalError, FileNotFoundError) as exc:
+        print(show(path))
+    except StaalError as exc:
         _fail(str(exc))
 
 

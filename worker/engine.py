@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 import orjson
@@ -23,11 +24,12 @@ from staal.errors import CanonicalError
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.killpoints import kill_point
 from staal.money import Money
-from staal.outcomes import Failure, Usage
+from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
-from staal.worker.journal import JournalState, JournalWriter, OpEntry
+from staal.worker.tracebacks import program_frames
+from staal.journal import JournalState, JournalWriter, OpEntry
 
 # How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
 # request in doubt for longer could be performed twice if sent again.
@@ -55,8 +57,6 @@ class ActionSpec:
     # (with the same idempotency key, inside RESEND_WINDOW_MS) or never.
     resend: Resend = "never"
     keyed: bool = False
-    # Money an operator's "it happened" answer implies was charged.
-    charged_of: Callable[[Any], tuple[Money, ...]] | None = None
     # A composite acts through lower grants (its `needs`): each of these
     # states must allow the URL given, and counts the action too.
     through: tuple[tuple[GrantState, str | None], ...] = ()
@@ -120,8 +120,11 @@ class RunContext:
         replay: JournalState | None = None,
         secrets: tuple[str, ...] = (),
         on_print: Callable[[str], None] | None = None,
+        program_dir: Path | None = None,
     ) -> None:
         self.run_id = run_id
+        # Where the program's own frames are, for a failure's traceback.
+        self.program_dir = program_dir
         self.writer = writer
         self.clock = clock
         self.deadline_ms = deadline_ms
@@ -180,8 +183,8 @@ class RunContext:
             value = produce()
             # Lost in a power cut, a value is simply drawn again: nothing that
             # depended on it can have been durable (the next record syncs it).
-            self.writer.write(Value(op=op, cap=state.cap, value=value, time=self.writer.now()),
-                              sync=False)
+            self.writer.write(Value(op=op, cap=state.cap, value=value, time=self.writer.now(),
+                                    param=state.param), sync=False)
             state.count(None, ())
             return value
 
@@ -288,10 +291,9 @@ class RunContext:
             return _deliver(outcome.result, outcome.failure)
         if entry.resolved is not None:
             if entry.resolved.happened:
-                result = entry.resolved.result
-                charged = spec.charged_of(result) if spec.charged_of else ()
-                self._count(state, spec, charged)
-                return result
+                # What it charged was recorded with the operator's answer.
+                self._count(state, spec, entry.resolved.charged)
+                return entry.resolved.result
             # It did not happen: do it now, under a new intent, so that if this
             # attempt's answer is lost too the op is in doubt again, not resent.
             # A new attempt is a new request with a key of its own: a service
@@ -378,12 +380,15 @@ class RunContext:
         base = {"run": self.run_id, "usage": self.usage()}
         if self.stop is not None:
             return RunOutcome("stopped", op=self.stop.op, message=self.stop.message, **base)
+        frames = self._frames(error)
         if self.violation is not None:
-            return RunOutcome("failed", failure=Failure("capability", self.violation), **base)
+            failure = Failure("capability", self.violation, frames)
+            return RunOutcome("failed", failure=failure, **base)
         if self.ended is not None:
             error = self.ended
         if error is not None:
-            return RunOutcome("failed", failure=self._failure_of(error), **base)
+            kind, message = self._failure_of(error)
+            return RunOutcome("failed", failure=Failure(kind, message, frames), **base)
         try:
             result = orjson.loads(canonical_json(returned))
         except CanonicalError as exc:
@@ -391,14 +396,18 @@ class RunContext:
             return RunOutcome("failed", failure=failure, **base)
         return RunOutcome("done", result=self._redact_value(result), **base)
 
-    def _failure_of(self, error: BaseException) -> Failure:
-        if isinstance(error, RunFailed):
-            return Failure(error.kind, self.redact(error.message))
-        if isinstance(error, ActionFailed):
-            return Failure(error.kind, self.redact(error.message))
+    def _failure_of(self, error: BaseException) -> tuple[str, str]:
+        """The kind and message of the failure `error` ends the run with."""
+        if isinstance(error, (RunFailed, ActionFailed)):
+            return error.kind, self.redact(error.message)
         if isinstance(error, SystemExit):
-            return Failure("value", f"the program called exit({error.code!r})")
-        return Failure("value", self.redact(f"{type(error).__name__}: {error}"))
+            return "value", f"the program called exit({error.code!r})"
+        return "value", self.redact(f"{type(error).__name__}: {error}")
+
+    def _frames(self, error: BaseException | None) -> tuple[Frame, ...]:
+        if error is None or self.program_dir is None:
+            return ()
+        return program_frames(error, self.program_dir, self.redact)
 
 
 def _deliver(result: Any, failure: Failure | None) -> Any:

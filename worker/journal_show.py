@@ -1,13 +1,40 @@
-"""`staal journal show`: a journal as a person reads it."""
+"""`staal journal show`: a journal as a person reads it, the whole history
+in the order it happened: every attempt at an op, the stop when one was in
+doubt, the operator's answer and when it was given, the new attempt under
+its new key, what was printed, and how the run ended (with where the
+program failed). An audit must be able to see that a person decided."""
 
 from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 from typing import Any
 
-from staal.journal_records import End
-from staal.worker.journal import JournalState
+from staal.errors import LogDamaged, StaalError
+from staal.journal import JournalState, read_journal
+from staal.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.outcomes import format_frames
+
+
+class NotAJournal(StaalError):
+    kind = "not_a_journal"
+
+
+def show(path: Path) -> str:
+    """The journal at `path` rendered; `NotAJournal` names a file that is
+    missing or is not a journal, and `LogDamaged` a journal that is damaged."""
+    if not path.exists():
+        raise NotAJournal(f"{path}: no such file")
+    if path.is_dir():
+        raise NotAJournal(f"{path}: a directory, not a journal")
+    try:
+        return render(read_journal(path))
+    except LogDamaged as exc:
+        if exc.line == 1:
+            raise NotAJournal(f"{path}: not a staal journal: its first line is not a journal "
+                              f"header ({exc.reason})") from exc
+        raise
 
 
 def _when(ms: int) -> str:
@@ -20,6 +47,10 @@ def _short(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _money(amounts: tuple) -> str:
+    return ", ".join(str(m) for m in amounts)
+
+
 def render(state: JournalState) -> str:
     h = state.header
     lines = [
@@ -29,49 +60,76 @@ def render(state: JournalState) -> str:
         + (f"  from {h.config}" if h.config else ""),
         "",
     ]
-    for op, entry in sorted(state.ops.items()):
-        lines.extend(_op_lines(op, entry))
-    if state.prints:
-        lines.append(f"printed {state.prints} line{'s' if state.prints != 1 else ''} "
-                     "(shown on stderr when printed)")
-    if state.stopped is not None:
-        lines.append(f"STOPPED at op {state.stopped.op}, {_when(state.stopped.time)}: "
-                     f"{state.stopped.message}")
-    if state.end is not None:
-        lines.append(_end_line(state.end))
-    elif state.stopped is None:
-        lines.append("no end: the run is in progress, or was interrupted and will be resumed")
+    attempts: dict[int, int] = {}
+    previous = None
+    for record in state.history:
+        lines.extend(_record_lines(record, previous, attempts))
+        previous = record
+    lines.extend(_now_lines(state))
     return "\n".join(lines)
 
 
-def _op_lines(op: int, entry: Any) -> list[str]:
-    if entry.value is not None:
-        return [f"op {op:>3}  value   {entry.value.cap} = {_short(entry.value.value)}"]
-    intent = entry.intent
-    key = f"  key {intent.idempotency_key}" if intent.idempotency_key else ""
-    lines = [f"op {op:>3}  intent  {intent.cap} {intent.action} through '{intent.param}'"
-             f"  at {_when(intent.time)}{key}"]
-    if entry.outcome is not None:
-        outcome = entry.outcome
-        what = _short(outcome.result) if outcome.ok else f"FAILED: {outcome.failure.message}"
-        charged = ", ".join(str(m) for m in outcome.charged)
-        lines.append(f"         outcome {what}" + (f"  charged {charged}" if charged else ""))
-    if entry.resolved is not None:
-        said = "happened" if entry.resolved.happened else "did not happen"
-        lines.append(f"         resolved by an operator: {said}"
-                     + (f", result {_short(entry.resolved.result)}" if entry.resolved.happened else ""))
-    if entry.in_doubt:
-        lines.append("         IN DOUBT: no outcome was recorded")
+def _record_lines(record: Any, previous: Any, attempts: dict[int, int]) -> list[str]:
+    if isinstance(record, Intent):
+        attempts[record.op] = attempts.get(record.op, 0) + 1
+        again = f" (attempt {attempts[record.op]})" if attempts[record.op] > 1 else ""
+        key = f"  key {record.idempotency_key}" if record.idempotency_key else ""
+        return [f"op {record.op:>3}  intent{again}  {record.cap} {record.action} through "
+                f"'{record.param}'  at {_when(record.time)}{key}"]
+    if isinstance(record, OutcomeRecord):
+        what = _short(record.result) if record.ok else f"FAILED: {record.failure.message}"
+        charged = f"  charged {_money(record.charged)}" if record.charged else ""
+        if isinstance(previous, Intent) and previous.op == record.op:
+            return [f"         outcome {what}{charged}"]  # under its intent
+        return [f"op {record.op:>3}  outcome  {what}{charged}  at {_when(record.time)}"]
+    if isinstance(record, Value):
+        return [f"op {record.op:>3}  value  {record.cap} = {_short(record.value)}"
+                f"  at {_when(record.time)}"]
+    if isinstance(record, Stopped):
+        return [f"STOPPED at op {record.op}, {_when(record.time)}: {record.message}"]
+    if isinstance(record, Resolved):
+        return [f"op {record.op:>3}  resolved by an operator at {_when(record.time)}: "
+                + _answer(record)]
+    if isinstance(record, Print):
+        return [f"printed  {_short(record.text)}"]
+    if isinstance(record, End):
+        return _end_lines(record)
+    return []
+
+
+def _answer(record: Resolved) -> str:
+    if not record.happened:
+        return "did not happen (it is attempted again, under a new idempotency key if keyed)"
+    charged = f", charged {_money(record.charged)}" if record.charged else ""
+    return f"happened, result {_short(record.result)}{charged}"
+
+
+def _now_lines(state: JournalState) -> list[str]:
+    """How the run stands after its last record, when it has no end."""
+    if state.end is not None:
+        return []
+    doubt = state.in_doubt()
+    if state.stopped is not None:
+        return ["", f"WAITING for an operator: op {state.stopped.op} is in doubt"
+                if state.stopped.op in doubt else f"WAITING at op {state.stopped.op}"]
+    lines = [""]
+    lines.extend(f"IN DOUBT: op {op} has an intent and no outcome" for op in doubt)
+    lines.append("no end: the run is in progress, or was interrupted and will be resumed")
     return lines
 
 
-def _end_line(end: End) -> str:
+def _end_lines(end: End) -> list[str]:
     usage = "; ".join(
         f"{name}: {u.actions} action{'s' if u.actions != 1 else ''}"
-        + (", charged " + ", ".join(str(m) for m in u.charged) if u.charged else "")
+        + (f", charged {_money(u.charged)}" if u.charged else "")
         for name, u in sorted(end.usage.items()))
     if end.outcome == "done":
         what = f"done: {_short(end.result)}"
     else:
         what = f"{end.outcome}: {end.failure.kind}: {end.failure.message}"
-    return f"END {_when(end.time)}  {what}" + (f"\nusage  {usage}" if usage else "")
+    lines = [f"END {_when(end.time)}  {what}"]
+    if end.failure is not None:
+        lines.extend(format_frames(end.failure.traceback, indent="  "))
+    if usage:
+        lines.append(f"usage  {usage}")
+    return lines

@@ -11,12 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from staal.appendlog import AppendLog
-from staal.clock import SYSTEM_CLOCK
 from staal.errors import StaalError
-from staal.journal_records import JOURNAL, Resolved
+from staal.journal import JournalWriter, read_journal
+from staal.journal_records import Resolved
 from staal.worker.capabilities import implementation
-from staal.worker.journal import read_journal
 
 
 class ResolveRefused(StaalError):
@@ -34,11 +32,12 @@ def resolve_op(journal: Path, op: int, happened: bool, result_text: str | None) 
                              + (f"; in doubt: op {', '.join(map(str, doubt))}" if doubt else ""))
     if not entry.in_doubt:
         raise ResolveRefused(f"{journal}: op {op} is not in doubt (it has an outcome or an answer)")
-    result = _result(entry.intent.cap, entry.intent.action, happened, result_text)
-    log, _ = AppendLog.open(journal, decode=JOURNAL.decode)
-    with log:
-        log.append(JOURNAL.encode(Resolved(op=op, happened=happened, time=SYSTEM_CLOCK.now_ms(),
-                                           result=result)))
+    cap, action = entry.intent.cap, entry.intent.action
+    result = _result(cap, action, happened, result_text)
+    charged = implementation(cap).charged_of(action, result) if happened else ()
+    with JournalWriter.reopen(journal) as writer:
+        writer.write(Resolved(op=op, happened=happened, time=writer.now(), result=result,
+                              charged=charged))
     said = "happened" if happened else "did not happen"
     if _served(journal):
         return (f"op {op} of run {state.header.run} recorded as {said}; the server resumes "

@@ -30,7 +30,7 @@ from staal.worker import confine
 from staal.worker.broker import GrantState
 from staal.worker.capabilities import implementation
 from staal.worker.engine import RunContext, RunOutcome
-from staal.worker.journal import JournalState, JournalWriter, read_journal
+from staal.journal import JournalState, JournalWriter, read_journal
 from staal.worker.limits import StepCounter, cpu_backstop
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
 
@@ -210,7 +210,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     ctx = RunContext(
         run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
-        on_print=request.on_print,
+        on_print=request.on_print, program_dir=config.program.parent,
     )
     services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)

@@ -104,7 +104,7 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
     from staal.clock import SYSTEM_CLOCK
     from staal.journal_records import Header
     from staal.worker.engine import RunContext
-    from staal.worker.journal import JournalWriter
+    from staal.journal import JournalWriter
     from staal.worker.limits import StepCounter
 
     class _NoSync:

@@ -8,6 +8,7 @@ import importlib
 from typing import Any, Callable
 
 from staal.caps import Capability
+from staal.money import Money
 from staal.program import CapabilityRefused
 from staal.worker.broker import GrantState
 
@@ -56,6 +57,12 @@ class Bound:
     def check_result(action: str, result: Any) -> None:
         """Raise ValueError if an operator's --result is not what `action`
         returns; the default accepts any JSON."""
+
+    @staticmethod
+    def charged_of(action: str, result: Any) -> tuple[Money, ...]:
+        """The money an action that an operator says happened charged, read
+        from its (checked) result; the default: none."""
+        return ()
 
     def __repr__(self) -> str:
         return f"<{self._state.cap} '{self._state.param}'>"

@@ -142,6 +142,12 @@ class StripeRefundCapability(Bound, StripeRefund):
         else:
             raise ValueError(f"'{CAP}' has no action {action!r}")
 
+    @staticmethod
+    def charged_of(action: str, result: Any) -> tuple[Money, ...]:
+        """What a refund an operator says happened charged: its amount,
+        unless Stripe's status says nothing was refunded."""
+        return _refunded(result) if action == "refund" else ()
+
     # -- what a program calls ----------------------------------------------
 
     def payment_intent(self, id: str) -> dict:
@@ -184,7 +190,7 @@ class StripeRefundCapability(Bound, StripeRefund):
             cap=CAP, action="refund",
             args={"url": url, "payment_intent": payment_intent, "amount": amount.to_wire(),
                   "reason": reason},
-            money=amount, resend="keyed", keyed=True, charged_of=_refunded,
+            money=amount, resend="keyed", keyed=True,
             through=((self._state.needs["post"], url),))
 
         def perform(key: str | None) -> Performed:

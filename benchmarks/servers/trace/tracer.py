@@ -69,7 +69,7 @@ SPANS: dict[str, tuple[str, ...]] = {
     "staal.worker.serve": ("serve_one", "serve_run", "execute", "checked", "Channel.__init__",
                            "Channel.send", "Channel.finish", "unpack", "pack", "cpu_backstop"),
     "staal.worker.run": ("start", "_execute", "_bind", "check_arguments", "arguments_hash"),
-    "staal.worker.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
+    "staal.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
     "staal.worker.engine": ("RunContext.finish",),
     "staal.worker.confine": ("narrow_tripwire",),
     "staal.worker.limits": ("StepCounter.start", "StepCounter.stop"),

@@ -1,5 +1,10 @@
-"""A run's journal: writing it, and reading it back as the state a resume
-replays from (DESIGN.md section 5).
+"""A run's journal: the one reader and the one writer, used by both
+processes (DESIGN.md section 5).
+
+The worker replays a journal; the supervisor recovers from it, gives up on
+it after its workers died, answers a repeated call from it and reports its
+status; `staal journal show` prints it. They all read it here, because two
+readers that disagreed once turned an op in doubt into a failed run.
 
 Reading checks more than each record's shape: the journal must tell one
 coherent story (a header first, ops numbered in order, an outcome only for
@@ -10,9 +15,9 @@ action.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from staal.appendlog import AppendLog, read_log
 from staal.clock import SYSTEM_CLOCK, Clock
@@ -21,19 +26,36 @@ from staal.journal_records import (
     JOURNAL, End, Header, Intent, OutcomeRecord, Print, Resolved, Stopped, Value,
 )
 from staal.killpoints import kill_point
+from staal.money import Money
+from staal.outcomes import Usage
 from staal.records import Record
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An earlier attempt at an op: its intent, and the operator's answer
+    that it did not happen (after which the op was attempted again)."""
+
+    intent: Intent
+    resolved: Resolved
 
 
 @dataclass
 class OpEntry:
-    """Everything the journal holds about one op."""
+    """Everything the journal holds about one op: its current attempt, and
+    the earlier ones an operator answered as not having happened."""
 
     op: int
     intent: Intent | None = None
     value: Value | None = None
     outcome: OutcomeRecord | None = None
     resolved: Resolved | None = None
-    attempts: int = 1  # intents written for it: one more after each "did not happen"
+    earlier: list[Attempt] = field(default_factory=list)
+
+    @property
+    def attempts(self) -> int:
+        """Intents written for it: one more after each "did not happen"."""
+        return len(self.earlier) + 1
 
     @property
     def settled(self) -> bool:
@@ -46,6 +68,24 @@ class OpEntry:
     def in_doubt(self) -> bool:
         return self.intent is not None and self.outcome is None and self.resolved is None
 
+    @property
+    def param(self) -> str | None:
+        """The capability parameter it went through (None for a value
+        journaled before values named theirs)."""
+        if self.intent is not None:
+            return self.intent.param
+        return self.value.param if self.value is not None else None
+
+    @property
+    def charged(self) -> tuple[Money, ...]:
+        """The money it charged: its outcome's, or what the operator's "it
+        happened" answer implies."""
+        if self.outcome is not None:
+            return self.outcome.charged
+        if self.resolved is not None and self.resolved.happened:
+            return self.resolved.charged
+        return ()
+
 
 @dataclass
 class JournalState:
@@ -53,9 +93,15 @@ class JournalState:
     header: Header
     ops: dict[int, OpEntry] = field(default_factory=dict)
     prints: int = 0
+    # The last stop, unless the run went on past it (an op was attempted again).
     stopped: Stopped | None = None
     end: End | None = None
-    records: int = 0
+    # Every record after the header, in order: the whole history, for an audit.
+    history: list[Record] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return len(self.history) + 1
 
     @property
     def last_op(self) -> int:
@@ -64,6 +110,27 @@ class JournalState:
     def in_doubt(self) -> list[int]:
         return [op for op, entry in sorted(self.ops.items()) if entry.in_doubt]
 
+    def usage(self, params: Iterable[str] = ()) -> dict[str, Usage]:
+        """Per capability parameter (each of `params`, and any the journal
+        names): the actions attempted and the money charged, as a run that
+        ended now would report them (seed 000 section 6). Each op counts
+        once, however many attempts it took."""
+        actions: dict[str, int] = {name: 0 for name in params}
+        charged: dict[str, dict[str, Money]] = {}
+        for entry in self.ops.values():
+            if entry.param is None:
+                continue
+            root = entry.param.split(".")[0]  # a composite's lower grants count as it
+            actions[root] = actions.get(root, 0) + 1
+            totals = charged.setdefault(root, {})
+            for money in entry.charged:
+                totals[money.currency] = totals.get(money.currency, Money.zero(money.currency)) + money
+        return {
+            name: Usage(actions=count, charged=tuple(
+                charged.get(name, {})[c] for c in sorted(charged.get(name, {}))))
+            for name, count in actions.items()
+        }
+
 
 def read_journal(path: str | Path) -> JournalState:
     """The journal at `path` as a story; `LogDamaged` names the line of any
@@ -71,7 +138,7 @@ def read_journal(path: str | Path) -> JournalState:
     path = Path(path)
     read = read_log(path, decode=JOURNAL.decode)
     if not read.records:
-        raise LogDamaged(str(path), 1, "an empty journal has no header")
+        raise LogDamaged(str(path), 1, "the first record of a journal is its header")
     builder = _Builder(path)
     for number, record in enumerate(read.records, start=1):
         builder.add(number, record)
@@ -90,10 +157,9 @@ class _Builder:
         if self.state is None:
             if not isinstance(record, Header):
                 raise self.damaged(line, "the first record of a journal is its header")
-            self.state = JournalState(self.path, record, records=1)
+            self.state = JournalState(self.path, record)
             return
-        state = self.state
-        if state.end is not None:
+        if self.state.end is not None:
             raise self.damaged(line, "a record after the journal's end")
         handler = {
             Header: self._header, Intent: self._new_op, Value: self._new_op,
@@ -101,9 +167,9 @@ class _Builder:
             Stopped: self._stopped, End: self._end,
         }[type(record)]
         handler(line, record)
-        state.records += 1
+        self.state.history.append(record)
 
-    def _header(self, line: int, record: Any) -> None:
+    def _header(self, line: int, record: Header) -> None:
         raise self.damaged(line, "a second header")
 
     def _new_op(self, line: int, record: Intent | Value) -> None:
@@ -111,8 +177,9 @@ class _Builder:
         if self._retry(record):
             # An op resolved as not having happened, attempted again: in doubt
             # once more until its outcome, and an operator may answer again.
-            state.ops[record.op] = OpEntry(record.op, intent=record,
-                                           attempts=state.ops[record.op].attempts + 1)
+            entry = state.ops[record.op]
+            entry.earlier.append(Attempt(entry.intent, entry.resolved))
+            entry.intent, entry.resolved = record, None
             state.stopped = None
             return
         if record.op != state.last_op + 1:
@@ -172,7 +239,8 @@ class _Builder:
 
 
 class JournalWriter:
-    """Appends journal records, each durable before `write` returns."""
+    """Appends journal records, each durable before `write` returns unless
+    the caller says it may wait for the next synced one."""
 
     def __init__(self, log: AppendLog, clock: Clock = SYSTEM_CLOCK) -> None:
         self.log = log
@@ -194,9 +262,15 @@ class JournalWriter:
 
     def write(self, record: Record, sync: bool = True) -> None:
         """Append a record, durable before this returns unless `sync` is
-        False: then it becomes durable with the next synced record (see
-        `RunContext` for which records may wait)."""
+        False: then it becomes durable with the next synced record (the run
+        context says which records may wait)."""
         self.log.append(JOURNAL.encode(record), sync=sync)
 
     def close(self) -> None:
         self.log.close()
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

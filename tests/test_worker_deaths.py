@@ -1,0 +1,148 @@
+"""When a run's workers keep dying, the server gives up on it the way the
+journal says: an op that may have happened waits for an operator (seed 000
+invariant 5); only a run with nothing in doubt fails as internal. Both
+processes read the journal with the one reader in `staal.journal`, so the
+supervisor sees an op in doubt exactly where the worker does, including an
+op an operator answered "did not happen" and that is now being attempted
+again under its new key."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from staal.ids import new_run_id
+from staal.journal import read_journal
+from staal.journal_records import JOURNAL, Header, Intent, Resolved, Stopped, Value
+from staal.messages import Ended, StoppedMsg
+from staal.money import Money
+from staal.supervisor.files import RunFiles
+from staal.supervisor.ledger import read_ledger
+from staal.supervisor.outcomes import give_up
+from tests.payments import Payments, payments  # noqa: F401  (the fixture)
+from tests.runs import staal_command
+from tests.servers import RawServer, Site, stripe_refund_grant
+
+ROOT = Path(__file__).resolve().parent.parent
+SHA = "0" * 64
+USD20 = {"amount": "20.00", "currency": "USD"}
+
+
+def journal_of(tmp_path: Path, *records) -> RunFiles:
+    files = RunFiles(tmp_path, "pay", new_run_id())
+    files.folder.mkdir(parents=True)
+    header = Header(run=files.run, tool="pay", program="/p.py", program_sha256=SHA,
+                    config_sha256=SHA, inputs_sha256=SHA, runtime="staal 0.1.0", time=1)
+    files.journal.write_bytes(b"".join(json.dumps(JOURNAL.encode(r)).encode() + b"\n"
+                                       for r in (header, *records)))
+    return files
+
+
+def post(op: int, time: int, key: str | None = None) -> Intent:
+    return Intent(op=op, param="pay", cap="net.http.post", action="post", args_sha256=SHA,
+                  time=time, idempotency_key=key)
+
+
+def test_giving_up_during_a_new_attempt_after_did_not_happen_makes_the_run_wait(tmp_path):
+    files = journal_of(tmp_path, post(1, 2, "k-1"), Stopped(op=1, message="in doubt", time=3),
+                       Resolved(op=1, happened=False, time=4), post(1, 5, "k-1-2"))
+    final = give_up(files, ("pay",), 4, "was killed by SIGKILL")
+    assert isinstance(final, StoppedMsg) and final.op == 1
+    journal = read_journal(files.journal)
+    assert journal.end is None and journal.stopped.op == 1 and journal.in_doubt() == [1]
+
+
+def test_giving_up_with_nothing_in_doubt_ends_the_run_as_internal_with_the_journals_usage(tmp_path):
+    from staal.journal_records import OutcomeRecord
+
+    charged = (Money("20.00", "USD"),)
+    files = journal_of(tmp_path, post(1, 2, "k-1"),
+                       OutcomeRecord(op=1, ok=True, time=3, result={}, charged=charged),
+                       Value(op=2, cap="clock.now", value=7, time=4, param="clock"))
+    final = give_up(files, ("pay", "clock", "unused"), 4, "was killed by SIGKILL")
+    assert isinstance(final, Ended) and final.failure.kind == "internal"
+    assert {name: (u.actions, u.charged) for name, u in final.usage.items()} == {
+        "pay": (1, charged), "clock": (1, ()), "unused": (0, ())}
+    assert read_journal(files.journal).end.usage == final.usage
+
+
+# -- end to end: the real server, its workers killed during the new attempt ----------------
+
+
+def refund_site(tmp_path: Path, payments: Payments) -> Site:
+    site = Site(tmp_path)
+    shutil.copy(ROOT / "examples" / "refund.py", tmp_path / "refund.py")
+    site.write([{"name": "refund_order", "program": "refund.py",
+                 "grants": {"pay": stripe_refund_grant(payments.base)}}])
+    return site
+
+
+def kill_nth_worker(server: RawServer, payments: Payments, run: str, n: int) -> None:
+    """Once the n-th worker of `run` is inside the refund (a gateway in
+    front of the service holds its POST), kill it. It is stopped first and
+    the gateway then drops the request unanswered, nothing done, so the key
+    is free again when the next worker sends it (no 409 "key in use")."""
+    payments.wait("/v1/refunds", held=1)
+    server.stderr.wait_for(lambda _: len(server.stderr.events("run_started", run=run)) >= n,
+                           what=f"the run's worker number {n}")
+    pid = server.stderr.events("run_started", run=run)[n - 1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    payments.release()
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_killed_during_the_new_attempt_leave_the_run_waiting_and_status_names_the_op(
+        tmp_path, payments):
+    site = refund_site(tmp_path, payments)
+    env = {"STRIPE_SECRET_KEY": payments.key}
+    order = payments.intent(amount=5000)["id"]
+    payments.fault("/v1/refunds", "fail_saved")  # Stripe keeps the 500 under the first key
+    with RawServer(site, env) as server:
+        server.initialize()
+        first = server.call_tool("refund_order", {"order": order, "amount": USD20})
+        run = first["structuredContent"]["run"]
+        assert first["structuredContent"]["status"] == "waiting_for_operator"
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    journal = site.journal("refund_order", run)
+    said = subprocess.run(staal_command("resolve", "--journal", journal, "--op", "2",
+                                        "--happened", "no"), capture_output=True, text=True)
+    assert said.returncode == 0, said.stderr
+
+    # The new attempt goes out under its own key; each worker that sends it dies.
+    payments.fault("/v1/refunds", "hang_close", times=4)
+    with RawServer(site, env) as server:
+        for n in range(1, 5):
+            kill_nth_worker(server, payments, run, n)
+        server.stderr.wait_event("recovered", rule="resumed", run=run)
+        status = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
+                                 str(site.manifest), "--json"], capture_output=True, text=True)
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    assert len(server.stderr.events("worker_lost", run=run)) == 4
+
+    # Op 2 may have happened: the run waits, holding its reservation; nothing settled it.
+    (entry,) = read_ledger(site.ledger_path).runs()
+    assert entry.state == "unsettled"
+    state = read_journal(journal)
+    assert state.end is None and state.stopped.op == 2 and state.in_doubt() == [2]
+    assert [r.idempotency_key for r in state.history if isinstance(r, Intent) and r.op == 2] == [
+        f"{run}-2", f"{run}-2-2"]
+    assert json.loads(site.waiting_record(run).read_text())["op"] == 2
+    assert status.returncode == 0, status.stderr
+    (listed,) = json.loads(status.stdout)["runs"]
+    assert (listed["run"], listed["state"], listed["op"]) == (run, "waiting_for_operator", 2)
+    assert f"--journal {journal} --op 2" in listed["resolve"]
+    # The service saw the first attempt get its saved 500 (resent inside the
+    # run), then only the new attempt under its own key: four dropped,
+    # perhaps a "key in use" between; and it refunded nothing.
+    keys = [p["headers"]["idempotency-key"] for p in payments.requests("POST")]
+    first = keys.index(f"{run}-2-2")
+    assert first >= 1 and set(keys[:first]) == {f"{run}-2"}
+    assert set(keys[first:]) == {f"{run}-2-2"} and len(keys[first:]) >= 4
+    assert payments.refunds() == []
