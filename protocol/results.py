@@ -30,15 +30,18 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The run ended failed; `kind` is one of staal.outcomes.FAILURE_KINDS."""
+    """The run ended failed; `kind` is one of staal.outcomes.FAILURE_KINDS.
+    `run` is None only for an internal error before the call started a run."""
 
-    run: str
+    run: str | None
     kind: str
     message: str
 
     def __post_init__(self) -> None:
         if self.kind not in FAILURE_KINDS:
             raise ValueError(f"a failed run's kind is one of {', '.join(FAILURE_KINDS)}")
+        if self.run is None and self.kind != "internal":
+            raise ValueError("only an internal error can come before a run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,7 @@ def too_large_text(run: str, size: int) -> str:
     )
 
 
-def _failure_text(run: str, kind: str, message: str) -> str:
+def _failure_text(run: str | None, kind: str, message: str) -> str:
     if kind == "capability":
         return message
     if kind == "internal":
@@ -167,7 +170,10 @@ def _failure_text(run: str, kind: str, message: str) -> str:
     return f"{kind}: {message}"
 
 
-def internal_error_text(run: str) -> str:
+def internal_error_text(run: str | None) -> str:
+    if run is None:
+        return ("An internal error happened in the server before this call started a run, "
+                "so nothing ran. The details are in the server's log, for the operator.")
     return (
         f"An internal error happened in run {run}. The details are in the server's log, "
         "for the operator."

@@ -69,7 +69,9 @@ class CallState:
     """What the server knows of a call in flight (for cancellation)."""
 
     cancelled: bool = False
-    reserved: bool = False
+    # The run id once the call holds a reservation: from then on the run may
+    # act, so an error can never be answered as "busy, try again".
+    run: str | None = None
 
 
 @dataclass
@@ -135,26 +137,27 @@ class Calls:
                               call: Any, state: CallState) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
-        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments)
+        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state)
         if isinstance(result, Existing):
             return self.answer_earlier(result.entry, once.args)
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
             return Refused("quota", quota_text(tool, result))
-        state.reserved = True
         files = self.files(tool.name, result.run)
         self.on_started(call, result.run)
         final = await self.execute_with_recovery(tool, files, resume=False)
         return await self.conclude(tool, files, final)
 
-    def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict) -> Any:
+    def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
+                          state: CallState) -> Any:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
         result = self.ledger.reserve_call(tool.name, tool.quota, 1, runtime.worst_case, once)
         if isinstance(result, (Existing, Different, OverQuota)):
             return result
+        state.run = result.run
         kill_point("supervisor", "reserve")
         write_inputs(self.files(tool.name, result.run), arguments)
         kill_point("supervisor", "inputs")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import traceback
 from typing import Any
 
 import orjson
@@ -24,7 +25,7 @@ from staal.fsio import make_private_dir
 from staal.killpoints import kill_point
 from staal.manifest import RUN_STATUS_TOOL, Manifest
 from staal.protocol.connection import Cancel, CallTool, Connection, Send
-from staal.protocol.results import Refused
+from staal.protocol.results import Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.calls import Calls, CallState, ToolRuntime, worst_case
@@ -207,13 +208,28 @@ class Server:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
             await self.clean_up()
-        except Exception as exc:  # a bug: the call gets an internal error, the log the detail
-            self.log("call_failed", level="error", tool=call.name, error=f"{type(exc).__name__}: {exc}")
-            self.answer(call, Refused("busy", "the server could not complete this call (an internal "
-                                               "error, in the server's log); try again later"))
+        except Exception as exc:  # a bug or a failing disk: nothing may escape the call's task
+            self.call_failed(call, state, exc)
         finally:
             self.tasks.pop(call.request_id, None)
             self.states.pop(call.request_id, None)
+
+    def call_failed(self, call: CallTool, state: CallState, error: Exception) -> None:
+        """An unexpected error in a call: logged with its traceback, and, if
+        the call is still unanswered, answered as an internal failure naming
+        its run. Never "busy, try again": once reserved, the run may have
+        acted, and a retried call without `once` would act again."""
+        self.log("call_failed", level="error", tool=call.name, run=state.run,
+                 error=f"{type(error).__name__}: {error}",
+                 traceback="".join(traceback.format_exception(error)))
+        if call not in self.connection.in_flight():
+            return  # answered already (or the answer itself failed): the log has it
+        try:
+            self.answer(call, Failed(state.run, "internal", f"{type(error).__name__}: {error}"))
+        except Exception as again:  # noqa: BLE001 - the log is all that is left
+            self.log("answer_failed", level="error", tool=call.name, run=state.run,
+                     error=f"{type(again).__name__}: {again}",
+                     traceback="".join(traceback.format_exception(again)))
 
     async def clean_up(self) -> None:
         """What settled runs left to do once their calls were answered."""

@@ -100,6 +100,15 @@ def test_an_internal_failure_names_the_run_and_keeps_its_details_out(tmp_path, m
 
 
 @REVISIONS
+def test_an_internal_failure_before_any_run_says_nothing_ran(tmp_path, make, revision):
+    result = answered(tmp_path, make, revision, Failed(None, "internal", "OSError: disk full"))
+    assert result["isError"] is True
+    assert text_of(result) == ("An internal error happened in the server before this call "
+                               "started a run, so nothing ran. The details are in the server's "
+                               "log, for the operator.")
+
+
+@REVISIONS
 def test_a_stopped_run_says_it_waits_for_an_operator_and_gives_its_run_id(tmp_path, make, revision):
     result = answered(tmp_path, make, revision, Stopped(RUN, 2, "the refund POST may have been sent"))
     assert result["isError"] is True
@@ -222,6 +231,7 @@ def test_a_call_is_answered_with_the_outcome_type_that_fits_its_tool(tmp_path):
 @pytest.mark.parametrize("make", [
     lambda: Failed(RUN, "config", "m"),
     lambda: Failed(RUN, "oops", "m"),
+    lambda: Failed(None, "value", "only an internal error comes before a run"),
     lambda: Errored(RUN, "validation", "m"),
     lambda: Refused("later", "m"),
     lambda: RunStatus(RUN, "paused"),
