@@ -4,6 +4,7 @@ takes (DESIGN.md section 4), composites through their needs."""
 from __future__ import annotations
 
 from types import MappingProxyType
+from pathlib import Path
 from typing import Any
 
 from staal.catalogue import CATALOGUE, REQUIRED_IN_NEEDS, SECRET
@@ -81,7 +82,7 @@ class GrantReader:
             "idempotency_key": v.boolean,
             "needs": lambda x, p: self.needs(x, p, cap),
             "base_url": v.url,
-            "path": v.path,
+            "path": self.database,
             "dsn": v.secret,
             "library": self.library,
         }
@@ -134,6 +135,16 @@ class GrantReader:
             self.v.add(path, f"{resolved} does not exist")
             return None
         return str(resolved)
+
+    def database(self, value: Any, path: str) -> Path | None:
+        """A database file, which must exist: a grant never creates its
+        database, and a missing one is found at start, not at the first call."""
+        resolved = self.v.path(value, path)
+        if resolved is not None and not resolved.is_file():
+            self.v.add(path, f"no database file at {resolved} (a grant never creates its "
+                             "database)")
+            return None
+        return resolved
 
     def needs(self, value: Any, path: str, cap: str) -> Any:
         v = self.v

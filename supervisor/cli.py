@@ -1,11 +1,13 @@
 """`staal-supervisor`: the server's command line.
 
-`check` reads a manifest exactly as `serve` will at start and reports every
+`check` reads a manifest exactly as `serve` will at start, checks every
+tool's program and config in a worker as `serve` does, and reports every
 problem at once.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,8 +43,20 @@ def load_or_exit(manifest: Path, log: Callable[..., None] | None = None) -> Mani
 
 @app.command()
 def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) -> None:
-    """Check a manifest: report every problem with its key path."""
+    """Check a manifest as serve does at start, programs and configs included
+    (in a worker): report every problem."""
+    import asyncio
+
+    from staal.supervisor.startup import check_manifest
+
     loaded = load_or_exit(manifest)
+    problems = asyncio.run(check_manifest(loaded))
+    if problems:
+        count = len(problems)
+        print(f"{loaded.path}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST)
     names = ", ".join(tool.name for tool in loaded.tools)
     count = len(loaded.tools)
     print(f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({names})")

@@ -28,7 +28,7 @@ from staal.protocol.connection import Cancel, CallTool, Connection, Send
 from staal.protocol.results import Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
-from staal.supervisor.calls import Calls, CallState, ToolRuntime, worst_case
+from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
@@ -37,6 +37,7 @@ from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.retention import DAY_S, sweep
+from staal.supervisor.startup import check_tools
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -79,21 +80,7 @@ class Server:
                          ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
                          early=self.early)
         await self.pool.start()
-        tools = {}
-        problems = []
-        for tool in self.manifest.tools:
-            checked = await self.pool.check(tool.name)
-            if not checked.ok:
-                problems.extend(f"tools '{tool.name}': {p}" for p in checked.problems)
-                continue
-            names = {item["name"] for item in checked.inputs["inputs"]}
-            strangers = [name for name in (tool.once.by if tool.once else ()) if name not in names]
-            if strangers:
-                problems.append(f"tools '{tool.name}': once.by names {', '.join(strangers)}, "
-                                f"which {'is' if len(strangers) == 1 else 'are'} not an input of "
-                                f"its program (inputs: {', '.join(sorted(names)) or 'none'})")
-                continue
-            tools[tool.name] = ToolRuntime(tool, checked.inputs, checked.schema, worst_case(tool))
+        tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def here(tmp_path: Path) -> Path:
     write_programs(tmp_path)
+    (tmp_path / "shop.db").write_bytes(b"")  # a sqlite grant's database must exist
     return tmp_path
 
 
@@ -501,6 +502,15 @@ def test_every_capability_accepts_its_own_grant_shape(here, cap):
     assert broken(here, _with_grant(cap, MINIMAL_GRANTS[cap])) == []
 
 
+@pytest.mark.parametrize("cap", ["db.sqlite.read", "db.sqlite.write"])
+def test_a_sqlite_grant_whose_database_file_does_not_exist_is_refused(here, cap):
+    (here / "shop.db").unlink()
+    assert broken(here, _with_grant(cap, {"path": "shop.db"})) == [
+        f"tools[0].grants.extra.path: no database file at {(here / 'shop.db').resolve()} "
+        "(a grant never creates its database)"]
+    assert not (here / "shop.db").exists()
+
+
 @pytest.mark.parametrize("cap", sorted(CATALOGUE))
 def test_every_capability_refuses_keys_it_does_not_take(here, cap):
     foreign = next(k for k in ("library", "path", "base_url", "idempotency_key") if k not in CATALOGUE[cap].keys)
@@ -601,6 +611,8 @@ def test_an_empty_only_allows_nothing_and_is_refused(here):
 def test_grant_paths_are_resolved_relative_to_the_manifest(here):
     data = seed_example()
     data["tools"][0]["grants"]["db"] = {"cap": "db.sqlite.read", "path": "data/shop.db"}
+    (here / "data").mkdir()
+    (here / "data" / "shop.db").write_bytes(b"")
     assert check(data, here / "manifest.json").tools[0].grants["db"].path == here / "data" / "shop.db"
 
 
@@ -636,6 +648,8 @@ def test_a_tool_that_can_spend_money_without_once_is_warned_about(here):
 
 
 def test_the_command_line_prints_the_warning_on_stderr(here):
+    # check runs the program in a worker, as serve does: a real refund program.
+    (here / "refund.py").write_text((ROOT / "examples" / "refund.py").read_text())
     data = seed_example()
     del data["tools"][0]["once"]
     done = subprocess.run(

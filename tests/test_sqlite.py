@@ -183,9 +183,11 @@ def test_a_grant_never_creates_its_database(tmp_path):
     ws.program(INSERT)
     ws.config(grants={"db": {"cap": "db.sqlite.write", "path": "missing.db"}}, inputs={"name": "o2"})
     done = ws.run()
-    assert done.outcome["failure"]["kind"] == "action"
-    assert "no database file there" in done.outcome["failure"]["message"]
-    assert not (tmp_path / "missing.db").exists()
+    # Refused with the config, before anything runs (as a manifest is at start).
+    assert done.code == 2 and done.outcome["failure"]["kind"] == "config"
+    assert (f"grants.db.path: no database file at {(tmp_path / 'missing.db').resolve()}"
+            in done.outcome["failure"]["message"])
+    assert not (tmp_path / "missing.db").exists() and not (tmp_path / "run.journal").exists()
 
 
 def test_a_grant_reaches_only_its_own_database_file(tmp_path):

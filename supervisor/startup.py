@@ -1,0 +1,53 @@
+"""The start-up check of every tool (seed 000 section 2): each program is
+checked and each tool's config validated with placeholder inputs, in a
+worker, since the supervisor never imports operator code. `serve` runs it
+before answering anything; `staal-supervisor check` runs the same check and
+reports the same problems, so a manifest `check` calls valid is one `serve`
+starts on."""
+
+from __future__ import annotations
+
+import shutil
+
+from staal.errors import StaalError
+from staal.manifest import Manifest
+from staal.supervisor.calls import ToolRuntime, worst_case
+from staal.supervisor.pool import Pool
+from staal.supervisor.zygote import runtime_dir, worker_environment
+
+
+async def check_tools(manifest: Manifest, pool: Pool) -> tuple[dict[str, ToolRuntime], list[str]]:
+    """Each tool's runtime (its inputs' type description and schema) and
+    every problem found, each naming its tool."""
+    tools: dict[str, ToolRuntime] = {}
+    problems: list[str] = []
+    for tool in manifest.tools:
+        checked = await pool.check(tool.name)
+        if not checked.ok:
+            problems.extend(f"tools '{tool.name}': {p}" for p in checked.problems)
+            continue
+        names = {item["name"] for item in checked.inputs["inputs"]}
+        strangers = [name for name in (tool.once.by if tool.once else ()) if name not in names]
+        if strangers:
+            problems.append(f"tools '{tool.name}': once.by names {', '.join(strangers)}, "
+                            f"which {'is' if len(strangers) == 1 else 'are'} not an input of "
+                            f"its program (inputs: {', '.join(sorted(names)) or 'none'})")
+            continue
+        tools[tool.name] = ToolRuntime(tool, checked.inputs, checked.schema, worst_case(tool))
+    return tools, problems
+
+
+async def check_manifest(manifest: Manifest) -> list[str]:
+    """What `serve` would refuse at start about the tools, found in a pool
+    of its own that is gone again when this returns."""
+    directory = runtime_dir()
+    pool = Pool(manifest.path, directory, worker_environment(manifest), ahead=1)
+    try:
+        await pool.start()
+        _, problems = await check_tools(manifest, pool)
+        return problems
+    except StaalError as exc:  # the zygote could not start: a program that crashes on import
+        return [exc.message]
+    finally:
+        await pool.close()
+        shutil.rmtree(directory, ignore_errors=True)
