@@ -42,6 +42,44 @@ def main(x: float, y, pay: StripeRefund, get: HttpGet) -> dict:
     assert [line.split(":")[0] for line in lines[1:]] == ["x", "y", "pay", "grants.get", "grants.z"]
 
 
+def test_an_annotation_that_cannot_be_evaluated_is_its_own_parameters_problem(tmp_path):
+    ws = Workspace(tmp_path)
+    ws.program("""
+from staal.caps import HttpGet
+
+def main(a: int, b: "NoSuchType", c: float, get: HttpGet, d: "list[Nope]" = None) -> dict:
+    return {}
+""")
+    grants = {"get": {"cap": "net.http.get", "only": ["https://x.com/*"]}, "z": {"cap": "clock.now"}}
+    done = ws.staal("check", "prog.py", "--grants", json.dumps(grants))
+    assert done.code == 2
+    lines = [line.strip() for line in done.stderr.splitlines()]
+    assert lines == [
+        "prog.py: 4 problems",
+        "b: its annotation 'NoSuchType' cannot be evaluated: NameError: name 'NoSuchType' is "
+        "not defined",
+        "c: float is not supported as an input type: a float cannot hold every decimal "
+        "exactly; use decimal.Decimal, or staal.Money for an amount of money",
+        "d: its annotation 'list[Nope]' cannot be evaluated: NameError: name 'Nope' is not "
+        "defined",
+        "grants.z: names no parameter of main()",
+    ]
+
+
+def test_an_unreadable_annotation_under_postponed_evaluation_names_its_parameter(tmp_path):
+    ws = Workspace(tmp_path)
+    ws.program("from __future__ import annotations\n\n"
+               "def main(a: int, b: NoSuchType) -> Missing:\n    return {}\n")
+    done = ws.staal("check", "prog.py")
+    assert done.code == 2
+    assert [line.strip() for line in done.stderr.splitlines()][1:] == [
+        "b: its annotation 'NoSuchType' cannot be evaluated: NameError: name 'NoSuchType' is "
+        "not defined",
+        "return: its annotation 'Missing' cannot be evaluated: NameError: name 'Missing' is "
+        "not defined",
+    ]
+
+
 def test_check_names_a_missing_entry(tmp_path):
     ws = Workspace(tmp_path)
     ws.program("def helper() -> int:\n    return 1\n")

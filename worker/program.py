@@ -21,7 +21,9 @@ from typing import Any, Callable, Mapping
 
 from staal.caps import Capability
 from staal.manifest import Grant
-from staal.worker.annotations import BadDefault, UnsupportedType, describe, describe_default
+from staal.worker.annotations import (
+    BadDefault, UnsupportedType, describe, describe_default, type_name,
+)
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,32 @@ def _failed(info: ProgramInfo, problem: str) -> ProgramInfo:
     return ProgramInfo(info.path, info.entry, info.inputs, {}, (problem,))
 
 
-def _parameters(function: Callable[..., Any], problems: list[str]) -> tuple[list[dict], dict[str, str]]:
+def _hints(function: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The function's annotations, evaluated, and a problem for each one
+    that cannot be (a name that is not defined, say): the problem of its
+    own parameter, while the others are still read, so every problem is
+    reported at once."""
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
-    except Exception as exc:  # an annotation naming something undefined
-        problems.append(f"entry: its annotations cannot be read: {type(exc).__name__}: {exc}")
-        return [], {}
+        return typing.get_type_hints(function, include_extras=True), {}
+    except Exception:  # noqa: BLE001 - find which annotation, below
+        pass
+    hints: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    for name, raw in getattr(function, "__annotations__", {}).items():
+        def probe() -> None: ...
+        probe.__annotations__ = {name: raw}
+        try:
+            hints.update(typing.get_type_hints(probe, globalns=function.__globals__,
+                                               include_extras=True))
+        except Exception as exc:  # noqa: BLE001 - whatever evaluating it raised
+            shown = raw if isinstance(raw, str) else type_name(raw)
+            problems[name] = (f"{name}: its annotation {shown!r} cannot be evaluated: "
+                              f"{type(exc).__name__}: {exc}")
+    return hints, problems
+
+
+def _parameters(function: Callable[..., Any], problems: list[str]) -> tuple[list[dict], dict[str, str]]:
+    hints, unreadable = _hints(function)
     inputs: list[dict] = []
     capabilities: dict[str, str] = {}
     for param in inspect.signature(function).parameters.values():
@@ -108,11 +130,15 @@ def _parameters(function: Callable[..., Any], problems: list[str]) -> tuple[list
         if param.kind is param.POSITIONAL_ONLY:
             problems.append(f"{name}: a positional-only parameter cannot be an input")
             continue
+        if name in unreadable:
+            problems.append(unreadable.pop(name))
+            continue
         annotation = hints.get(name, inspect.Parameter.empty)
         if isinstance(annotation, type) and issubclass(annotation, Capability):
             _capability(name, annotation, param, capabilities, problems)
             continue
         _input(name, annotation, param, inputs, problems)
+    problems.extend(unreadable.values())  # the return annotation's
     return inputs, capabilities
 
 
