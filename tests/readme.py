@@ -1,7 +1,8 @@
 """Reading README.md's walk-throughs, so the tests that run them and the
-README cannot drift: a section's fenced blocks, what stays the same from
-machine to machine in what a command prints, and a copy of examples/
-pointed at a fake payment service on a free port."""
+README cannot drift: a section's fenced blocks (any page's, each with what
+its info string says it is), what stays the same from machine to machine in
+what a command prints, and a copy of examples/ pointed at a fake payment
+service on a free port."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ ENV = "STRIPE_SECRET_KEY"
 class Block:
     lang: str
     body: str
+    # The info string's words after the language (```python program): what
+    # a page's test does with the block.
+    role: str = ""
 
 
 @dataclass
@@ -43,8 +47,8 @@ def section(title: str) -> str:
 
 
 def blocks(text: str) -> list[Block]:
-    return [Block(lang, body) for lang, body in
-            re.findall(r"^```(\w*)\n(.*?)\n?```$", text, flags=re.DOTALL | re.MULTILINE)]
+    found = re.findall(r"^```(\w*)([^\n`]*)\n(.*?)\n?```$", text, flags=re.DOTALL | re.MULTILINE)
+    return [Block(lang, body, role.strip()) for lang, role, body in found]
 
 
 def steps(found: list[Block]) -> list[Step]:

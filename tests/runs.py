@@ -81,3 +81,6 @@ class Workspace:
 
 
 KILL_AT_INTENT = {"STAAL_TEST_KILL_POINTS": "1", "STAAL_KILL_AT": "worker:intent"}
+KILL_AT_OUTCOME = {"STAAL_TEST_KILL_POINTS": "1", "STAAL_KILL_AT": "worker:outcome"}
+# `staal run` and `staal resume` exit with these, by the outcome they print.
+EXIT_CODES = {"done": 0, "failed": 1, "error": 2, "stopped": 3}

@@ -38,10 +38,9 @@ from tests.readme import (
     shell_env,
 )
 from tests.readme import steps as readme_steps
-from tests.runs import TIMEOUT, Workspace
+from tests.runs import EXIT_CODES, TIMEOUT, Workspace
 
 SECTION_TITLE = "Running the examples by hand"
-EXIT_CODES = {"done": 0, "failed": 1, "error": 2, "stopped": 3}
 RUN_CONFIGS = ("lookup.run.json", "refund.run.json", "refund_over_limit.run.json")
 OVER_EACH = ("'payments.stripe.refund' allows at most 50.00 USD per action; "
              "this action needs 80.00 USD")

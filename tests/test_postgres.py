@@ -21,10 +21,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.runs import KILL_AT_INTENT, Workspace
+from tests.runs import KILL_AT_INTENT, KILL_AT_OUTCOME, Workspace
 
 DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres"
-KILL_AT_OUTCOME = {"STAAL_TEST_KILL_POINTS": "1", "STAAL_KILL_AT": "worker:outcome"}
 NET = {"timeout_ms": 5000, "connect_timeout_ms": 5000}
 # The grant names the variable; only the run's environment holds the value.
 ENV = "SHOP_DSN"
