@@ -69,11 +69,13 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, what: str = "manifest") -> Any:
+    """The JSON document in the file at `path` (resolved: every problem
+    names the file as it really is), a manifest or a run config."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ManifestError(str(path), ["the manifest file does not exist"]) from None
+        raise ManifestError(str(path), [f"the {what} file does not exist"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(str(path), [f"cannot be read: {exc}"]) from exc
     try:

@@ -54,8 +54,13 @@ class ValueReader:
         self.base_dir = base_dir
         self.problems: list[str] = []
         self._refused: list[str] = []
+        # Required keys already reported absent: reading their (missing)
+        # value later adds nothing, since the absence is the one problem.
+        self._absent: set[str] = set()
 
     def add(self, path: str, message: str) -> None:
+        if path in self._absent:
+            return
         self.problems.append(f"{path}: {message}" if path else message)
         self._refused.append(path)
 
@@ -86,18 +91,28 @@ class ValueReader:
             return None
         for key in getattr(value, "duplicates", ()):
             self.add(join(path, key), "appears more than once in this object")
+        missing = [key for key in required if key not in value]
         for key in value:
             if key not in keys:
+                meant = self.meant(key, keys)
                 self.add(join(path, key), self.unknown_key(key, keys, path))
-        for key in required:
-            if key not in value:
-                self.add(join(path, key), "is required")
+                if meant in missing:  # a misspelt required key: one problem, not two
+                    missing.remove(meant)
+                    self._absent.add(join(path, meant))
+        for key in missing:
+            self.add(join(path, key), "is required")
+            self._absent.add(join(path, key))
         return value
 
     @staticmethod
-    def unknown_key(key: str, keys: tuple[str, ...], path: str) -> str:
+    def meant(key: str, keys: tuple[str, ...]) -> str | None:
         close = difflib.get_close_matches(key, keys, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return close[0] if close else None
+
+    @classmethod
+    def unknown_key(cls, key: str, keys: tuple[str, ...], path: str) -> str:
+        meant = cls.meant(key, keys)
+        hint = f"; did you mean '{meant}'?" if meant else ""
         return f"unknown key (allowed here: {', '.join(sorted(keys))}){hint}"
 
     def list(self, value: Any, path: str) -> list | None:

@@ -131,7 +131,7 @@ def load_run_config(path: str | Path) -> tuple[RunConfig, Any]:
     """A run config file and the inputs it holds; `ManifestError` lists every
     problem with its key path."""
     path = Path(path).resolve()
-    return check_run_config(read_json(path), path)
+    return check_run_config(read_json(path, "run config"), path)
 
 
 def check_run_config(data: Any, path: Path) -> tuple[RunConfig, Any]:

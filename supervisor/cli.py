@@ -27,8 +27,17 @@ app = typer.Typer(
 )
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        import staal
+
+        print(f"staal-supervisor {staal.__version__} (runtime {staal.RUNTIME})")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the version and exit.")) -> None:
     """Serve staal programs as MCP tools, and look after their runs."""
 
 

@@ -23,7 +23,7 @@ def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Man
         loaded = load_manifest(manifest)
     except ManifestError as exc:
         if log is not None:
-            log("manifest_refused", level="error", manifest=str(manifest),
+            log("manifest_refused", level="error", manifest=str(Path(manifest).resolve()),
                 problems=list(exc.problems))
         else:
             print(exc.message, file=sys.stderr)

@@ -303,7 +303,23 @@ def test_a_url_outside_only_is_refused_with_what_only_allows():
 def test_a_suspicious_url_is_refused_as_capability_with_the_reason():
     state = only_state(f"{API}/**")
     assert refused(state, url=f"{API}/v1/../admin") == (
-        f"'net.http.get' refuses '{API}/v1/../admin' has a . or .. segment in its path")
+        f"'net.http.get' refuses URL '{API}/v1/../admin': its path has a . or .. segment")
+
+
+@pytest.mark.parametrize("url, why", [
+    (f"{API}/v1/../admin", "its path has a . or .. segment"),
+    (f"{API}/v1/%2e%2e/admin", "its path has an encoded slash, backslash or dot"),
+    ("https://user:pw@api.example.com/v1/x", "it carries credentials"),
+    ("ftp://api.example.com/v1/x", "it is not an http or https URL with a host"),
+    ("https://api.example.com:99999/v1/x", "its port is not a port number"),
+])
+def test_each_url_refusal_reads_as_a_sentence_naming_the_url_and_why(url, why):
+    assert refused(only_state(f"{API}/**"), url=url) == f"'net.http.get' refuses URL '{url}': {why}"
+
+
+def test_a_url_that_is_not_a_string_is_refused_naming_its_type():
+    assert refused(only_state(f"{API}/**"), url=7) == (
+        "'net.http.get' refuses URL 7 (int): a URL is a string")
 
 
 def test_a_url_inside_only_is_allowed_and_counted():

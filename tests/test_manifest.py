@@ -147,6 +147,16 @@ def test_an_unknown_key_close_to_a_known_one_is_named(here):
     assert "did you mean 'description'" in problem
 
 
+@pytest.mark.parametrize("key, meant", [("descripton", "description"), ("nmae", "name"),
+                                        ("programm", "program")])
+def test_a_misspelt_required_key_is_one_did_you_mean_problem(here, key, meant):
+    def misspell(d):
+        d["tools"][0][key] = d["tools"][0].pop(meant)
+    problem = only_problem(broken(here, misspell))
+    assert problem.startswith(f"tools[0].{key}: unknown key (allowed here: ")
+    assert problem.endswith(f"did you mean '{meant}'?")
+
+
 @pytest.mark.parametrize(
     "remove, path",
     [
@@ -169,6 +179,24 @@ def test_an_unknown_key_close_to_a_known_one_is_named(here):
 def test_required_fields_are_named_when_missing(here, remove, path):
     problems = broken(here, remove)
     assert any(p.startswith(f"{path}: is required") for p in problems), problems
+    # The absence is the one problem of that key: nothing more about its value.
+    assert [p for p in problems if p.startswith(f"{path}:")] == [f"{path}: is required"]
+
+
+def test_a_manifest_that_does_not_exist_is_named_by_its_resolved_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(Path("sub/../nothere.json"))
+    assert caught.value.message == (f"{tmp_path.resolve() / 'nothere.json'}: 1 problem\n"
+                                    "  the manifest file does not exist")
+    served = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", "nothere.json"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert served.returncode == 2 and served.stdout == ""
+    (refused,) = [json.loads(line) for line in served.stderr.splitlines()]
+    assert refused["event"] == "manifest_refused"
+    assert refused["manifest"] == str(tmp_path.resolve() / "nothere.json")
+    assert refused["problems"] == ["the manifest file does not exist"]
 
 
 def test_a_key_written_twice_is_refused(here):

@@ -271,3 +271,14 @@ def test_no_outcome_and_no_restart_removes_a_journal(tmp_path, service):
     with start(manifest) as served:  # recovery and the retention sweep at start
         assert served.close() == 0
     assert sorted((tmp_path / "journals").glob("*/*/*.journal")) == journals
+
+
+def test_both_commands_print_their_version():
+    import staal
+
+    for module, expected in (("staal.supervisor.cli",
+                              f"staal-supervisor {staal.__version__} (runtime {staal.RUNTIME})"),
+                             ("staal.worker.cli", f"staal {staal.__version__}")):
+        done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
+                              text=True, timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (0, expected + "\n", "")

@@ -31,8 +31,15 @@ journal_app = typer.Typer(help="Read journals.", no_args_is_help=True)
 app.add_typer(journal_app, name="journal")
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        print(f"staal {staal.__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the runtime version and exit.")) -> None:
     """Run staal programs: durable, bounded, journaled runs."""
 
 

@@ -19,7 +19,12 @@ _SUSPICIOUS = re.compile(r"%2f|%5c|%2e", re.IGNORECASE)
 
 
 class UrlRefused(ValueError):
-    pass
+    """A URL the broker will not send a request to; reads as the object of
+    "'<cap>' refuses ...": "URL '<url>': <why>"."""
+
+    def __init__(self, url: object, why: str) -> None:
+        shown = repr(url) if isinstance(url, str) else f"{url!r} ({type(url).__name__})"
+        super().__init__(f"URL {shown}: {why}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +46,21 @@ class Target:
 
 def parse_request_url(url: str) -> Target:
     if not isinstance(url, str):
-        raise UrlRefused(f"a URL is a string, not {type(url).__name__}")
+        raise UrlRefused(url, "a URL is a string")
     parts = urlsplit(url)
     if parts.scheme.lower() not in _DEFAULT_PORTS or not parts.hostname:
-        raise UrlRefused(f"{url!r} is not an http or https URL with a host")
+        raise UrlRefused(url, "it is not an http or https URL with a host")
     if parts.username is not None or parts.password is not None:
-        raise UrlRefused(f"{url!r} carries credentials in the URL")
+        raise UrlRefused(url, "it carries credentials")
     if _SUSPICIOUS.search(parts.path) or "\\" in parts.path:
-        raise UrlRefused(f"{url!r} has an encoded slash, backslash or dot in its path")
+        raise UrlRefused(url, "its path has an encoded slash, backslash or dot")
     segments = tuple(parts.path.split("/")[1:]) if parts.path else ()
     if any(s in (".", "..") for s in segments):
-        raise UrlRefused(f"{url!r} has a . or .. segment in its path")
+        raise UrlRefused(url, "its path has a . or .. segment")
     try:
         port = parts.port
     except ValueError as exc:
-        raise UrlRefused(f"{url!r} has an invalid port") from exc
+        raise UrlRefused(url, "its port is not a port number") from exc
     return Target(_origin(parts.scheme, parts.hostname, port), segments)
 
 
