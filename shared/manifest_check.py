@@ -65,6 +65,16 @@ def _object_with_duplicates(pairs: list[tuple[str, Any]]) -> _Pairs:
     return obj
 
 
+def plain(value: Any) -> Any:
+    """A document read by `read_json` with every object a plain dict again:
+    inputs taken from a file are JSON like any call's arguments."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from staal.canonical import canonical_json, sha256_hex
 from staal.errors import ManifestError
 from staal.manifest import Grant, Manifest, ModelConfig, NetConfig, SecretRef, Tool
-from staal.manifest_check import ManifestChecker, read_json
+from staal.manifest_check import ManifestChecker, plain, read_json
 from staal.manifest_values import join
 
 # A script's defaults; a tool must give its own (seed 000 section 3).
@@ -156,7 +156,7 @@ def check_run_config(data: Any, path: Path) -> tuple[RunConfig, Any]:
         tool=tool or program.stem, program=program, entry=entry, grants=grants, net=net,
         limits=limits, model=model, source=path,
     )
-    return config, obj.get("inputs", {})
+    return config, plain(obj.get("inputs", {}))
 
 
 def _limits(v: Any, value: Any) -> Limits:

@@ -558,3 +558,17 @@ def main(post: HttpPost) -> dict:
     assert "may or may not have happened" in done.outcome["message"]
     assert len(service.seen()) == 1
     assert ws.records("end") == []
+
+
+def test_an_object_inside_a_json_input_of_a_run_config_is_an_input_like_any(tmp_path):
+    ws = Workspace(tmp_path)
+    ws.program("""
+from staal import Json
+
+def main(extra: Json) -> dict:
+    return {"got": extra}
+""")
+    ws.config(inputs={"extra": {"order": {"id": "o1", "lines": [{"n": 2}]}}})
+    done = ws.run()
+    assert done.code == 0, done.stderr
+    assert done.outcome["result"] == {"got": {"order": {"id": "o1", "lines": [{"n": 2}]}}}
