@@ -572,3 +572,26 @@ def main(extra: Json) -> dict:
     done = ws.run()
     assert done.code == 0, done.stderr
     assert done.outcome["result"] == {"got": {"order": {"id": "o1", "lines": [{"n": 2}]}}}
+
+
+@pytest.mark.parametrize("body, says", [
+    ('json={"amount": Money("5", "USD")}', "post(json=...) takes a JSON value"),
+    ('data={"n": 1}', "post(data=...) takes a mapping of strings to strings"),
+])
+def test_a_post_body_that_cannot_be_sent_fails_the_program_and_nothing_is_in_doubt(
+        tmp_path, service, body, says):
+    ws = Workspace(tmp_path)
+    ws.program(f"BASE = {service.base!r}\n" + f"""
+from staal import Money
+from staal.caps import HttpPost
+
+def main(post: HttpPost) -> dict:
+    return {{"status": post.post(BASE + "/v1/items", {body}).status_code}}
+""")
+    ws.config(grants={"post": {"cap": "net.http.post", "only": [service.base + "/v1/items"]}})
+    done = ws.run()
+    assert done.code == 1, done.stdout
+    assert done.outcome["failure"]["kind"] == "value"
+    assert done.outcome["failure"]["message"].startswith(f"TypeError: {says}")
+    assert ws.records("intent") == [] and ws.records("stopped") == []
+    assert service.seen() == []

@@ -13,6 +13,7 @@ import time
 from typing import Any, Mapping
 
 import httpx
+import orjson
 
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest import NetConfig
@@ -94,6 +95,24 @@ def check_http_result(result: Any) -> None:
     result.setdefault("text", "")
 
 
+def _json_value(value: Any) -> Any:
+    """A body that can be sent as JSON; TypeError to the program before
+    anything is journaled or sent, so a mistake in it is never in doubt."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise TypeError(f"post(json=...) takes a JSON value (dict, list, str, int, bool or "
+                        f"None; Money as money.to_wire()): {exc}") from None
+    return value
+
+
+def _form(data: Any) -> dict[str, str]:
+    if not isinstance(data, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise TypeError("post(data=...) takes a mapping of strings to strings")
+    return dict(data)
+
+
 def _headers(ctx: Any, headers: Any, keyed: bool) -> dict[str, str]:
     if headers is None:
         return {}
@@ -133,9 +152,9 @@ class HttpPostCapability(Bound, HttpPost):
         args: dict[str, Any] = {"url": url, "headers": sent}
         body: dict[str, Any] = {}
         if data is not None:
-            args["data"] = body["data"] = dict(data)
+            args["data"] = body["data"] = _form(data)
         else:
-            args["json"] = body["json"] = json
+            args["json"] = body["json"] = _json_value(json)
         spec = ActionSpec("net.http.post", "post", args, resend="keyed" if keyed else "never",
                           keyed=keyed)
 
