@@ -507,6 +507,10 @@ def test_a_resumed_program_asking_for_another_action_stops_naming_the_op(
     outcome = second.finish()
     assert (outcome.outcome, outcome.op) == ("stopped", 2)
     assert read_journal(journal).stopped.op == 2
+    if differs == "args":  # said once, not as the same thing twice
+        assert str(caught.value).endswith(
+            "the journal has net.http.get get through 'fetch'; the program now asks for the "
+            "same with other arguments (their SHA-256 differs from the journal's)")
 
 
 def test_a_resumed_program_that_ends_before_the_journals_last_op_stops(journal, clock):

@@ -326,8 +326,10 @@ class RunContext:
             had = f"{entry.intent.cap} {entry.intent.action} through '{entry.intent.param}'"
         else:
             had = f"a {entry.value.cap} value"
+        if had == now:
+            now = f"the same with other arguments (their SHA-256 differs from the journal's)"
         self._stop(op, f"journal mismatch at op {op}: the journal has {had}; the program "
-                   f"now asks for {now} (with these arguments)")
+                   f"now asks for {now}")
 
     def _stop(self, op: int, message: str) -> None:
         current = self.replay.stopped if self.replay is not None else None
