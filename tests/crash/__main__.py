@@ -33,7 +33,8 @@ passes only if everything it expects is what happened:
   run in the ledger, one key per refund.
 - and in every row: the repeat is answered (with once, by the refund that was made, and
   as the first call was when it was answered), no run is left unsettled, the ledger's
-  settlements add up to what the service refunded, and no arguments file is left.
+  settlements add up to what the service refunded, no arguments file is left, and every
+  journal holds one end record, as its last.
 
 Rows with once "no" show the documented behaviour without `once`: a repeat after a
 crash is a new run, bounded only by the quota.
@@ -42,16 +43,19 @@ crash is a new run, bounded only by the quota.
 NOTES = """
 ## Reading some rows
 
-- **worker:outcome** is the GET's outcome record (op 1), **outcome#2** the refund's;
-  **intent#2** is the refund's intent, written before it is sent. After an outcome, the
-  new worker replays the op from the journal: the service sees one request.
+- **worker:intent** and **worker:outcome** are the GET's intent and outcome records
+  (op 1), **intent#2** and **outcome#2** the refund's. After an intent the request was
+  never sent, and the new worker sends it (the refund under the key its intent
+  recorded); after an outcome the new worker replays the op from the journal. Either
+  way the service sees one request.
 - **worker:end** kills the worker after its end record is durable and before it tells
   the supervisor; the running server resumes the run in a new worker, which finds the
   journal ended and reports that end without running anything.
 - **supervisor:refund held** is not a kill point: the service holds the refund POST
   (the fake's `hang` fault) and the harness SIGKILLs the supervisor while it does.
-  Its zygote and workers die with it (`PR_SET_PDEATHSIG`; the harness checks that the
-  run's worker was among them and that none outlived it). The service sees the worker
+  Its zygote and workers die with it (`PR_SET_PDEATHSIG`, and the zygote kills its
+  workers when its stdin closes; the harness checks that the run's worker was among
+  the supervisor's children and that none outlived it). The service sees the worker
   hang up while it holds the request; released, it makes the refund anyway, as a slow
   real service would, and the answer goes to nobody (the fake records `hung_up`). The
   journal has the refund's intent and no outcome, so the next start resumes the run and
@@ -60,8 +64,9 @@ NOTES = """
 - **supervisor:ended** kills the supervisor after it received the worker's end and
   before it settled: the journal has the end, the ledger no settlement, and the next
   start settles the run from its end record (`supervisor/recovery.py`).
-- **supervisor:waiting**: the service makes the refund and drops the connection, then
-  drops the two retries under the same key; the run stops in doubt, the waiting record
+- **supervisor:waiting**: the service makes the refund and drops the connection, and
+  drops it again on the two retries the capability makes under the same key; the run
+  stops in doubt, the waiting record
   is written and the server killed. The next start resumes it, sends the refund once
   more under its key and gets the saved refund: four POSTs, one refund.
 - **supervisor:answer** kills the server right after the answer was written: the client

@@ -128,3 +128,16 @@ def test_a_journal_with_a_second_end_fails_a_cell_though_everything_else_is_righ
     observed.journals[RUN].append("End")
     [problem] = judged(observed)
     assert problem.startswith(f"run {RUN}'s journal does not end once, at its end")
+
+
+def test_docs_crash_matrix_holds_a_passing_row_for_every_cell_as_the_report_prints_it():
+    from tests.crash.harness import CELLS, ROOT
+
+    rows = [line for line in (ROOT / "docs" / "crash-matrix.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| cell ")]
+    assert len(rows) == len(CELLS)
+    for cell, line in zip(CELLS, rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[:3] == [f"{cell.process}:{cell.point}", "yes" if cell.once else "no",
+                             cell.first], line
+        assert cells[-1] == "pass", line
