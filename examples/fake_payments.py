@@ -32,7 +32,10 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
 - `POST /_control/intents` `{"amount": 5000, "currency": "usd"}` (optional
   `id`, `amount_received`, `status`): creates a payment intent.
 - `GET /_control/requests`: every API request received, in order: method,
-  path, headers (names lower case) and body.
+  path, headers (names lower case), body, `finished` (its handling ended:
+  answered, failed or dropped) and `hung_up` (the client had closed its
+  connection before the answer went out, as a client that died while the
+  request was held has: the service did the work and nobody heard).
 - `GET /_control/refunds`: every refund made.
 - `POST /_control/faults` `{"path": "/v1/refunds", "kind": KIND, "times": 1}`:
   the next `times` requests to that path (past the idempotency check) get
@@ -51,9 +54,10 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
   hears of it, and the saved answer is what a retry with the key gets.
 - `POST /_control/release`: lets every held request go on; once it answers,
   none is counted as held.
-- `GET /_control/wait?path=P&requests=N&held=N&refunds=N&timeout_ms=T`: waits
-  until at least N requests to P arrived / are held / N refunds exist, then
-  answers 200; 408 if that did not happen within T ms (default 10000).
+- `GET /_control/wait?path=P&requests=N&held=N&finished=N&refunds=N&timeout_ms=T`:
+  waits until at least N requests to P arrived / are held / were handled to
+  their end / N refunds exist, then answers 200; 408 if that did not happen
+  within T ms (default 10000).
 """
 
 from __future__ import annotations
@@ -268,13 +272,15 @@ class Service:
 
     def wait(self, query: dict) -> Answer:
         path = query.get("path")
-        want = {name: int(query.get(name, 0)) for name in ("requests", "held", "refunds")}
+        want = {name: int(query.get(name, 0))
+                for name in ("requests", "held", "finished", "refunds")}
 
         def reached() -> bool:
             seen = [r for r in self.requests if path is None or urlsplit(r["path"]).path == path]
             held = self.held.get(path, 0) if path else sum(self.held.values())
+            finished = sum(1 for r in seen if r["finished"])
             return (len(seen) >= want["requests"] and held >= want["held"]
-                    and len(self.refunds) >= want["refunds"])
+                    and finished >= want["finished"] and len(self.refunds) >= want["refunds"])
 
         with self.cond:
             ok = self.cond.wait_for(reached, timeout=int(query.get("timeout_ms", 10_000)) / 1000)
@@ -291,7 +297,7 @@ class Service:
             if (method, path) == ("POST", "/_control/intents"):
                 return self.add_intent(data)
             if (method, path) == ("GET", "/_control/requests"):
-                return Answer(200, {"object": "list", "data": list(self.requests)})
+                return Answer(200, {"object": "list", "data": [dict(r) for r in self.requests]})
             if (method, path) == ("GET", "/_control/refunds"):
                 return Answer(200, {"object": "list", "data": list(self.refunds)})
             if (method, path) == ("POST", "/_control/faults"):
@@ -332,6 +338,8 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-payments/1"
     service: Service  # set on the subclass made in serve()
+    # The API request being handled (its entry in `service.requests`).
+    record: dict | None = None
 
     def setup(self) -> None:
         super().setup()
@@ -361,17 +369,27 @@ class Handler(BaseHTTPRequestHandler):
                 query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
                 self.answer(self.service.control(self.command, parts.path, query, body))
             return
+        self.record = {
+            "method": self.command, "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body.decode("utf-8", "replace"), "finished": False, "hung_up": False,
+        }
         with self.service.cond:
-            self.service.requests.append({
-                "method": self.command, "path": self.path,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-                "body": body.decode("utf-8", "replace"),
-            })
+            self.service.requests.append(self.record)
             self.service.cond.notify_all()
-        self.api(parts.path, body)
+        try:
+            self.api(parts.path, body)
+        finally:
+            with self.service.cond:
+                self.record["finished"] = True
+                self.service.cond.notify_all()
+            self.record = None
 
     def answer(self, answer: Answer, replayed: bool = False) -> None:
         data = json.dumps(answer.body, indent=2).encode()
+        if self.record is not None and self.hung_up():
+            with self.service.cond:
+                self.record["hung_up"] = True
         try:
             self.send_response(answer.status)
             self.send_header("Content-Type", "application/json")
@@ -383,6 +401,16 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away while we worked
+
+    def hung_up(self) -> bool:
+        """Whether the client closed its side of the connection (end of file,
+        or a reset) while its request was being handled."""
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False  # still there, saying nothing
+        except OSError:
+            return True
 
     def drop(self) -> None:
         """Close the connection without a word, as a dying proxy would."""

@@ -6,6 +6,19 @@ process kills itself with SIGKILL right after that step is durable.
 `STAAL_KILL_ONCE=<path>` makes it happen once across restarts: the first
 process to get there creates the file and dies; later ones see the file and
 go on. Without the two variables this costs one dictionary lookup.
+
+The names, each right after the step it names is durable:
+
+- supervisor: `reserve` (the reserve event), `inputs` (the arguments file),
+  `waiting` (the waiting record), `ended` (a worker's end received, before
+  the settle), `settle` (the settle event), `answer` (the answer written);
+- worker: `journal` (the journal's first line), `intent` and `outcome` (the
+  two halves of each op), `end` (the end record, before the worker says so).
+
+tests/crash runs a call through each of these (docs/crash-matrix.md is its
+report). The ledger's compaction has its own, `compact.written`,
+`compact.synced`, `compact.renamed` and `compact.done`, which
+tests/test_ledger.py kills at.
 """
 
 from __future__ import annotations

@@ -244,6 +244,7 @@ class Calls:
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="every worker died before the run's journal was created")
             return Failed(files.run, "internal", "the run's workers died before it started")
+        kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self._settle, files, final)
         self.after_answer.append(lambda: self._clean_up(files, final))

@@ -78,11 +78,12 @@ class Payments:
         return self._control("GET", "refunds")["data"]
 
     def wait(self, path: str | None = None, *, requests: int = 0, held: int = 0,
-             refunds: int = 0, timeout: float = WAIT) -> None:
-        """Until the service has that many requests to `path` / held / refunds
-        in all; fails the test if that does not happen within `timeout`."""
-        params: dict[str, Any] = {"requests": requests, "held": held, "refunds": refunds,
-                                  "timeout_ms": int(timeout * 1000)}
+             finished: int = 0, refunds: int = 0, timeout: float = WAIT) -> None:
+        """Until the service has that many requests to `path` / held / handled
+        to their end / refunds in all; fails the test if that does not happen
+        within `timeout`."""
+        params: dict[str, Any] = {"requests": requests, "held": held, "finished": finished,
+                                  "refunds": refunds, "timeout_ms": int(timeout * 1000)}
         if path is not None:
             params["path"] = path
         answer = self.client.get("/_control/wait", params=params, timeout=timeout + 5)

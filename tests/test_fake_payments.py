@@ -288,6 +288,33 @@ def test_hang_holds_a_request_until_it_is_released(payments):
     assert answers[0].status_code == 200
 
 
+def test_a_held_refund_whose_client_hung_up_is_still_made_and_the_service_says_nobody_heard(payments):
+    """As a real service does when its client dies mid-request: the work is
+    done, the answer goes nowhere, and the key keeps it for a retry."""
+    import socket
+
+    intent = payments.intent(amount=5000)
+    payments.fault("/v1/refunds", "hang")
+    form = f"payment_intent={intent['id']}&amount=2000".encode()
+    with socket.create_connection(("127.0.0.1", payments.port), timeout=WAIT) as raw:
+        raw.sendall(b"POST /v1/refunds HTTP/1.1\r\nHost: x\r\n"
+                    + f"Authorization: Bearer {payments.key}\r\nIdempotency-Key: k1\r\n".encode()
+                    + b"Content-Type: application/x-www-form-urlencoded\r\n"
+                    + f"Content-Length: {len(form)}\r\n\r\n".encode() + form)
+        payments.wait("/v1/refunds", held=1)
+        [held] = payments.requests("POST")
+        assert not held["finished"] and not held["hung_up"]
+    payments.release()
+    payments.wait("/v1/refunds", finished=1)
+    [made] = payments.refunds()
+    [held] = payments.requests("POST")
+    assert held["finished"] and held["hung_up"]
+    retried = refund(payments, key="k1", payment_intent=intent["id"], amount=2000)
+    assert retried.json() == made and retried.headers["idempotent-replayed"] == "true"
+    answered = payments.requests("POST")[1]
+    assert answered["finished"] and not answered["hung_up"]
+
+
 def test_a_hang_that_is_never_released_ends_after_its_hold(payments):
     intent = payments.intent()
     payments.fault(f"/v1/payment_intents/{intent['id']}", "hang", hold_ms=50)

@@ -23,6 +23,7 @@ import zmq
 
 from staal.errors import StaalError
 from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
+from staal.killpoints import kill_point
 from staal.messages import (
     Check, Checked, Ended, Heartbeat, PrintLine, Run, Started, StoppedMsg, pack, unpack,
 )
@@ -181,6 +182,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
         if outcome.outcome == "stopped":
             channel.send(StoppedMsg(run=message.run, op=outcome.op, message=outcome.message))
         else:
+            with confine.broker_section():  # the end is durable; the supervisor not yet told
+                kill_point("worker", "end")
             channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
                                failure=outcome.failure, usage=outcome.usage))
     except BaseException as exc:  # a bug in the engine: reported as data

@@ -1,30 +1,123 @@
-"""python -m tests.crash --report: run the crash matrix, print it as Markdown."""
+"""python -m tests.crash --report > docs/crash-matrix.md: run the crash
+matrix and print it as that document; the exit status says whether every
+cell passed."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 
-from tests.crash.harness import CELLS, run_cell
+from tests.crash.harness import CELLS, Cell, Observed, run_cell
+
+INTRO = """\
+# The crash matrix
+
+Produced by `python -m tests.crash --report > docs/crash-matrix.md` ({date}); every
+row is the run's own observation. Each row is one `refund_order` call (a GET of the
+payment intent, then a keyed refund POST), made through the official Python SDK against
+the fake payment service, during which the server or its worker SIGKILLs itself right
+after that step is durable (`shared/killpoints.py`); the server is started again and
+the call repeated. `tests/crash/test_crash_matrix.py` runs every row in CI, and a row
+passes only if everything it expects is what happened:
+
+- **first call sees**: the answer, or the connection closed: the transport's end of
+  file from a server process that is gone. A read timeout, an error, or a connection
+  closed by a server still running is none of these.
+- **recovery**: the server's own log lines (`worker_lost`, and `recovered` with its
+  `rule`), in order: while the first server runs (a worker's death, recovered by
+  resuming the run in a new worker) and at the next start, before anything is served.
+- **service**: the GET and POST requests the fake service received and the refunds it
+  made, counted there, so a second POST under the same key fails its row even though
+  the key kept it from refunding twice. Every POST must carry the key `<run id>-2` of a
+  run in the ledger, one key per refund.
+- and in every row: the repeat is answered (with once, by the refund that was made, and
+  as the first call was when it was answered), no run is left unsettled, the ledger's
+  settlements add up to what the service refunded, no arguments file is left, and every
+  journal holds one end record, as its last.
+
+Rows with once "no" show the documented behaviour without `once`: a repeat after a
+crash is a new run, bounded only by the quota.
+"""
+
+NOTES = """
+## Reading some rows
+
+- **worker:intent** and **worker:outcome** are the GET's intent and outcome records
+  (op 1), **intent#2** and **outcome#2** the refund's. After an intent the request was
+  never sent, and the new worker sends it (the refund under the key its intent
+  recorded); after an outcome the new worker replays the op from the journal. Either
+  way the service sees one request.
+- **worker:end** kills the worker after its end record is durable and before it tells
+  the supervisor; the running server resumes the run in a new worker, which finds the
+  journal ended and reports that end without running anything.
+- **supervisor:refund held** is not a kill point: the service holds the refund POST
+  (the fake's `hang` fault) and the harness SIGKILLs the supervisor while it does.
+  Its zygote and workers die with it (`PR_SET_PDEATHSIG`, and the zygote kills its
+  workers when its stdin closes; the harness checks that the run's worker was among
+  the supervisor's children and that none outlived it). The service sees the worker
+  hang up while it holds the request; released, it makes the refund anyway, as a slow
+  real service would, and the answer goes to nobody (the fake records `hung_up`). The
+  journal has the refund's intent and no outcome, so the next start resumes the run and
+  sends the refund again under the key its intent recorded; the service answers with the
+  saved refund: two POSTs, one key, one refund.
+- **supervisor:ended** kills the supervisor after it received the worker's end and
+  before it settled: the journal has the end, the ledger no settlement, and the next
+  start settles the run from its end record (`supervisor/recovery.py`).
+- **supervisor:waiting**: the service makes the refund and drops the connection, and
+  drops it again on the two retries the capability makes under the same key; the run
+  stops in doubt, the waiting record
+  is written and the server killed. The next start resumes it, sends the refund once
+  more under its key and gets the saved refund: four POSTs, one refund.
+- **supervisor:answer** kills the server right after the answer was written: the client
+  has it (it listed the tools first, as clients do, so the SDK needs nothing more).
+"""
+
+
+def recovery_text(running: tuple[str, ...] | list[str], start: tuple[str, ...] | list[str]) -> str:
+    parts = []
+    if running:
+        parts.append("running: " + ", ".join(running))
+    if start:
+        parts.append("next start: " + ", ".join(start))
+    return "; ".join(parts) or "none"
+
+
+def service_text(get: int, post: int, refunds: int) -> str:
+    return f"{get} GET, {post} POST, {refunds} refund{'' if refunds == 1 else 's'}"
+
+
+def row(cell: Cell, observed: Observed) -> str:
+    expected_recovery = recovery_text(cell.at_first, cell.at_restart)
+    observed_recovery = recovery_text([e for _, e in observed.at_first],
+                                      [e for _, e in observed.at_restart])
+    result = "pass" if observed.passed else "FAIL: " + "; ".join(observed.problems)
+    return (f"| {cell.process}:{cell.point} | {'yes' if cell.once else 'no'} | {cell.first} | "
+            f"{observed.first.get('seen', '?')} | {expected_recovery} | {observed_recovery} | "
+            f"{service_text(*cell.requests, cell.refunds)} | "
+            f"{service_text(observed.count('GET'), observed.count('POST'), len(observed.refunds))}"
+            f" | {result} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.crash")
-    parser.add_argument("--report", action="store_true", help="print the matrix as Markdown")
+    parser.add_argument("--report", action="store_true",
+                        help="print the matrix as docs/crash-matrix.md holds it")
     args = parser.parse_args()
     rows, failed = [], 0
     for cell in CELLS:
         observed = run_cell(cell)
         failed += not observed.passed
-        seen = f"{observed.requests.get('GET', 0)} GET, {observed.requests.get('POST', 0)} POST, " \
-               f"{observed.refunds} refund{'s' if observed.refunds != 1 else ''}"
-        rows.append(f"| {cell.point} | {cell.process} | {'yes' if cell.once else 'no'} | {cell.rule} | "
-                    f"{'; '.join(dict.fromkeys(observed.rules)) or 'none needed'} | {seen} | "
-                    f"{'pass' if observed.passed else 'FAIL: ' + '; '.join(observed.problems)} |")
+        rows.append(row(cell, observed))
+        print(f"{cell.name}: {'pass' if observed.passed else 'FAIL ' + observed.explain()}",
+              file=sys.stderr)
     if args.report:
-        print("| kill point | process | once | rule expected | rule observed | requests seen by the service | result |")
-        print("|---|---|---|---|---|---|---|")
+        print(INTRO.format(date=datetime.date.today().isoformat()))
+        print("| cell | once | first call sees: expected | observed | recovery expected | "
+              "recovery observed | service expected | service observed | result |")
+        print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(rows))
+        print(NOTES, end="")
     return 1 if failed else 0
 
 
