@@ -27,7 +27,7 @@ from staal.journal_records import (
 )
 from staal.killpoints import kill_point
 from staal.money import Money
-from staal.outcomes import Usage
+from staal.outcomes import Failure, Usage
 from staal.records import Record
 
 
@@ -93,7 +93,8 @@ class JournalState:
     header: Header
     ops: dict[int, OpEntry] = field(default_factory=dict)
     prints: int = 0
-    # The last stop, unless the run went on past it (an op was attempted again).
+    # The last stop, unless the run went on past it (an op was attempted
+    # again) or an operator answered the op it stopped at.
     stopped: Stopped | None = None
     end: End | None = None
     # Every record after the header, in order: the whole history, for an audit.
@@ -221,6 +222,8 @@ class _Builder:
         if entry is None or not entry.in_doubt:
             raise self.damaged(line, f"a resolution for op {record.op}, which is not in doubt")
         entry.resolved = record
+        if self.state.stopped is not None and self.state.stopped.op == record.op:
+            self.state.stopped = None  # answered: the run goes on at its next resume
 
     def _print(self, line: int, record: Print) -> None:
         if record.seq != self.state.prints + 1:
@@ -236,6 +239,37 @@ class _Builder:
         if any(not e.settled for e in self.state.ops.values()):
             raise self.damaged(line, "an end while an op is unsettled")
         self.state.end = record
+
+
+def resolve_hint(path: str | Path, op: int) -> str:
+    """What an operator does about an op in doubt, for a stop's message."""
+    return (f"find out from the service, then run: staal resolve --journal {path} --op {op} "
+            "--happened yes --result JSON (or --happened no)")
+
+
+def close_unfinished(path: str | Path, params: Iterable[str], reason: str) -> End | Stopped:
+    """The last word of a journal whose run cannot go on (its workers keep
+    dying, or its worker failed), durable when this returns: the end it has
+    already; else a stop at the first op in doubt, since it may have
+    happened and only an operator can say (seed 000 invariant 5); else its
+    stop if one still stands; else an end failed as internal, with the usage
+    the journal records (`params`: the run's capability parameters)."""
+    journal = read_journal(path)
+    if journal.end is not None:
+        return journal.end
+    doubt = journal.in_doubt()
+    if not doubt and journal.stopped is not None:
+        return journal.stopped
+    with JournalWriter.reopen(path) as writer:
+        if doubt:
+            message = f"op {doubt[0]} may or may not have happened: {reason}; " + resolve_hint(
+                path, doubt[0])
+            record: End | Stopped = Stopped(op=doubt[0], message=message, time=writer.now())
+        else:
+            record = End(outcome="failed", time=writer.now(),
+                         failure=Failure("internal", reason), usage=journal.usage(params))
+        writer.write(record)
+    return record
 
 
 class JournalWriter:

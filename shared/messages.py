@@ -1,7 +1,8 @@
 """Messages between the supervisor and its workers (DESIGN.md section 6).
 
 Versioned orjson objects over ZeroMQ. Failures cross the process boundary as
-data (kind, message), never as pickled exceptions or tracebacks.
+data (kind, message, and where a program failed as plain frames), never as
+pickled exceptions or tracebacks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import ClassVar, Mapping
 import orjson
 
 from staal.errors import RecordError
+from staal.journal_records import End, Stopped
 from staal.outcomes import Failure, Outcome, Usage, check_outcome
 from staal.records import Count, Family, Json, OpNumber, Record, RunId
 
@@ -119,3 +121,12 @@ def unpack(frame: bytes) -> Record:
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"a message frame is not JSON: {exc}") from exc
     return MESSAGES.decode(data)
+
+
+def report_of(run: str, record: End | Stopped) -> Ended | StoppedMsg:
+    """A journal's last word (its end, or the stop it waits at) as the
+    worker reports it to the supervisor."""
+    if isinstance(record, Stopped):
+        return StoppedMsg(run=run, op=record.op, message=record.message)
+    return Ended(run=run, outcome=record.outcome, result=record.result, failure=record.failure,
+                 usage=record.usage)

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from staal.errors import LogDamaged
-from staal.journal import JournalWriter, read_journal
+from staal.journal import close_unfinished, read_journal
 from staal.journal_records import End, Stopped as StoppedRecord
-from staal.messages import Ended, StoppedMsg
-from staal.outcomes import Failure
+from staal.messages import Ended, StoppedMsg, report_of
 from staal.money import Money
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
 from staal.supervisor.files import RunFiles
@@ -88,24 +87,12 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
 def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
             how: str) -> Ended | StoppedMsg | None:
     """After its workers died `deaths` times: a run with an op in doubt waits
-    for an operator; any other fails as internal. The supervisor writes the
-    journal's record itself, since no worker holds it any more. None: the
-    run never got a journal, so it never started. `params` are the tool's
-    capability parameters, for the end's usage."""
+    for an operator; any other fails as internal (`close_unfinished`). The
+    supervisor writes the journal's record itself, since no worker holds it
+    any more. None: the run never got a journal, so it never started.
+    `params` are the tool's capability parameters, for the end's usage."""
     if not files.journal.exists():
         return None
-    journal = read_journal(files.journal)
     reason = f"the worker running it died {deaths} times (the last {how})"
-    with JournalWriter.reopen(files.journal) as writer:
-        doubt = journal.in_doubt()
-        if doubt:
-            op = doubt[0]
-            message = (f"op {op} may or may not have happened: {reason}; find out from the "
-                       f"service, then run: staal resolve --journal {files.journal} --op {op} "
-                       "--happened yes --result JSON (or --happened no)")
-            writer.write(StoppedRecord(op=op, message=message, time=writer.now()))
-            return StoppedMsg(run=files.run, op=op, message=message)
-        failure = Failure("internal", reason)
-        usage = journal.usage(params)
-        writer.write(End(outcome="failed", time=writer.now(), failure=failure, usage=usage))
-        return Ended(run=files.run, outcome="failed", failure=failure, usage=usage)
+    return report_of(files.run, close_unfinished(files.journal, params, reason))
+

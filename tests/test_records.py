@@ -21,7 +21,7 @@ from staal.messages import (
     pack, unpack,
 )
 from staal.money import Money
-from staal.outcomes import ERROR_KINDS, FAILURE_KINDS, Failure, Usage
+from staal.outcomes import ERROR_KINDS, FAILURE_KINDS, Failure, Frame, Usage
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32
@@ -213,9 +213,14 @@ def test_messages_pack_to_bytes_and_refuse_garbage_frames():
             unpack(frame)
 
 
-def test_a_failure_crosses_the_process_boundary_as_kind_and_message_only():
+def test_a_failure_crosses_the_process_boundary_as_plain_data():
     data = orjson.loads(pack(Ended(run=RUN, outcome="failed", failure=Failure("internal", "boom"))))
-    assert data["failure"] == {"kind": "internal", "message": "boom"}
+    assert data["failure"] == {"kind": "internal", "message": "boom", "traceback": []}
+    frames = (Frame(file="/srv/p.py", line=3, function="main", source="x = 1 / 0"),)
+    failed = Ended(run=RUN, outcome="failed", failure=Failure("value", "ZeroDivisionError", frames))
+    assert orjson.loads(pack(failed))["failure"]["traceback"] == [
+        {"file": "/srv/p.py", "line": 3, "function": "main", "source": "x = 1 / 0"}]
+    assert unpack(pack(failed)) == failed
 
 
 def test_encoding_a_record_of_another_family_is_a_bug():

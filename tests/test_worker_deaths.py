@@ -146,3 +146,82 @@ def test_workers_killed_during_the_new_attempt_leave_the_run_waiting_and_status_
     assert first >= 1 and set(keys[:first]) == {f"{run}-2"}
     assert set(keys[first:]) == {f"{run}-2-2"} and len(keys[first:]) >= 4
     assert payments.refunds() == []
+
+
+# -- the engine failed after the journal had its say ----------------------------------------
+
+
+class Sent:
+    """What a worker's channel would have sent the supervisor."""
+
+    def __init__(self) -> None:
+        self.messages: list = []
+
+    def send(self, message) -> None:
+        self.messages.append(message)
+
+
+def failing_after(monkeypatch, records) -> None:
+    """The engine writes `records` to the run's journal, then raises."""
+    import staal.worker.serve as serve
+
+    def execute(message, configs, prepared, channel):
+        from staal.journal import JournalWriter
+
+        with JournalWriter.reopen(message.journal) as writer:
+            for record in records:
+                writer.write(record)
+        raise RuntimeError("a bug after the journal was written")
+
+    monkeypatch.setattr(serve, "execute", execute)
+
+
+def serve_run_of(tmp_path, monkeypatch, *records):
+    from types import SimpleNamespace
+
+    import staal.worker.serve as serve
+    from staal.messages import Run
+
+    files = journal_of(tmp_path, post(1, 2, "k-1"), *records[:-1])
+    failing_after(monkeypatch, records[-1:])
+    channel = Sent()
+    configs = {"pay": SimpleNamespace(grants={"pay": None})}
+    serve.serve_run(channel, Run(run=files.run, tool="pay", journal=str(files.journal),
+                                 inputs=str(files.inputs), resume=False), configs, {})
+    return files, channel.messages[-1]
+
+
+def test_an_engine_failure_after_the_end_is_durable_reports_the_journals_end(tmp_path, monkeypatch):
+    from staal.journal_records import End, OutcomeRecord
+    from staal.outcomes import Usage
+
+    charged = (Money("20.00", "USD"),)
+    end = End(outcome="done", time=9, result={"refund": "re_1"},
+              usage={"pay": Usage(actions=1, charged=charged)})
+    files, reported = serve_run_of(
+        tmp_path, monkeypatch, OutcomeRecord(op=1, ok=True, time=3, result={}, charged=charged), end)
+    # The run did finish: the supervisor is told the journal's end, not "internal".
+    assert isinstance(reported, Ended)
+    assert (reported.outcome, reported.result, reported.usage) == ("done", end.result, end.usage)
+    assert read_journal(files.journal).end == end  # and nothing was written after it
+
+
+def test_an_engine_failure_with_an_op_in_doubt_makes_the_run_wait(tmp_path, monkeypatch):
+    from staal.journal_records import Print
+
+    files, reported = serve_run_of(tmp_path, monkeypatch, Print(seq=1, text="sent", time=3))
+    assert isinstance(reported, StoppedMsg) and reported.op == 1
+    assert "the worker failed: RuntimeError: a bug after the journal was written" in reported.message
+    state = read_journal(files.journal)
+    assert state.end is None and state.stopped.op == 1
+
+
+def test_giving_up_on_a_journal_that_ended_reports_its_end_and_writes_nothing(tmp_path):
+    from staal.journal_records import End, OutcomeRecord
+
+    end = End(outcome="done", time=9, result=1)
+    files = journal_of(tmp_path, post(1, 2), OutcomeRecord(op=1, ok=True, time=3), end)
+    before = files.journal.read_bytes()
+    final = give_up(files, ("pay",), 4, "was killed by SIGKILL")
+    assert isinstance(final, Ended) and final.outcome == "done" and final.result == 1
+    assert files.journal.read_bytes() == before

@@ -29,7 +29,7 @@ from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
 from staal.worker.tracebacks import program_frames
-from staal.journal import JournalState, JournalWriter, OpEntry
+from staal.journal import JournalState, JournalWriter, OpEntry, resolve_hint
 
 # How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
 # request in doubt for longer could be performed twice if sent again.
@@ -315,11 +315,8 @@ class RunContext:
         return spec.resend == "keyed" and intent.idempotency_key is not None and fresh
 
     def _in_doubt_message(self, op: int, what: str) -> str:
-        path = self.writer.log.path
-        return (
-            f"op {op} ({what}) may or may not have happened and cannot safely be sent again; "
-            f"find out from the service, then run: staal resolve --journal {path} --op {op} "
-            "--happened yes --result JSON (or --happened no)")
+        return (f"op {op} ({what}) may or may not have happened and cannot safely be sent "
+                "again; " + resolve_hint(self.writer.log.path, op))
 
     def _mismatch(self, op: int, entry: OpEntry, now: str) -> None:
         if entry.intent is not None:

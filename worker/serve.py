@@ -23,9 +23,11 @@ import zmq
 
 from staal.errors import StaalError
 from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
+from staal.journal import close_unfinished
 from staal.killpoints import kill_point
 from staal.messages import (
-    Check, Checked, Ended, Heartbeat, PrintLine, Run, Started, StoppedMsg, pack, unpack,
+    Check, Checked, Ended, Heartbeat, PrintLine, Run, Started, StoppedMsg, pack, report_of,
+    unpack,
 )
 from staal.outcomes import Failure
 from staal.records import Record
@@ -188,8 +190,23 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
                                failure=outcome.failure, usage=outcome.usage))
     except BaseException as exc:  # a bug in the engine: reported as data
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        channel.send(Ended(run=message.run, outcome="failed",
-                           failure=Failure("internal", f"the worker failed: {detail}")))
+        channel.send(last_word(message, configs, f"the worker failed: {detail}"))
+
+
+def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended | StoppedMsg:
+    """What to report after the engine failed: the journal is the evidence.
+    An end it already holds is reported as it is (the run did finish), an op
+    in doubt makes the run wait, and only a run with nothing at stake fails
+    as internal; the record is in the journal before the supervisor hears."""
+    journal = Path(message.journal)
+    try:
+        with confine.broker_section():
+            if journal.exists():
+                params = tuple(configs[message.tool].grants)
+                return report_of(message.run, close_unfinished(journal, params, reason))
+    except BaseException as exc:  # noqa: BLE001 - the journal itself failed: say so
+        reason = f"{reason}; then its journal could not be read or written: {exc}"
+    return Ended(run=message.run, outcome="failed", failure=Failure("internal", reason))
 
 
 def execute(message: Run, configs: dict[str, RunConfig],
