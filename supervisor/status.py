@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 
+from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.manifest import Manifest
 from staal.supervisor.files import RunFiles
@@ -69,14 +70,19 @@ def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
     if files.journal.exists():
         try:
             summary = read_journal(files.journal)
-        except Exception as exc:  # a damaged journal is itself something to report
+        except (LogDamaged, OSError) as exc:  # a damaged journal is itself something to report
             run["problem"] = str(exc)
-    if files.waiting.exists() or (summary is not None and summary.stopped is not None
-                                  and summary.end is None and not serving):
-        op = summary.stopped.op if summary and summary.stopped else None
-        run.update(state="waiting_for_operator", op=op,
-                   message=summary.stopped.message if summary and summary.stopped else None,
-                   resolve=f"staal resolve --journal {files.journal} --op {op} --happened yes "
+    stop = summary.stopped if summary is not None and summary.end is None else None
+    if stop is not None and (files.waiting.exists() or not serving):
+        run.update(state="waiting_for_operator", op=stop.op, message=stop.message,
+                   resolve=f"staal resolve --journal {files.journal} --op {stop.op} --happened "
+                           "yes --result JSON   (or: --happened no)")
+    elif files.waiting.exists() and summary is not None:
+        # An operator answered the op it waited at; the server's next start resumes it.
+        run["state"] = "answered: resumed at the next start"
+    elif files.waiting.exists():
+        run.update(state="waiting_for_operator", op=None, message=None,
+                   resolve=f"staal resolve --journal {files.journal} --op N --happened yes "
                            "--result JSON   (or: --happened no)")
     elif serving:
         run["state"] = "in_progress"

@@ -200,6 +200,10 @@ def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_nex
     # A server's journal: the operator is told the server resumes it, not to
     # run `staal resume` beside the server.
     assert resolved.stdout.strip().endswith("the server resumes the run at its next start")
+    listed = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+                             "--json"], capture_output=True, text=True, timeout=60)
+    (answered,) = json.loads(listed.stdout)["runs"]
+    assert (answered["run"], answered["state"]) == (run, "answered: resumed at the next start")
     with start(manifest) as served:
         status = served.call("staal_run_status", {"run": run})
         assert status["structuredContent"]["status"] == "done"
