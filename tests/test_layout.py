@@ -7,13 +7,19 @@ resolved to the module they name, then checked the same way).
 library it may not import what does I/O, waits or runs concurrently
 (`SANS_IO_DENIED`), nor name the built-ins that do I/O (`open`, `print`,
 `input`) or import by name (`__import__`); the supervisor owns all of that.
+
+And the dependencies pyproject.toml declares are the ones the code imports:
+none declared that nothing imports, none imported that is not declared.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import re
 import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -21,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 OWN = {"staal", "staal.protocol", "staal.supervisor", "staal.worker"}
-THIRD_PARTY = {"orjson", "zmq", "psutil", "multiprocess", "typer", "httpx", "click", "psycopg"}
+THIRD_PARTY = {"orjson", "zmq", "psutil", "typer", "httpx", "click", "psycopg"}
 # folder -> its import name (pyproject.toml, [tool.setuptools] package-dir)
 PACKAGES = {"shared": "staal", "protocol": "staal.protocol", "supervisor": "staal.supervisor",
             "worker": "staal.worker"}
@@ -182,3 +188,41 @@ def test_the_protocol_may_not_import_io_or_concurrency_modules(tmp_path):
 def test_every_denied_name_is_a_standard_module_or_builtin():
     assert set(SANS_IO_DENIED) <= STDLIB
     assert SANS_IO_DENIED_BUILTINS <= set(dir(builtins))
+
+
+def declared_dependencies() -> set[str]:
+    """pyproject.toml's runtime dependencies, as normalized distribution names."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {normalized(re.match(r"[A-Za-z0-9._-]+", spec).group(0))
+            for spec in project["dependencies"]}
+
+
+def normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """Top-level module -> the files of the four packages importing it, for
+    every module neither staal's nor the standard library's."""
+    found: dict[str, set[str]] = {}
+    for folder in PACKAGES:
+        for path in sources(folder):
+            for module in imports_of(path, module_name(path), path.name == "__init__.py"):
+                top = module.split(".")[0]
+                if owner(module) is None and top not in STDLIB:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_declared_dependency_is_imported_by_the_code():
+    distributions = packages_distributions()
+    imported = {normalized(d) for top in third_party_imports() for d in distributions.get(top, ())}
+    assert declared_dependencies() - imported == set()
+
+
+def test_every_third_party_module_the_code_imports_is_a_declared_dependency():
+    distributions = packages_distributions()
+    declared = declared_dependencies()
+    undeclared = {top: sorted(files) for top, files in third_party_imports().items()
+                  if not {normalized(d) for d in distributions.get(top, ())} & declared}
+    assert undeclared == {}
