@@ -270,6 +270,15 @@ def spread(values: list[float], digits: int = 0) -> str:
     return f"{ms(statistics.median(values))} ms ({ms(min(values))} to {ms(max(values))})"
 
 
+def table(title: str, columns: list[str], cells: dict[str, list[str]]) -> None:
+    """A Markdown table, one row a start mode (median, min to max)."""
+    print(f"\n### {title} (median, min to max)\n")
+    print("| start | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for mode, row in cells.items():
+        print(f"| {mode} | " + " | ".join(row) + " |")
+
+
 def paired(rows: dict[str, list[dict]], key: str) -> str:
     """The per-round difference, multiprocess minus subprocess (the rounds
     interleave the two, so each pair saw about the same load)."""
@@ -294,31 +303,25 @@ def drive(args: argparse.Namespace) -> None:
     print(f"{args.rounds} rounds; load average before {load_before[0]:.2f} "
           f"{load_before[1]:.2f} {load_before[2]:.2f}, after {load_after[0]:.2f} "
           f"{load_after[1]:.2f} {load_after[2]:.2f}; {os.cpu_count()} CPUs; "
-          f"Python {sys.version.split()[0]}\n")
-    print("### Starting the zygote, to its first fork (median, min to max)\n")
-    print("| start | to ready | parent CPU | zygote CPU | other processes' CPU | "
-          "other processes | zygote's descriptors at ready | decoy inherited |")
-    print("|---|---|---|---|---|---|---|---|")
-    for mode in MODES:
-        rows = zygotes[mode]
-        fds = sorted({" ".join(r["fds"]) for r in rows})
-        print(f"| {mode} | {spread([r['ready'] for r in rows])} | "
-              f"{spread([r['parent_cpu'] for r in rows], 1)} | "
-              f"{spread([r['zygote_cpu'] for r in rows])} | "
-              f"{spread([r['helper_cpu'] for r in rows])} | "
-              f"{max(r['helpers'] for r in rows)} | {len(rows[0]['fds'])}: "
-              f"{' / '.join(fds)} | {any(r['decoy'] for r in rows)} |")
+          f"Python {sys.version.split()[0]}")
+    table("Starting the zygote, to its first fork",
+          ["to ready", "parent CPU", "zygote CPU", "other processes' CPU", "other processes",
+           "zygote's descriptors at ready", "decoy inherited"],
+          {mode: [spread([r["ready"] for r in rows]),
+                  spread([r["parent_cpu"] for r in rows], 1),
+                  spread([r["zygote_cpu"] for r in rows]),
+                  spread([r["helper_cpu"] for r in rows]),
+                  str(max(r["helpers"] for r in rows)),
+                  f"{len(rows[0]['fds'])}: " + " / ".join(sorted({" ".join(r["fds"]) for r in rows})),
+                  str(any(r["decoy"] for r in rows))]
+           for mode, rows in zygotes.items()})
     print(f"\nmultiprocess - subprocess, round by round: to ready "
           f"{paired(zygotes, 'ready')}, all CPU {paired(zygotes, 'all_cpu')}")
-    print("\n### Cold start of `serve` on examples/ (median, min to max)\n")
-    print("| start | to `initialize` answered | to `tools/list` answered | "
-          "CPU of the process tree, start to exit (waited processes only) |")
-    print("|---|---|---|---|")
-    for mode in MODES:
-        rows = serves[mode]
-        print(f"| {mode} | {spread([r['initialize'] for r in rows])} | "
-              f"{spread([r['tools_list'] for r in rows])} | "
-              f"{spread([r['tree_cpu'] for r in rows])} |")
+    table("Cold start of `serve` on examples/",
+          ["to `initialize` answered", "to `tools/list` answered",
+           "CPU of the process tree, start to exit (waited processes only)"],
+          {mode: [spread([r[key] for r in rows]) for key in ("initialize", "tools_list", "tree_cpu")]
+           for mode, rows in serves.items()})
     print(f"\nmultiprocess - subprocess, round by round: to `tools/list` "
           f"{paired(serves, 'tools_list')}, CPU {paired(serves, 'tree_cpu')}")
     print(f"\n`import multiprocess` + `get_context('spawn')` in a fresh interpreter: "
