@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import services
 from tests.recorder import Recorder
 
 
@@ -16,3 +17,14 @@ def service() -> Iterator[Recorder]:
         yield recorder
     finally:
         recorder.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """The PostgreSQL server the tests use, started if it is the local one
+    and not running (tests/services.py); a test fails, never skips, when
+    there is none."""
+    try:
+        return services.postgres_dsn()
+    except services.ServiceMissing as exc:
+        pytest.fail(str(exc), pytrace=False)

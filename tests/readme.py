@@ -120,3 +120,15 @@ def shell_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # `staal` and `staal-supervisor` are this interpreter's: the venv the tests run in.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
+
+
+def ci_commands(root: Path = ROOT) -> tuple[str, str]:
+    """The README's install and test commands in the checkout at `root`, read
+    out of its README.md by .ci/run's own `readme_block`, as CI reads them."""
+    done = subprocess.run(
+        ["bash", "-c", ("source <(sed -n '/^readme_block()/,/^}/p' .ci/run); "
+                        "readme_block 1; readme_block 2")],
+        cwd=root, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    install, test = done.stdout.splitlines()
+    return install, test

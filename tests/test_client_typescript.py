@@ -15,8 +15,8 @@ lets go of the probe late, so the real server must wait for the journal
 directory's lock and still serve.
 
 The clients are pinned in tests/js/package-lock.json; `npm ci --prefix
-tests/js` installs them (.ci/run does). Without them these tests fail, they
-are never skipped.
+tests/js`, part of the README's first command, installs them. Without them
+these tests fail, they are never skipped.
 """
 
 from __future__ import annotations

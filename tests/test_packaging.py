@@ -86,7 +86,7 @@ def test_the_wheel_in_a_fresh_venv_holds_every_module_and_both_scripts(source_co
     assert in_wheel == source_modules()
     assert extensions == set(EXTENSIONS)
     assert all((ROOT / source).is_file() for source in EXTENSIONS.values())
-    for dependency in ("orjson", "pyzmq", "psutil", "multiprocess", "typer", "httpx"):
+    for dependency in ("orjson", "pyzmq", "psutil", "typer", "httpx", "psycopg"):
         assert f"Requires-Dist: {dependency}" in metadata
 
     python = fresh_venv(tmp_path / "venv", wheel)

@@ -1,15 +1,15 @@
 """`db.postgres.read` and `db.postgres.write` end to end: `staal run` and
 `staal resume` processes acting on a real PostgreSQL server.
 
-The server is `STAAL_TEST_POSTGRES_DSN` (CI sets it), else the local one at
-127.0.0.1:5432. These tests are never skipped: without a server they fail.
+The server is `STAAL_TEST_POSTGRES_DSN`, else the local one at
+127.0.0.1:5432, which the `postgres_dsn` fixture starts if it is not running
+(tests/services.py). These tests are never skipped: without a server they fail.
 Each test works in a schema of its own, dropped afterwards.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import socket
 import time
 import uuid
@@ -23,14 +23,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.runs import KILL_AT_INTENT, KILL_AT_OUTCOME, Workspace
 
-DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 NET = {"timeout_ms": 5000, "connect_timeout_ms": 5000}
 # The grant names the variable; only the run's environment holds the value.
 ENV = "SHOP_DSN"
-
-
-def server_dsn() -> str:
-    return os.environ.get("STAAL_TEST_POSTGRES_DSN") or DEFAULT_DSN
 
 
 @dataclass
@@ -47,8 +42,8 @@ class Shop:
 
 
 @pytest.fixture
-def shop() -> Iterator[Shop]:
-    dsn = server_dsn()
+def shop(postgres_dsn: str) -> Iterator[Shop]:
+    dsn = postgres_dsn
     schema = f"staal_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
