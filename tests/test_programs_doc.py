@@ -47,6 +47,7 @@ from tests.fake_model import running_fake_model
 from tests.payments import Payments
 from tests.readme import EXAMPLES, Block, blocks, normalized
 from tests.recorder import Recorder
+from tests import services
 from tests.runs import EXIT_CODES, KILL_AT_OUTCOME, Done, Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +61,6 @@ SHOP = "https://api.example.com"  # a Recorder answering the page's service bloc
 STRIPE_KEY = "sk_test_example"
 MODEL_KEY = "sk-ant-test-programs-doc"
 DSN_VARIABLE = "SHOP_DSN"
-DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 
 KINDS = {("python", "program"), ("python", "fragment"), ("json", "config"), ("json", "outcome"),
          ("json", "resumed"), ("json", "service"), ("pycon", "")}
@@ -177,7 +177,7 @@ def shop_payments() -> list[tuple[str, int, str]]:
 @contextmanager
 def shop_database() -> Iterator[str]:
     """A schema holding examples/shop.sql's tables; a DSN that reaches it."""
-    dsn = os.environ.get("STAAL_TEST_POSTGRES_DSN") or DEFAULT_DSN
+    dsn = services.postgres_dsn()  # started if it is the local one and not running
     schema = f"staal_doc_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
