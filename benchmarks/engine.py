@@ -30,12 +30,12 @@ import httpx
 
 from staal.clock import SYSTEM_CLOCK
 from staal.ids import new_run_id
+from staal.journal import JournalWriter
 from staal.journal_records import Header
 from staal.manifest import Grant, NetConfig
 from staal.worker.broker import GrantState
 from staal.worker.capabilities.http import HttpClient, HttpGetCapability
 from staal.worker.engine import RunContext
-from staal.journal import JournalWriter
 from staal.worker.limits import StepCounter
 from staal.worker.program import load_module
 from staal.worker.run import Services

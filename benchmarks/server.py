@@ -472,7 +472,8 @@ async def profile(args: argparse.Namespace) -> None:
         print(f"| zygote (forking) | {used(before, after, 'zygote', 0, n)} | "
               f"{used(flight_before, flight_after, 'zygote', 0, total)} |")
         print(f"| workers (start, run, exit; reaped by the zygote) | "
-              f"{used(before, after, 'zygote', 1, n)} | {used(flight_before, flight_after, 'zygote', 1, total)} |")
+              f"{used(before, after, 'zygote', 1, n)} | "
+              f"{used(flight_before, flight_after, 'zygote', 1, total)} |")
     print(f"| wall time per call | {elapsed / n * 1e6:.0f} µs | {flight_elapsed / total * 1e6:.0f} µs |")
     print("\n(CPU from /proc and os.times, in clock ticks of 10 ms: over many calls, not one. "
           "The tracer's marks are included.)")

@@ -98,6 +98,7 @@ def zygote_child(requests, reports, manifest: str, endpoint: str, env: dict[str,
 def spawn_multiprocess(manifest: Path, endpoint: str, env: dict[str, str]):
     """`staal.supervisor.zygote.spawn`, through multiprocess's spawn context."""
     import multiprocess
+
     from staal.supervisor.zygote import Spawned
 
     context = multiprocess.get_context("spawn")
@@ -144,6 +145,7 @@ def descriptors(pid: int) -> list[str]:
 
 def one_zygote(mode: str, manifest: Path) -> dict:
     import psutil
+
     from staal.manifest import load_manifest
     from staal.supervisor import zygote
 
@@ -282,7 +284,7 @@ def table(title: str, columns: list[str], cells: dict[str, list[str]]) -> None:
 def paired(rows: dict[str, list[dict]], key: str) -> str:
     """The per-round difference, multiprocess minus subprocess (the rounds
     interleave the two, so each pair saw about the same load)."""
-    return spread([m[key] - s[key] for m, s in zip(rows["multiprocess"], rows["subprocess"])])
+    return spread([m[key] - s[key] for m, s in zip(rows["multiprocess"], rows["subprocess"], strict=True)])
 
 
 def drive(args: argparse.Namespace) -> None:

@@ -448,10 +448,12 @@ class Handler(BaseHTTPRequestHandler):
         service, key, params = self.service, None, {}
         match = re.fullmatch(r"/v1/payment_intents/([A-Za-z0-9_]+)", path)
         if self.command == "GET" and match:
-            endpoint = lambda: service.payment_intent(match.group(1))
+            def endpoint():
+                return service.payment_intent(match.group(1))
         elif self.command == "POST" and path == "/v1/refunds":
             params = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
-            endpoint = lambda: service.check_refund(params) or service.create_refund(params)
+            def endpoint():
+                return service.check_refund(params) or service.create_refund(params)
             key = self.headers.get("Idempotency-Key")
         else:
             return self.answer(error(404, "invalid_request_error", f"Unrecognized request URL "

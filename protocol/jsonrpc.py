@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
 from staal.protocol.framing import Line, Oversized, too_deep
 
 PARSE_ERROR = -32700

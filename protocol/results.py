@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import orjson
+
 from staal.manifest import RUN_STATUS_TOOL
 from staal.outcomes import ERROR_KINDS, FAILURE_KINDS
 

@@ -113,7 +113,7 @@ def _is_implementation(value: Any) -> bool:
     )
 
 
-def progress_token_of(params: dict[str, Any]) -> str | int | None | RpcError:
+def progress_token_of(params: dict[str, Any]) -> str | int | RpcError | None:
     """The progress token the request asked for progress with, if any."""
     meta = meta_of(params)
     if isinstance(meta, RpcError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
 from staal.ids import is_run_id
 from staal.manifest import RUN_STATUS_TOOL, Tool
 from staal.protocol.jsonrpc import INVALID_PARAMS, RpcError

@@ -16,8 +16,9 @@ from __future__ import annotations
 import decimal
 import hashlib
 import math
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 

@@ -9,7 +9,8 @@ one itself.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from staal.money import Money
 
@@ -19,7 +20,7 @@ class Capability:
 
     CAP: ClassVar[str] = ""
 
-    def narrow(self, **limits: Any) -> "Capability":
+    def narrow(self, **limits: Any) -> Capability:
         """A copy with tighter limits (`uses`, `each`, `max`, `only`); never wider.
         Its actions count toward this capability's limits and usage too."""
         raise NotImplementedError
@@ -28,7 +29,7 @@ class Capability:
 class Response:
     """An HTTP response as a program sees it, live or replayed from the journal."""
 
-    __slots__ = ("status_code", "headers", "text")
+    __slots__ = ("headers", "status_code", "text")
 
     def __init__(self, status_code: int, headers: Mapping[str, str], text: str) -> None:
         self.status_code = status_code

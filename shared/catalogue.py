@@ -8,9 +8,9 @@ this table, so a capability is described exactly once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 SECRET = "secret"
 

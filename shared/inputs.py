@@ -90,7 +90,7 @@ class InputError(StaalError):
         listed = list(problems)
         if len(listed) > MAX_PROBLEMS:
             more = len(listed) - MAX_PROBLEMS
-            listed = listed[:MAX_PROBLEMS] + [f"... and {more} more problems"]
+            listed = [*listed[:MAX_PROBLEMS], f"... and {more} more problems"]
         self.problems: tuple[str, ...] = tuple(listed)
         super().__init__("\n".join(self.problems))
 

@@ -23,7 +23,15 @@ from staal.appendlog import AppendLog, read_log
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import LogDamaged
 from staal.journal_records import (
-    JOURNAL, End, Header, Intent, OutcomeRecord, Print, Resolved, Stopped, Value,
+    JOURNAL,
+    End,
+    Header,
+    Intent,
+    OutcomeRecord,
+    Print,
+    Resolved,
+    Stopped,
+    Value,
 )
 from staal.killpoints import kill_point
 from staal.money import Money

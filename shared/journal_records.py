@@ -3,11 +3,12 @@ each durable before anything depends on it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
-from staal.money import Money
 from staal.errors import RecordError
+from staal.money import Money
 from staal.outcomes import Failure, Outcome, Usage, check_one_per_currency, check_outcome
 from staal.records import Family, Json, OpNumber, Record, RunId, Sha256, TimeMs
 

@@ -7,10 +7,10 @@ key path. The rules themselves live in `staal.manifest_check`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Iterator, Mapping, Union
 
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
@@ -40,7 +40,7 @@ class Grant:
     max: Money | None = None
     only: tuple[str, ...] | None = None
     idempotency_key: bool = False
-    needs: Mapping[str, Union["Grant", SecretRef]] = field(
+    needs: Mapping[str, Grant | SecretRef] = field(
         default_factory=lambda: MappingProxyType({})
     )
     base_url: str | None = None

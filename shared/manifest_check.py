@@ -157,7 +157,7 @@ class ManifestChecker:
             notify=notify, notify_env=notify_env,
         )
 
-    def keep(self, value: Any) -> int | None | bool:
+    def keep(self, value: Any) -> int | bool | None:
         """Whole days >= 1, or None for "forever"; False when refused."""
         if value == "forever":
             return None
@@ -316,7 +316,8 @@ class ManifestChecker:
         obj = v.obj(value, path, NET, required=NET)
         if obj is None:
             return None
-        timeout = v.whole(obj.get("timeout_ms"), f"{path}.timeout_ms", 1, HOUR_MS) if "timeout_ms" in obj else None
+        timeout = (v.whole(obj.get("timeout_ms"), f"{path}.timeout_ms", 1, HOUR_MS)
+                   if "timeout_ms" in obj else None)
         connect = (v.whole(obj.get("connect_timeout_ms"), f"{path}.connect_timeout_ms", 1, HOUR_MS)
                    if "connect_timeout_ms" in obj else None)
         if timeout is None or connect is None:
@@ -333,11 +334,11 @@ class ManifestChecker:
         keep = v.optional(obj, "keep", path, lambda x, p: v.duration(x, p, units="mhd"))
         if "keep" in obj and keep is None:
             return None
-        if server is not None and keep is not None and server.keep is not None:
-            if keep.ms > server.keep.ms:
-                days = f"{server.keep_days} day{'s' if server.keep_days != 1 else ''}"
-                v.add(f"{path}.keep", f"\"{keep}\" is longer than server.keep ({days})")
-                return None
+        if (server is not None and keep is not None and server.keep is not None
+                and keep.ms > server.keep.ms):
+            days = f"{server.keep_days} day{'s' if server.keep_days != 1 else ''}"
+            v.add(f"{path}.keep", f"\"{keep}\" is longer than server.keep ({days})")
+            return None
         if by is None:
             return None
         if keep is None and server is not None:

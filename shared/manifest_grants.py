@@ -3,8 +3,8 @@ takes (DESIGN.md section 4), composites through their needs."""
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from staal.catalogue import CATALOGUE, REQUIRED_IN_NEEDS, SECRET

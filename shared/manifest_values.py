@@ -7,8 +7,9 @@ from __future__ import annotations
 import difflib
 import keyword
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -70,7 +71,7 @@ class ValueReader:
             if key not in obj:
                 continue
             where = join(path, key)
-            if any(p == where or p.startswith(where + ".") or p.startswith(where + "[")
+            if any(p == where or p.startswith((where + ".", where + "["))
                    for p in self._refused):
                 return True
         return False

@@ -7,8 +7,9 @@ pickled exceptions or tracebacks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 import orjson
 

@@ -113,7 +113,7 @@ class Money:
     is simply false.
     """
 
-    __slots__ = ("_minor", "_currency")
+    __slots__ = ("_currency", "_minor")
     _minor: int
     _currency: str
 

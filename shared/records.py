@@ -13,9 +13,10 @@ import collections.abc
 import dataclasses
 import re
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from staal.errors import MoneyError, RecordError
 from staal.money import Money

@@ -9,10 +9,11 @@ goes into the journal header, so a run never resumes under another config.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from staal.canonical import canonical_json, sha256_hex
 from staal.errors import ManifestError
@@ -147,9 +148,10 @@ def check_run_config(data: Any, path: Path) -> tuple[RunConfig, Any]:
     net = checker.net(obj["net"], "net") if "net" in obj else SCRIPT_NET
     limits = _limits(v, obj.get("limits", {}))
     model = checker.model(obj["model"], None) if "model" in obj else None
-    if grants and any(g.cap == "model.complete" for gr in grants.values() for g in gr.walk()):
-        if "model" not in obj:
-            v.add("model", "is required: a grant can reach a model")
+    reaches_model = grants and any(
+        g.cap == "model.complete" for gr in grants.values() for g in gr.walk())
+    if reaches_model and "model" not in obj:
+        v.add("model", "is required: a grant can reach a model")
     if v.problems:
         raise ManifestError(str(path), v.problems)
     config = RunConfig(

@@ -14,9 +14,10 @@ at one step does none of the later ones.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
@@ -29,7 +30,11 @@ from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_in
 from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
 from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.outcomes import (
-    answer_of_journal, charged_of, give_up, outcome_of_message, run_status,
+    answer_of_journal,
+    charged_of,
+    give_up,
+    outcome_of_message,
+    run_status,
 )
 from staal.supervisor.pool import Pool, WorkerLost, ZygoteGone
 from staal.supervisor.waiting import Waiting
@@ -308,7 +313,7 @@ def quota_text(tool: Tool, over: OverQuota) -> str:
     if over.frees_at_ms is None:
         when = "this call alone needs more than the whole quota"
     else:
-        moment = datetime.datetime.fromtimestamp(over.frees_at_ms / 1000, tz=datetime.timezone.utc)
+        moment = datetime.datetime.fromtimestamp(over.frees_at_ms / 1000, tz=datetime.UTC)
         when = f"it frees up at {moment.strftime('%Y-%m-%d %H:%M:%S')} UTC"
     if over.which == "calls":
         used = f"{over.in_use} of {over.limit} calls per {window} are used"

@@ -17,7 +17,6 @@ from staal.manifest import Manifest
 from staal.supervisor.serving import EXIT_MANIFEST, read_manifest, run_serve
 from staal.supervisor.serving import main as serving_main
 
-
 app = typer.Typer(
     name="staal-supervisor",
     help="Serve staal programs as MCP tools, and look after their runs.",

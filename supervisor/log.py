@@ -15,7 +15,7 @@ from staal.fsio import write_all
 
 
 def _now() -> str:
-    moment = datetime.datetime.now(datetime.timezone.utc)
+    moment = datetime.datetime.now(datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from staal.errors import LogDamaged
 from staal.journal import close_unfinished, read_journal
-from staal.journal_records import End, Stopped as StoppedRecord
+from staal.journal_records import End
 from staal.messages import Ended, StoppedMsg, report_of
 from staal.money import Money
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus

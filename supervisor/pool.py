@@ -15,9 +15,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import zmq
 import zmq.asyncio
@@ -134,7 +134,7 @@ class Pool:
         if self.zygote is not None:
             try:
                 await asyncio.wait_for(asyncio.to_thread(self.zygote.wait), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.zygote.kill()
         self.router.close()
         self.context.term()
@@ -178,7 +178,8 @@ class Pool:
     async def check(self, tool: str) -> Checked:
         worker = await self._ready()
         try:
-            await self.router.send_multipart([worker.identity, pack(Check(manifest=str(self.manifest), tool=tool))])
+            check = Check(manifest=str(self.manifest), tool=tool)
+            await self.router.send_multipart([worker.identity, pack(check)])
             while True:
                 message = await self._next(worker)
                 if isinstance(message, Checked):

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import staal
 from staal.errors import LogDamaged
+from staal.journal import JournalState, read_journal
 from staal.journal_records import End
 from staal.manifest import Manifest
 from staal.runconfig import from_tool
-from staal.journal import JournalState, read_journal
 from staal.supervisor.files import RunFiles, find_journals
 from staal.supervisor.ledger import Ledger, RunEntry
 
@@ -43,7 +43,7 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
     journals = manifest.server.journals
     entries = {entry.run: entry for entry in ledger.runs()}
     found = find_journals(journals)
-    for run, (tool, path) in sorted(found.items()):
+    for run, (_tool, path) in sorted(found.items()):
         if run not in entries:
             plan.problems.append(
                 f"journal {path} has no reservation in the ledger: staal cannot tell what this "

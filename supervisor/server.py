@@ -24,15 +24,15 @@ from staal.errors import StaalError
 from staal.fsio import make_private_dir
 from staal.killpoints import kill_point
 from staal.manifest import RUN_STATUS_TOOL, Manifest
-from staal.protocol.connection import Cancel, CallTool, Connection, Send
+from staal.protocol.connection import CallTool, Cancel, Connection, Send
 from staal.protocol.results import Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.calls import Calls, CallState
+from staal.supervisor.files import make_run_folders, remove_inputs
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
-from staal.supervisor.files import make_run_folders, remove_inputs
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
@@ -195,7 +195,7 @@ class Server:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
             await self.clean_up()
-        except Exception as exc:  # a bug or a failing disk: nothing may escape the call's task
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task
             self.call_failed(call, state, exc)
         finally:
             self.tasks.pop(call.request_id, None)

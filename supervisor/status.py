@@ -40,7 +40,7 @@ def server_pid(journals: Path) -> int | None:
 def _when(ms: int | None) -> str | None:
     if ms is None:
         return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from staal.fsio import write_all
 

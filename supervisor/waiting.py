@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -64,7 +65,7 @@ class Waiting:
             try:
                 done = subprocess.run([*self.notify, str(path)], env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      timeout=NOTIFY_TIMEOUT_S, close_fds=True)
+                                      timeout=NOTIFY_TIMEOUT_S, close_fds=True, check=False)
                 if done.returncode == 0:
                     self.log("notified", record=str(path), attempt=attempt)
                     return

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import services
+from tests.payments import payments  # noqa: F401  (the fixture, for every test module)
 from tests.recorder import Recorder
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from staal.errors import ManifestError
 from staal.manifest_check import check
@@ -50,8 +51,11 @@ SEED_EXAMPLE: dict[str, Any] = {
 
 
 def write_programs(directory: Path, *names: str) -> None:
+    """The files a test manifest names: its programs, and the (empty)
+    database `shop.db` a SQLite grant may name, which must exist."""
     for name in names or ("refund.py",):
         (directory / name).write_text("def main(order: str) -> dict:\n    return {}\n")
+    (directory / "shop.db").touch()
 
 
 def seed_example() -> dict[str, Any]:

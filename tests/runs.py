@@ -56,7 +56,7 @@ class Workspace:
 
     def staal(self, *args: str | Path, env: dict[str, str] | None = None) -> Done:
         done = subprocess.run(staal_command(*args), cwd=self.root, env=self.env(env),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False)
         return Done(done.returncode, done.stdout, done.stderr)
 
     def run(self, config: str | Path = "config.json", journal: str = "run.journal",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from staal.protocol.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,

@@ -27,7 +27,7 @@ class Served:
 
     def __init__(self, manifest: Path, env: dict[str, str] | None = None) -> None:
         self.stderr_path = manifest.parent / f"server-{time.monotonic_ns()}.log"
-        self.stderr_file = open(self.stderr_path, "wb")
+        self.stderr_file = open(self.stderr_path, "wb")  # noqa: SIM115 - the server's, closed by close()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,

@@ -7,7 +7,7 @@ Python 3.11's `__required_keys__` misses `Required`/`NotRequired`.
 """
 
 # Optional[...], Union[...] and Literal[None] are spelled as programs spell them.
-# ruff: noqa: UP007, UP045, PYI061
+# ruff: noqa: UP007, UP045
 from __future__ import annotations
 
 import dataclasses

@@ -433,9 +433,8 @@ def test_a_record_with_no_canonical_form_is_refused_with_nothing_written(
 
 def test_a_record_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "log"
-    with AppendLog.create(path, NullSyncer()) as log:
-        with pytest.raises(TypeError):
-            log.append([1, 2])  # type: ignore[arg-type]
+    with AppendLog.create(path, NullSyncer()) as log, pytest.raises(TypeError):
+        log.append([1, 2])  # type: ignore[arg-type]
     assert path.read_bytes() == b""
 
 
@@ -520,7 +519,7 @@ def test_concurrent_appends_from_eight_threads_keep_every_line_intact(tmp_path: 
             for seq in range(per_thread):
                 # Records of varying size, some beyond a pipe/page boundary.
                 log.append({"thread": name, "seq": seq, "pad": "x" * (seq * 37 % 5000)})
-        except BaseException as exc:  # reported below, not lost in the thread
+        except BaseException as exc:  # noqa: BLE001 - reported below, not lost in the thread
             errors.append(exc)
 
     workers = [threading.Thread(target=appender, args=(n,)) for n in range(threads)]

@@ -14,6 +14,7 @@ from types import MappingProxyType
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from staal.manifest import Grant, SecretRef
 from staal.money import Money
 from staal.outcomes import Usage
@@ -370,7 +371,7 @@ def test_a_url_made_from_a_pattern_by_filling_its_stars_always_matches(case):
 def test_inserting_an_extra_segment_never_matches_a_star_only_pattern(case, extra, data):
     pattern, url, segments = case
     at = data.draw(st.integers(0, len(segments)))
-    longer = segments[:at] + [extra] + segments[at:]
+    longer = [*segments[:at], extra, *segments[at:]]
     origin = url[: url.index("/", len("https://"))]
     assert not allowed((pattern,), f"{origin}/{'/'.join(longer)}")
 
@@ -399,7 +400,7 @@ def test_the_case_of_the_host_never_changes_whether_a_url_matches(case, data):
     scheme, rest = url.split("://", 1)
     host, path = rest.split("/", 1)
     flips = data.draw(st.lists(st.booleans(), min_size=len(host), max_size=len(host)))
-    shouted = "".join(c.upper() if flip else c for c, flip in zip(host, flips))
+    shouted = "".join(c.upper() if flip else c for c, flip in zip(host, flips, strict=True))
     assert allowed((pattern,), f"{scheme}://{shouted}/{path}")
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
 
+from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
 from tests.test_client_typescript import (
     JS,
     NODE_MODULES,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from staal.protocol.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,

@@ -24,7 +24,8 @@ def test_every_whole_number_of_every_unit_parses_to_its_milliseconds(count, unit
 
 
 @pytest.mark.parametrize(
-    "text", ["", "120", "s", "1.5h", "-1s", "0s", "10 s", "10S", "1w", "1h30m", "120s\n", 120, None, "99999999999d"]
+    "text", ["", "120", "s", "1.5h", "-1s", "0s", "10 s", "10S", "1w", "1h30m", "120s\n", 120, None,
+             "99999999999d"]
 )
 def test_anything_else_is_refused(text):
     with pytest.raises(DurationError) as caught:

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from staal.appendlog import read_log
 from staal.clock import FixedClock
+from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import JOURNAL, Header, Print, Resolved
 from staal.manifest import Grant
 from staal.money import Money
@@ -30,7 +32,6 @@ from staal.worker.engine import (
     RunContext,
     RunStopped,
 )
-from staal.journal import JournalState, JournalWriter, read_journal
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

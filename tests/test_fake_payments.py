@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.payments import WAIT, Payments, payments  # noqa: F401
+from tests.payments import WAIT, Payments
 
 
 def client(service: Payments, key: str | None = None) -> httpx.Client:

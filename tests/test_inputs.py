@@ -31,7 +31,6 @@ from staal.inputs import (
     to_json_schema,
 )
 from staal.money import Money
-
 from tests.input_cases import (
     ADDRESS,
     CASES,

@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from staal.appendlog import AppendLog
 from staal.canonical import canonical_json
 from staal.clock import FixedClock
 from staal.errors import LogDamaged, LogExists
+from staal.journal import JournalWriter, OpEntry, read_journal
 from staal.journal_records import (
     JOURNAL,
     End,
@@ -25,7 +27,6 @@ from staal.journal_records import (
 from staal.money import Money
 from staal.outcomes import Failure, Usage
 from staal.records import Record
-from staal.journal import JournalWriter, OpEntry, read_journal
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

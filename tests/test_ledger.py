@@ -19,6 +19,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from staal.canonical import canonical_json
 from staal.clock import FixedClock
 from staal.durations import Duration

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from staal.errors import StaalError
 from staal.supervisor.lockfile import LOCK_FILE, ServerLock, ServerLockHeld
 

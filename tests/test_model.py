@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from staal.catalogue import CATALOGUE
 from staal.clock import FixedClock
+from staal.journal import JournalWriter
 from staal.journal_records import Header
 from staal.manifest import Grant, ModelConfig, SecretRef
 from staal.runconfig import RunConfig
@@ -27,9 +29,7 @@ from staal.worker.capabilities.model import (
     ModelCapability,
 )
 from staal.worker.engine import RunContext
-from staal.journal import JournalWriter
 from staal.worker.run import Services
-
 from tests.fake_model import FakeModel, running_fake_model
 from tests.runs import Workspace
 

@@ -58,7 +58,7 @@ def test_addition_is_exact_associative_and_has_an_inverse(a, b, c):
     assert (a + b).amount == a.amount + b.amount
     assert (a + b) - b == a
     assert a - a == Money.zero("USD")
-    assert -(-a) == a
+    assert -(-a) == a  # noqa: B002 - negated twice, on purpose
 
 
 @given(moneys(currency="EUR"), st.integers(min_value=0, max_value=1000))

@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 from staal.clock import FixedClock
+from staal.manifest_check import check
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import FileLedger, read_ledger
 from staal.supervisor.retention import sweep
-from staal.manifest_check import check
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
 
@@ -102,7 +102,8 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
         run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
         ledger_before = (tmp_path / "journals" / "server.ledger").read_bytes()
         done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
-                               str(manifest), "--json"], capture_output=True, text=True, timeout=60)
+                               str(manifest), "--json"], capture_output=True, text=True, timeout=60,
+                              check=False)
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)
         assert report["server"]["running"] is True
@@ -111,7 +112,7 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
         journal = RunFiles(tmp_path / "journals", "ticket", run).journal
         assert waiting["resolve"].startswith(f"staal resolve --journal {journal} --op 1 --happened yes")
         human = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest)],
-                               capture_output=True, text=True, timeout=60)
+                               capture_output=True, text=True, timeout=60, check=False)
         assert run in human.stdout and "resolve:" in human.stdout
         assert (tmp_path / "journals" / "server.ledger").read_bytes() == ledger_before
         # Status took no lock: the server goes on serving.
@@ -119,7 +120,7 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
         assert served.close() == 0
     after = json.loads(subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
                                        str(manifest), "--json"], capture_output=True, text=True,
-                                      timeout=60).stdout)
+                                      timeout=60, check=False).stdout)
     assert after["server"]["running"] is False
     assert after["runs"][0]["state"] == "waiting_for_operator"
 
@@ -133,7 +134,7 @@ def test_status_gives_each_tools_quota_use(tmp_path, service):
         assert served.close() == 0
     report = json.loads(subprocess.run(
         [sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest), "--json"],
-        capture_output=True, text=True, timeout=60).stdout)
+        capture_output=True, text=True, timeout=60, check=False).stdout)
     (quota,) = report["quotas"]
     assert (quota["tool"], quota["calls"], quota["calls_limit"]) == ("noop", 3, 5)
     assert quota["calls_frees_at"] is not None
@@ -195,13 +196,13 @@ def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_nex
     answer = json.dumps({"status": 201, "text": "{}"})
     resolved = subprocess.run([sys.executable, "-m", "staal.worker.cli", "resolve", "--journal",
                                str(files.journal), "--op", "1", "--happened", "yes", "--result", answer],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
     assert resolved.returncode == 0, resolved.stderr
     # A server's journal: the operator is told the server resumes it, not to
     # run `staal resume` beside the server.
     assert resolved.stdout.strip().endswith("the server resumes the run at its next start")
     listed = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
-                             "--json"], capture_output=True, text=True, timeout=60)
+                             "--json"], capture_output=True, text=True, timeout=60, check=False)
     (answered,) = json.loads(listed.stdout)["runs"]
     assert (answered["run"], answered["state"]) == (run, "answered: resumed at the next start")
     with start(manifest) as served:
@@ -284,5 +285,5 @@ def test_both_commands_print_their_version():
                               f"staal-supervisor {staal.__version__} (runtime {staal.RUNTIME})"),
                              ("staal.worker.cli", f"staal {staal.__version__}")):
         done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, check=False)
         assert (done.returncode, done.stdout, done.stderr) == (0, expected + "\n", "")

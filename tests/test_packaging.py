@@ -40,7 +40,8 @@ def source_modules() -> set[str]:
 
 
 def run(args: list, **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300,
+                          check=False, **kwargs)
     assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -52,7 +53,8 @@ def fresh_venv(path: Path, wheel: Path) -> Path:
     python = path / "bin" / "python"
     run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
          "--quiet", wheel])
-    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(run([python, "-c", purelib]).stdout.strip())
     (site / "_staal_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python
 

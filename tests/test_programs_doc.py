@@ -26,7 +26,6 @@ import doctest
 import importlib
 import inspect
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -39,15 +38,15 @@ from typing import Any
 
 import psycopg
 import pytest
-import staal.caps
 from psycopg.conninfo import make_conninfo
-from staal.catalogue import CATALOGUE
 
+import staal.caps
+from staal.catalogue import CATALOGUE
+from tests import services
 from tests.fake_model import running_fake_model
 from tests.payments import Payments
 from tests.readme import EXAMPLES, Block, blocks, normalized
 from tests.recorder import Recorder
-from tests import services
 from tests.runs import EXIT_CODES, KILL_AT_OUTCOME, Done, Workspace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,6 +4,7 @@ answered (seed 000 section 3, "Cancellation", and section 5)."""
 from __future__ import annotations
 
 import pytest
+
 from staal.protocol.connection import (
     CALL_TRANSITIONS,
     PHASE_TRANSITIONS,
@@ -16,7 +17,6 @@ from staal.protocol.connection import (
 )
 from staal.protocol.results import Done, Failed
 from staal.protocol.revisions import ENVELOPE_KEYS, LEGACY, MODERN
-
 from tests.test_protocol_support import (
     ENVELOPE,
     RUN,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+
 import staal.protocol.jsonrpc as jsonrpc_module
 from staal.protocol.framing import (
     MAX_DEPTH,
@@ -15,7 +16,6 @@ from staal.protocol.framing import (
     encode_line,
     too_deep,
 )
-
 from tests.test_protocol_support import (
     connection,
     descriptor,

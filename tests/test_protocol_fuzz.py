@@ -12,6 +12,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCResponse
+
 from staal.manifest import RUN_STATUS_TOOL
 from staal.protocol.connection import CallTool, Cancel, Connection, Send
 from staal.protocol.framing import encode_line
@@ -33,7 +34,6 @@ from staal.protocol.revisions import (
     PROTOCOL_VERSION_KEY,
 )
 from staal.protocol.tools import Annotations, ToolDescriptor
-
 from tests.test_protocol_support import CLIENT_INFO, RUN, SCHEMA, SERVER
 
 KNOWN_CODES = {-32700, -32600, -32601, -32602, -32022}

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from staal.protocol.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
@@ -46,7 +47,6 @@ from staal.protocol.revisions import (
     PROTOCOL_VERSION_KEY,
     SERVER_INFO_KEY,
 )
-
 from tests.test_client_typescript import (
     SERVER_NAME,
     TOOL_NAMES,

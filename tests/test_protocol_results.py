@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+
 from staal.manifest import RUN_STATUS_TOOL
 from staal.protocol.results import (
     MAX_RESULT,
@@ -18,7 +19,6 @@ from staal.protocol.results import (
     shape_outcome,
 )
 from staal.protocol.revisions import LEGACY, MODERN
-
 from tests.test_protocol_support import (
     MODERN_ONLY_KEYS,
     RUN,

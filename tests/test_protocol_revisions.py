@@ -6,10 +6,10 @@ from __future__ import annotations
 import mcp_types
 import pytest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
 from staal.protocol.connection import CallTool
 from staal.protocol.results import Done
 from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
-
 from tests.test_protocol_support import (
     ENVELOPE,
     INITIALIZE_PARAMS,

@@ -18,12 +18,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import jsonrpc_message_adapter
+
 from staal.manifest import RUN_STATUS_TOOL
 from staal.protocol.connection import CallTool, Cancel, Connection, Send
 from staal.protocol.framing import encode_line
 from staal.protocol.results import Done, Failed, RunStatus
 from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY
-
 from tests.test_protocol_support import RUN, SERVER, descriptor
 
 
@@ -148,10 +148,13 @@ class Holding(Served):
         super().__init__(conn)
         self.calls: list[CallTool] = []
         self.cancelled: list[Any] = []
+        self.cancel_seen: anyio.Event | None = None  # made inside the test's event loop
 
     def answers(self, events) -> list[dict[str, Any]]:
         self.calls += [event for event in events if isinstance(event, CallTool)]
         self.cancelled += [event.request_id for event in events if isinstance(event, Cancel)]
+        if self.cancelled and self.cancel_seen is not None:
+            self.cancel_seen.set()
         return super().answers([event for event in events if isinstance(event, Send)])
 
 
@@ -160,12 +163,12 @@ def test_a_call_the_sdk_gives_up_on_is_cancelled_and_gets_no_answer(tmp_path, mo
     served = Holding(Connection(SERVER, [descriptor(tmp_path)]))
 
     async def give_up() -> None:
+        served.cancel_seen = anyio.Event()
         async with Client(served.transport(), mode=mode) as client:
             with pytest.raises(MCPError):
                 await client.call_tool("refund_order", {"order": "o1"}, read_timeout_seconds=0.2)
             with anyio.fail_after(5):
-                while not served.cancelled:
-                    await anyio.sleep(0.01)
+                await served.cancel_seen.wait()
 
     anyio.run(give_up)
     (call,) = served.calls

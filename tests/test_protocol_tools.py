@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import mcp_types
 import pytest
+
 from staal.manifest import RUN_STATUS_TOOL
 from staal.protocol.revisions import LEGACY, MODERN
 from staal.protocol.tools import (
@@ -18,7 +19,6 @@ from staal.protocol.tools import (
     describe_tool,
     run_status_descriptor,
 )
-
 from tests.manifests import STRIPE_GRANT
 from tests.test_protocol_support import (
     SCHEMA,

@@ -13,12 +13,30 @@ from hypothesis import strategies as st
 from staal.errors import RecordError
 from staal.ids import new_run_id
 from staal.journal_records import (
-    JOURNAL, End, Header, Intent, OutcomeRecord, Print, Resolved, Stopped, Value,
+    JOURNAL,
+    End,
+    Header,
+    Intent,
+    OutcomeRecord,
+    Print,
+    Resolved,
+    Stopped,
+    Value,
 )
 from staal.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
 from staal.messages import (
-    MESSAGES, Check, Checked, Ended, Heartbeat, PrintLine, Progress, Run, Started, StoppedMsg,
-    pack, unpack,
+    MESSAGES,
+    Check,
+    Checked,
+    Ended,
+    Heartbeat,
+    PrintLine,
+    Progress,
+    Run,
+    Started,
+    StoppedMsg,
+    pack,
+    unpack,
 )
 from staal.money import Money
 from staal.outcomes import ERROR_KINDS, FAILURE_KINDS, Failure, Frame, Usage

@@ -9,11 +9,11 @@ import sys
 
 from staal.clock import SYSTEM_CLOCK
 from staal.ids import new_run_id
+from staal.journal import read_journal
 from staal.journal_records import JOURNAL, End, Header, Intent
 from staal.messages import StoppedMsg
 from staal.outcomes import Usage
 from staal.supervisor.files import RunFiles
-from staal.journal import read_journal
 from staal.supervisor.ledger import FileLedger, read_ledger
 from staal.supervisor.outcomes import give_up
 from tests.recorder import WAIT
@@ -53,7 +53,7 @@ def interrupted(tmp_path, service):
 def serve_once(manifest, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=60, env=env or server_env(),
-                          cwd=manifest.parent)
+                          cwd=manifest.parent, check=False)
 
 
 def test_an_interrupted_run_is_resumed_at_start_and_settled(tmp_path, service):

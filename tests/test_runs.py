@@ -170,7 +170,8 @@ def test_a_program_whose_grants_do_not_fit_is_an_error(tmp_path, service):
               inputs={"order": "o1"})
     done = ws.run()
     assert done.outcome["failure"]["kind"] == "config"
-    assert "get:" in done.outcome["failure"]["message"] and "grants.got:" in done.outcome["failure"]["message"]
+    message = done.outcome["failure"]["message"]
+    assert "get:" in message and "grants.got:" in message
 
 
 def test_a_new_run_refuses_an_existing_journal(tmp_path, service):
@@ -243,7 +244,8 @@ def main(order: str, get: HttpGet) -> dict:
     return {}
 """, uses=5)
     done = ws.run()
-    assert done.outcome["failure"]["message"] == "'net.http.get' allows 1 action per run; this would be action 2"
+    assert done.outcome["failure"]["message"] == (
+        "'net.http.get' allows 1 action per run; this would be action 2")
     assert len(service.seen()) == 1
 
 

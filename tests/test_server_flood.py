@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from staal.supervisor.ledger import read_ledger
 
+from staal.supervisor.ledger import read_ledger
 from tests.recorder import Recorder
 from tests.servers import WAIT, Site, sdk_session, text_of
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from tests.payments import Payments
 from tests.servers import Closer, Site, sdk_session, stripe_refund_grant
 
 ECHO = """
@@ -49,16 +48,6 @@ def main(order: str, amount: Money, pay: StripeRefund) -> dict:
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 LEVELS = {"debug", "info", "warning", "error"}
 RUN_EVENTS = {"run_started", "run_ended", "print", "run_waiting", "run_waits_for_operator"}
-
-
-@pytest.fixture
-def payments() -> Iterator[Payments]:
-    """The fake payment service, in its own process (tests/payments.py)."""
-    service = Payments()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture
@@ -167,5 +156,5 @@ def test_a_run_id_is_logged_when_its_run_starts(tmp_path):
     ended = session.stderr.wait_event("run_ended", run=started["run"])
     assert ended["tool"] == "echo" and ended["outcome"] == "done"
     lines = session.stderr.lines
-    assert lines.index(next(l for l in lines if '"run_started"' in l)) < lines.index(
-        next(l for l in lines if '"run_ended"' in l))
+    assert lines.index(next(line for line in lines if '"run_started"' in line)) < lines.index(
+        next(line for line in lines if '"run_ended"' in line))

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
-from staal.supervisor.ledger import read_ledger
 
+from staal.supervisor.ledger import read_ledger
 from tests.payments import Payments
 from tests.recorder import Recorder
 from tests.servers import WAIT, Closer, Site, sdk_session, stripe_refund_grant, text_of
@@ -54,16 +54,6 @@ def main(order: str, amount: Money, pay: StripeRefund) -> dict:
 
 def usd(amount: str) -> dict:
     return {"amount": amount, "currency": USD}
-
-
-@pytest.fixture
-def payments() -> Iterator[Payments]:
-    """The fake payment service, in its own process (tests/payments.py)."""
-    service = Payments()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture
@@ -171,7 +161,8 @@ def test_the_sdk_calls_a_tool_and_reads_its_result_as_structured_content(tmp_pat
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_arguments_the_types_refuse_are_a_tool_error_with_the_problem_and_nothing_runs(tmp_path, service, mode):
+def test_arguments_the_types_refuse_are_a_tool_error_with_the_problem_and_nothing_runs(
+        tmp_path, service, mode):
     site = Site(tmp_path)
     echo_and_lookup(site, service.base)
 
@@ -243,7 +234,8 @@ def test_a_refund_over_each_is_refused_with_the_brokers_message_and_no_refund_is
     assert run.state == "settled" and run.outcome == "failed" and run.charged == ()
 
 
-def test_a_repeated_once_call_gets_the_first_result_exactly_and_the_service_holds_one_refund(tmp_path, payments):
+def test_a_repeated_once_call_gets_the_first_result_exactly_and_the_service_holds_one_refund(
+        tmp_path, payments):
     site = Site(tmp_path)
     refund_site(site, payments, once={"by": ["order"], "keep": "1d"})
     intent = payments.intent(amount=5000)
@@ -269,7 +261,8 @@ def test_a_repeated_once_call_gets_the_first_result_exactly_and_the_service_hold
     assert len(payments.refunds()) == 1
 
 
-def test_a_repeated_once_call_while_the_first_runs_is_in_progress_and_status_follows_it_to_done(tmp_path, payments):
+def test_a_repeated_once_call_while_the_first_runs_is_in_progress_and_status_follows_it_to_done(
+        tmp_path, payments):
     site = Site(tmp_path)
     # The tool's one slot is taken by the first run: the repeat is answered
     # from the ledger all the same, not as busy.
@@ -490,7 +483,8 @@ def test_a_run_that_stops_in_doubt_waits_for_an_operator_and_status_says_so(tmp_
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_call_with_a_progress_callback_gets_one_progress_message_holding_its_run_id(tmp_path, service, mode):
+def test_a_call_with_a_progress_callback_gets_one_progress_message_holding_its_run_id(
+        tmp_path, service, mode):
     site = Site(tmp_path)
     echo_and_lookup(site, service.base)
     messages: list = []
@@ -512,7 +506,8 @@ def test_a_call_with_a_progress_callback_gets_one_progress_message_holding_its_r
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_a_call_cancelled_while_its_run_is_in_progress_runs_to_its_end_and_gets_no_answer(tmp_path, service, mode):
+def test_a_call_cancelled_while_its_run_is_in_progress_runs_to_its_end_and_gets_no_answer(
+        tmp_path, service, mode):
     site = Site(tmp_path)
     echo_and_lookup(site, service.base)
     slow = service.hold("/slow")
@@ -587,7 +582,7 @@ def test_a_call_the_client_times_out_on_is_cancelled_and_its_run_still_settles(t
     assert session.traffic.received_for(request_id) == []
 
 
-# -- busy ------------------------------------------------------------------------------------------------------
+# -- busy ------------------------------------------------------------------------------------------
 
 
 def test_a_tool_at_its_own_limit_answers_busy_at_once_while_other_tools_run(tmp_path, service):

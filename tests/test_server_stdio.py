@@ -12,9 +12,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+
 from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
 from staal.supervisor.ledger import read_ledger
-
 from tests.recorder import Recorder
 from tests.servers import (
     INITIALIZE_PARAMS,
@@ -286,7 +286,8 @@ def test_a_notification_the_server_does_not_use_gets_no_answer(server):
 
 
 def test_a_line_over_4_mib_is_32700_with_a_null_id_and_the_server_goes_on(server):
-    huge = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"' + b"x" * (4 * 1024 * 1024) + b'"}}\n'
+    huge = (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"'
+            + b"x" * (4 * 1024 * 1024) + b'"}}\n')
     server.send_bytes(huge)
     refused = server.next_line().message
     assert error_code(refused) == -32700

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.payments import WAIT, Payments, payments  # noqa: F401
+from tests.payments import WAIT, Payments
 from tests.runs import Done, Workspace
 
 # The DESIGN.md section 3 example (examples/refund.py).
@@ -374,7 +374,7 @@ def test_journal_show_tells_the_whole_history_of_an_op_an_operator_answered(tmp_
     ]
     later = [line for line in story if not line.startswith("         outcome {\"amount\": 5000")]
     assert len(later) == len(expected), shown.stdout
-    for line, (start, part) in zip(later, expected):
+    for line, (start, part) in zip(later, expected, strict=True):
         assert line.startswith(start) and part in line, (line, start, part)
 
 

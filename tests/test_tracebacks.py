@@ -20,17 +20,17 @@ SECRET = "sk_test_tracebacksecret42"
 
 # Line 5 adds a string to a number; the string is the tool's secret (as an
 # operator might paste a key into a program), which must never be shown.
-PROGRAM = '''\
+PROGRAM = f'''\
 from staal.caps import StripeRefund
 
 
 def total(prices: list) -> int:
-    return sum(prices) + "{secret}"
+    return sum(prices) + "{SECRET}"
 
 
 def main(prices: list[int], pay: StripeRefund) -> dict:
     return {{"total": total(prices)}}
-'''.format(secret=SECRET)
+'''
 GRANTS = {"pay": stripe_refund_grant("http://127.0.0.1:9")}
 ENV = {"STRIPE_SECRET_KEY": SECRET}
 

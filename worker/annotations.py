@@ -15,7 +15,15 @@ import types
 import typing
 from decimal import Decimal
 from typing import (
-    Annotated, Any, ForwardRef, Literal, NotRequired, Required, Union, get_args, get_origin,
+    Annotated,
+    Any,
+    ForwardRef,
+    Literal,
+    NotRequired,
+    Required,
+    Union,
+    get_args,
+    get_origin,
 )
 
 from staal import inputs

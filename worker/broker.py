@@ -194,6 +194,7 @@ class GrantState:
             try:
                 compile_pattern(pattern)
             except ValueError as exc:
-                raise CapabilityRefused(f"narrow(only=...): {pattern!r} is not a URL pattern: {exc}") from None
+                raise CapabilityRefused(
+                    f"narrow(only=...): {pattern!r} is not a URL pattern: {exc}") from None
         # Checked together with every ancestor's own list, so it can only narrow.
         return tuple(only)

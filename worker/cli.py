@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -54,7 +54,7 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _grants(text: Optional[str]) -> Any:
+def _grants(text: str | None) -> Any:
     from staal.manifest_grants import GrantReader
     from staal.manifest_values import ValueReader
 
@@ -86,7 +86,7 @@ def _inspect(program: Path, entry: str, grants: Any = None) -> Any:
 def check(
     program: Path = typer.Argument(..., help="The program's Python file."),
     entry: str = typer.Option("main", help="The entry function."),
-    grants: Optional[str] = typer.Option(None, help="Grants as JSON, as in a manifest tool."),
+    grants: str | None = typer.Option(None, help="Grants as JSON, as in a manifest tool."),
 ) -> None:
     """Check a program: report every problem at once."""
     info = _inspect(program, entry, _grants(grants))
@@ -179,12 +179,12 @@ def run(
 @app.command()
 def resume(
     journal: Path = typer.Option(..., help="The journal of the run to resume."),
-    config_path: Optional[Path] = typer.Option(None, "--config",
+    config_path: Path | None = typer.Option(None, "--config",
                                                help="The run config (default: the one the run began with)."),
 ) -> None:
     """Resume a run from its journal, replaying what it already did."""
-    from staal.runconfig import load_run_config
     from staal.journal import read_journal
+    from staal.runconfig import load_run_config
     from staal.worker.run import ResumeRefused, RunRequest, ended_outcome, error
     from staal.worker.run import resume as resume_run
 
@@ -211,7 +211,7 @@ def resolve(
     journal: Path = typer.Option(..., help="The journal of the stopped run."),
     op: int = typer.Option(..., help="The op in doubt."),
     happened: str = typer.Option(..., help="yes or no: whether the action happened."),
-    result: Optional[str] = typer.Option(None, help="With --happened yes: the action's result as JSON."),
+    result: str | None = typer.Option(None, help="With --happened yes: the action's result as JSON."),
 ) -> None:
     """Record an operator's answer for an op in doubt; a later resume continues from it."""
     from staal.worker.resolve import ResolveRefused, resolve_op

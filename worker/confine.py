@@ -46,7 +46,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from staal.program import CapabilityRefused
 
@@ -104,7 +104,7 @@ class _State:
     installed = False
     allow_ffi = False
     on_violation: Callable[[str], None] | None = None
-    checks: dict[str, Callable[[tuple[Any, ...]], str | None]] = {}
+    checks: ClassVar[dict[str, Callable[[tuple[Any, ...]], str | None]]] = {}
 
 
 def tripwire_installed() -> bool:

@@ -12,15 +12,17 @@ run stops and waits for an operator (DESIGN.md section 5).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import orjson
 
 from staal.canonical import canonical_json, sha256_hex
 from staal.clock import Clock
 from staal.errors import CanonicalError
+from staal.journal import JournalState, JournalWriter, OpEntry, resolve_hint
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.killpoints import kill_point
 from staal.money import Money
@@ -29,7 +31,6 @@ from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
 from staal.worker.tracebacks import program_frames
-from staal.journal import JournalState, JournalWriter, OpEntry, resolve_hint
 
 # How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
 # request in doubt for longer could be performed twice if sent again.
@@ -324,7 +325,7 @@ class RunContext:
         else:
             had = f"a {entry.value.cap} value"
         if had == now:
-            now = f"the same with other arguments (their SHA-256 differs from the journal's)"
+            now = "the same with other arguments (their SHA-256 differs from the journal's)"
         self._stop(op, f"journal mismatch at op {op}: the journal has {had}; the program "
                    f"now asks for {now}")
 

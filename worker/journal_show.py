@@ -38,7 +38,7 @@ def show(path: Path) -> str:
 
 
 def _when(ms: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 

@@ -14,15 +14,20 @@ import importlib.util
 import inspect
 import sys
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from staal.caps import Capability
 from staal.manifest import Grant
 from staal.worker.annotations import (
-    BadDefault, UnsupportedType, describe, describe_default, type_name,
+    BadDefault,
+    UnsupportedType,
+    describe,
+    describe_default,
+    type_name,
 )
 
 
@@ -79,7 +84,7 @@ def inspect_program(path: Path, entry: str, grants: Mapping[str, Grant] | None =
         module = load_module(path)
     except SyntaxError as exc:
         return _failed(empty, f"program: line {exc.lineno}: {exc.msg}")
-    except BaseException as exc:  # the program's own import-time code failed
+    except BaseException as exc:  # noqa: BLE001 - the program's own import-time code failed
         return _failed(empty, f"program: importing it failed: {type(exc).__name__}: {exc}")
     function = getattr(module, entry, None)
     if function is None or not callable(function):

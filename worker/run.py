@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import staal
 from staal.canonical import arguments_hash
@@ -22,6 +23,7 @@ from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import StaalError
 from staal.ids import new_run_id
 from staal.inputs import InputError, check_arguments
+from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import Header
 from staal.outcomes import Failure
 from staal.program import RunFailed
@@ -30,7 +32,6 @@ from staal.worker import confine
 from staal.worker.broker import GrantState
 from staal.worker.capabilities import implementation
 from staal.worker.engine import RunContext, RunOutcome
-from staal.journal import JournalState, JournalWriter, read_journal
 from staal.worker.limits import StepCounter, cpu_backstop
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
 
@@ -224,7 +225,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
             returned = info.function(**arguments)
         finally:
             counter.stop()
-    except BaseException as exc:  # whatever ended the program is data from here on
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the program is data from here on
         failure = exc
     finally:
         sys.stdout.flush_rest()

@@ -26,7 +26,16 @@ from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
 from staal.journal import close_unfinished
 from staal.killpoints import kill_point
 from staal.messages import (
-    Check, Checked, Ended, Heartbeat, PrintLine, Run, Started, StoppedMsg, pack, report_of,
+    Check,
+    Checked,
+    Ended,
+    Heartbeat,
+    PrintLine,
+    Run,
+    Started,
+    StoppedMsg,
+    pack,
+    report_of,
     unpack,
 )
 from staal.outcomes import Failure
@@ -105,9 +114,9 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
     paying them here keeps them off the path of the run it will serve."""
     from staal.appendlog import AppendLog
     from staal.clock import SYSTEM_CLOCK
+    from staal.journal import JournalWriter
     from staal.journal_records import Header
     from staal.worker.engine import RunContext
-    from staal.journal import JournalWriter
     from staal.worker.limits import StepCounter
 
     class _NoSync:
@@ -141,7 +150,7 @@ def serve_one(endpoint: str, configs: dict[str, RunConfig],
               prepared: dict[str, Prepared | RunOutcome]) -> int:
     try:
         rehearse(configs, prepared)
-    except Exception:  # a rehearsal is an optimisation; the run itself reports real problems
+    except Exception:  # noqa: BLE001 - a rehearsal is an optimisation; the run reports real problems
         pass
     channel = Channel(endpoint)
     channel.start()
@@ -188,7 +197,7 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
                 kill_point("worker", "end")
             channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
                                failure=outcome.failure, usage=outcome.usage))
-    except BaseException as exc:  # a bug in the engine: reported as data
+    except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         channel.send(last_word(message, configs, f"the worker failed: {detail}"))
 

@@ -54,7 +54,7 @@ def warm(configs: dict[str, RunConfig]) -> None:
            for g in gr.walk()):
         import httpx  # noqa: F401
 
-        import staal.worker.capabilities.http  # noqa: F401
+        import staal.worker.capabilities.http
 
     import staal.worker.serve  # noqa: F401
     from staal.journal_records import JOURNAL

@@ -42,6 +42,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     import zmq
+
     from staal.ids import new_run_id
     from staal.worker import confine
     from staal.worker.limits import cpu_backstop

@@ -19,9 +19,10 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -225,7 +226,7 @@ async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "staal.supervisor.cli", "serve", str(manifest_path)],
         env=env, cwd=str(manifest_path.parent))
-    with open(stderr, "a") as errlog:
+    with open(stderr, "a") as errlog:  # noqa: ASYNC230 - a local file, opened once per server
         try:
             async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
                 # As a client does before calling: the answer's schema check

@@ -7,7 +7,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from tests.crash.harness import (
-    ANSWERED, CLOSED, REFUND_OP, RESUMED, Cell, Observed, cell_named, judge, what_the_client_saw,
+    ANSWERED,
+    CLOSED,
+    REFUND_OP,
+    RESUMED,
+    Cell,
+    Observed,
+    cell_named,
+    judge,
+    what_the_client_saw,
 )
 
 RUN = "a" * 32
@@ -136,7 +144,7 @@ def test_docs_crash_matrix_holds_a_passing_row_for_every_cell_as_the_report_prin
     rows = [line for line in (ROOT / "docs" / "crash-matrix.md").read_text().splitlines()
             if line.startswith("| ") and not line.startswith("| cell ")]
     assert len(rows) == len(CELLS)
-    for cell, line in zip(CELLS, rows):
+    for cell, line in zip(CELLS, rows, strict=True):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[:3] == [f"{cell.process}:{cell.point}", "yes" if cell.once else "no",
                              cell.first], line

@@ -5,7 +5,8 @@ parameters receive. Each subclasses the class the program annotated with
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from staal.caps import Capability
 from staal.money import Money

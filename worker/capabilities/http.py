@@ -10,7 +10,8 @@ answer was lost may have happened: it is in doubt.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import orjson

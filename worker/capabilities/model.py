@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
 from staal.caps import Model
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.manifest import ModelConfig
@@ -278,7 +279,7 @@ class ModelCapability(Bound, Model):
     def check_result(action: str, result: Any) -> None:
         if not isinstance(result, str):
             # ValueError: what `staal resolve` reports as a bad --result.
-            raise ValueError('a model completion is a string: --result \'"the answer"\'')  # noqa: TRY004
+            raise ValueError('a model completion is a string: --result \'"the answer"\'')
 
     def complete(self, prompt: str, max_tokens: int = 1024) -> str:
         ctx = self._ctx
