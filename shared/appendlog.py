@@ -99,10 +99,12 @@ class AppendLog:
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], syncer: Syncer = OS_SYNC,
-               first: Mapping[str, Any] | None = None) -> AppendLog:
+               first: Mapping[str, Any] | None = None,
+               created: Callable[[], None] | None = None) -> AppendLog:
         """Create a new log, empty or holding `first` (written before the one
         fsync that makes file and record durable together); `LogExists` if
-        the file is already there."""
+        the file is already there. `created` is called once the file exists
+        and before anything is written to it (a crash test's kill point)."""
         target = Path(path)
         make_private_dir(target.parent, syncer)
         line = None if first is None else canonical_json(first) + b"\n"
@@ -114,6 +116,8 @@ class AppendLog:
             # As in make_private_dir: the umask may only narrow 0600, and a
             # file its owner cannot read back is of no use.
             os.fchmod(fd, LOG_FILE_MODE)
+            if created is not None:
+                created()
             if line is not None:
                 write_all(fd, line)
             syncer.sync_file(fd)

@@ -22,6 +22,7 @@ from pathlib import Path
 from staal.appendlog import AppendLog, read_log
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import LogDamaged
+from staal.fsio import OS_SYNC
 from staal.journal_records import (
     JOURNAL,
     End,
@@ -139,6 +140,30 @@ class JournalState:
                 charged.get(name, {})[c] for c in sorted(charged.get(name, {}))))
             for name, count in actions.items()
         }
+
+
+def journal_started(path: str | Path) -> bool:
+    """Whether the run of the journal at `path` ever started: its first line,
+    the header, is complete (seed 000 section 7, step 3). A file with no
+    complete line is a journal cut during its creation: there is no journal
+    and the run never started. A first line that is not a header is damage,
+    reported when the journal is read."""
+    try:
+        return bool(read_log(path).records)
+    except FileNotFoundError:
+        return False
+
+
+def discard_unstarted(path: str | Path) -> bool:
+    """Remove a journal file whose run never started (no complete first
+    line), so the run can begin afresh or its reservation be released;
+    whether there was one."""
+    path = Path(path)
+    if not path.exists() or journal_started(path):
+        return False
+    path.unlink()
+    OS_SYNC.sync_dir(path.parent)
+    return True
 
 
 def read_journal(path: str | Path) -> JournalState:
@@ -290,9 +315,10 @@ class JournalWriter:
 
     @classmethod
     def create(cls, path: str | Path, header: Header, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:
-        writer = cls(AppendLog.create(path, first=JOURNAL.encode(header)), clock)
+        log = AppendLog.create(path, first=JOURNAL.encode(header),
+                               created=lambda: kill_point("worker", "journal_file"))
         kill_point("worker", "journal")
-        return writer
+        return cls(log, clock)
 
     @classmethod
     def reopen(cls, path: str | Path, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:

@@ -12,8 +12,10 @@ The names, each right after the step it names is durable:
 - supervisor: `reserve` (the reserve event), `inputs` (the arguments file),
   `waiting` (the waiting record), `ended` (a worker's end received, before
   the settle), `settle` (the settle event), `answer` (the answer written);
-- worker: `journal` (the journal's first line), `intent` and `outcome` (the
-  two halves of each op), `end` (the end record, before the worker says so).
+- worker: `journal_file` (the journal's file created, before its header is
+  written: a journal cut during its creation), `journal` (the journal's
+  first line), `intent` and `outcome` (the two halves of each op), `end`
+  (the end record, before the worker says so).
 
 tests/crash runs a call through each of these (docs/crash-matrix.md is its
 report). The ledger's compaction has its own, `compact.written`,

@@ -26,7 +26,13 @@ from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
 from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
-from staal.supervisor.files import RunFiles, append_log, remove_inputs, write_inputs
+from staal.supervisor.files import (
+    RunFiles,
+    append_log,
+    remove_inputs,
+    remove_never_started,
+    write_inputs,
+)
 from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
 from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.outcomes import (
@@ -242,9 +248,9 @@ class Calls:
                      message=final.message)
             return Stopped(files.run, final.op, final.message)
         if final is None:
-            # Its workers died before its journal existed: it never started.
+            # Its workers died before its journal's header was durable: it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
-            await asyncio.to_thread(remove_inputs, files)
+            await asyncio.to_thread(remove_never_started, files)
             await asyncio.to_thread(self._flush_log, files, "never started")
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="every worker died before the run's journal was created")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from staal.errors import LogDamaged
-from staal.journal import close_unfinished, read_journal
+from staal.journal import close_unfinished, journal_started, read_journal
 from staal.journal_records import End
 from staal.messages import Ended, StoppedMsg, report_of
 from staal.money import Money
@@ -91,8 +91,8 @@ def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
     supervisor writes the journal's record itself, since no worker holds it
     any more. None: the run never got a journal, so it never started.
     `params` are the tool's capability parameters, for the end's usage."""
-    if not files.journal.exists():
-        return None
+    if not journal_started(files.journal):
+        return None  # cut during its creation, if at all: the caller releases it
     reason = f"the worker running it died {deaths} times (the last {how})"
     return report_of(files.run, close_unfinished(files.journal, params, reason))
 

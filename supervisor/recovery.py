@@ -1,8 +1,9 @@
 """Recovery at start, before anything is answered (seed 000 section 7;
 DESIGN.md section 9), with exactly one rule per case:
 
-- a reservation with no journal: the run never started; release it and
-  remove its inputs file;
+- a reservation with no journal, or with a journal cut before its header
+  was durable: the run never started; release it and remove its inputs file
+  (and that journal file);
 - a journal with no end: resume it (one after another), as `staal resume`
   would, from the journal and the kept arguments;
 - a journal that ended but is not settled: settle it from its end record;
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import staal
 from staal.errors import LogDamaged
-from staal.journal import JournalState, read_journal
+from staal.journal import JournalState, journal_started, read_journal
 from staal.journal_records import End
 from staal.manifest import Manifest
 from staal.runconfig import from_tool
@@ -61,7 +62,9 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
 
 def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_journal: bool,
                     plan: RecoveryPlan) -> None:
-    if not has_journal:
+    # A journal with no complete header was cut during its creation: there
+    # is no journal, and the run never started (seed 000 section 7, step 3).
+    if not has_journal or not journal_started(files.journal):
         plan.release.append(files)
         return
     try:

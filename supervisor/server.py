@@ -29,7 +29,7 @@ from staal.protocol.results import Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.calls import Calls, CallState
-from staal.supervisor.files import make_run_folders, remove_inputs
+from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
@@ -99,8 +99,9 @@ class Server:
         """Recovery at start, before anything is answered (supervisor/recovery.py)."""
         for files in plan.release:
             await asyncio.to_thread(self.ledger.release, files.run)
-            await asyncio.to_thread(remove_inputs, files)
-            self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool)
+            cut = await asyncio.to_thread(remove_never_started, files)
+            self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool,
+                     removed="its journal, cut before its header was durable" if cut else None)
         for files, end in plan.settle:
             await asyncio.to_thread(self.ledger.settle, files.run, end.outcome, charged_of(end))
             await asyncio.to_thread(remove_inputs, files)

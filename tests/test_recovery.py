@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import psutil
+
 from staal.clock import SYSTEM_CLOCK
 from staal.ids import new_run_id
 from staal.journal import read_journal
@@ -42,7 +44,13 @@ def interrupted(tmp_path, service):
     served.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
                  "params": {"name": "lookup", "arguments": {"order": "o1"}}})
     assert hold.arrived.wait(WAIT), served.stderr()
+    family = psutil.Process(served.process.pid).children(recursive=True)
     served.kill()
+    # Its zygote and worker die with it, but not at the same instant: the
+    # service answers only once they are gone, or the worker could still
+    # journal the read's outcome.
+    psutil.wait_procs(family, timeout=WAIT)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     hold.release.set()
     with service.lock:
         del service.holds["/v1/orders/o1"]
@@ -188,3 +196,93 @@ def test_a_zygote_killed_while_serving_is_started_again(tmp_path):
         assert served.call("noop", {"n": 2})["structuredContent"] == {"result": 2}
         assert served.events("zygote_exited")
         assert served.close() == 0
+
+
+# -- a journal cut during its creation ------------------------------------------------------
+
+
+def reserved_with_journal(tmp_path, service, journal: bytes):
+    """A reserved run with its arguments kept and a journal file holding
+    `journal`, as a crash during the journal's creation leaves them."""
+    manifest = lookup_manifest(tmp_path, service)
+    journals = tmp_path / "journals"
+    ledger = FileLedger.open(journals / "server.ledger", SYSTEM_CLOCK)
+    reserved = ledger.reserve_call("lookup", None, 1, (), None)
+    ledger.close()
+    files = RunFiles(journals, "lookup", reserved.run)
+    files.folder.mkdir(parents=True)
+    files.inputs.write_text('{"order": "o1"}')
+    files.journal.write_bytes(journal)
+    return manifest, files
+
+
+def header_line(run: str, tmp_path) -> bytes:
+    header = Header(run=run, tool="lookup", program=str(tmp_path / "lookup.py"),
+                    program_sha256="0" * 64, config_sha256="0" * 64, inputs_sha256="0" * 64,
+                    runtime="staal 0.1.0", time=1)
+    return json.dumps(JOURNAL.encode(header)).encode() + b"\n"
+
+
+def test_a_journal_cut_before_its_header_is_a_run_that_never_started_and_is_released(
+        tmp_path, service):
+    for case, cut in (("empty", lambda line: b""), ("torn", lambda line: line[:40])):
+        root = tmp_path / case
+        root.mkdir()
+        manifest, files = reserved_with_journal(root, service, b"")
+        files.journal.write_bytes(cut(header_line(files.run, root)))
+        done = serve_once(manifest)
+        assert done.returncode == 0, done.stderr.decode()
+        [released] = [json.loads(line) for line in done.stderr.splitlines()
+                      if b'"recovered"' in line]
+        assert released["rule"] == "released: it never started" and released["run"] == files.run
+        assert released["removed"] == "its journal, cut before its header was durable"
+        # Released, then dropped by the start's compaction: it holds nothing.
+        assert read_ledger(root / "journals" / "server.ledger").run(files.run) is None
+        assert not files.journal.exists() and not files.inputs.exists()
+    assert service.seen() == []  # the runs never started, so nothing was sent
+
+
+def test_a_journal_whose_first_line_is_not_a_header_still_stops_the_server(tmp_path, service):
+    manifest, files = reserved_with_journal(tmp_path, service, b"")
+    intent = Intent(op=1, param="get", cap="net.http.get", action="get", args_sha256="0" * 64,
+                    time=2)
+    files.journal.write_bytes(json.dumps(JOURNAL.encode(intent)).encode() + b"\n")
+    done = serve_once(manifest)
+    assert done.returncode == 2 and done.stdout == b""
+    assert b"its journal is damaged" in done.stderr and b"line 1" in done.stderr
+    assert files.journal.exists() and files.inputs.exists()  # nothing removed
+    assert read_ledger(tmp_path / "journals" / "server.ledger").run(files.run).state == "unsettled"
+
+
+def test_a_server_killed_after_its_worker_died_creating_the_journal_releases_the_run_at_start(
+        tmp_path, service):
+    import os
+    import signal
+
+    from tests.servers import RawServer, Site
+
+    site = Site(tmp_path)
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    site.program("lookup.py", f"BASE = {service.base!r}\n" + LOOKUP)
+    site.write([{"name": "lookup", "program": "lookup.py",
+                 "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}}])
+    kill = {"STAAL_TEST_KILL_POINTS": "1", "STAAL_KILL_AT": "worker:journal_file"}
+    with RawServer(site, kill) as server:
+        server.initialize()
+        server.request("tools/call", {"name": "lookup", "arguments": {"order": "o1"}})
+        server.stderr.wait_event("worker_lost")  # its worker died creating the journal
+        os.kill(server.process.pid, signal.SIGKILL)  # and then the server
+        server.process.wait(WAIT)
+    (entry,) = read_ledger(site.ledger_path).unsettled()
+    files = RunFiles(site.journals, "lookup", entry.run)
+    with RawServer(site) as again:
+        again.initialize()
+        result = again.call_tool("lookup", {"order": "o1"})
+        again.close_stdin()
+        assert again.wait_exit() == 0
+    assert [(e["rule"], e["run"]) for e in again.stderr.events("recovered")] == [
+        ("released: it never started", entry.run)]
+    assert result["structuredContent"] == {"result": {"status": 200}}
+    assert read_ledger(site.ledger_path).run(entry.run) is None  # released, then compacted away
+    assert not files.journal.exists() and not files.inputs.exists()
+    assert len(service.seen("GET")) == 1  # the new call's: the killed run never sent one

@@ -23,7 +23,7 @@ import zmq
 
 from staal.errors import StaalError
 from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
-from staal.journal import close_unfinished
+from staal.journal import close_unfinished, discard_unstarted, journal_started
 from staal.killpoints import kill_point
 from staal.messages import (
     Check,
@@ -210,7 +210,7 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended
     journal = Path(message.journal)
     try:
         with confine.broker_section():
-            if journal.exists():
+            if journal_started(journal):
                 params = tuple(configs[message.tool].grants)
                 return report_of(message.run, close_unfinished(journal, params, reason))
     except BaseException as exc:  # noqa: BLE001 - the journal itself failed: say so
@@ -233,6 +233,11 @@ def execute(message: Run, configs: dict[str, RunConfig],
         on_print=lambda text: channel.send(PrintLine(run=message.run, text=text)),
         prepared=loaded,
     )
-    if message.resume and Path(message.journal).exists():
-        return resume(request)
+    if message.resume:
+        with confine.broker_section():
+            # A journal cut during its creation (no complete header): the run
+            # never started, so it starts now, as a new run would.
+            discard_unstarted(request.journal)
+        if request.journal.exists():
+            return resume(request)
     return start(request)

@@ -89,6 +89,9 @@ class Cell:
 CELLS = (
     Cell("supervisor", "reserve", CLOSED, at_restart=(RELEASED,)),
     Cell("supervisor", "inputs", CLOSED, at_restart=(RELEASED,)),
+    # Inside the journal's creation: the file exists, its header not yet
+    # written. No journal, so the run never started: the new worker starts it.
+    Cell("worker", "journal_file", ANSWERED, at_first=(WORKER_LOST,)),
     Cell("worker", "journal", ANSWERED, at_first=(WORKER_LOST,)),
     # The GET's intent: it was never sent, and the new worker sends it.
     Cell("worker", "intent", ANSWERED, at_first=(WORKER_LOST,)),

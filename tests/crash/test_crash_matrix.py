@@ -9,7 +9,8 @@ import pytest
 
 from tests.crash.harness import CELLS, cell_named, run_cell
 
-ON_THEIR_OWN = ("worker:outcome", "worker:end", "supervisor:refund held", "supervisor:ended")
+ON_THEIR_OWN = ("worker:journal_file", "worker:outcome", "worker:end", "supervisor:refund held",
+                "supervisor:ended")
 
 
 def check(name_or_cell) -> None:
@@ -22,6 +23,10 @@ def check(name_or_cell) -> None:
                          ids=lambda c: c.name.replace(" ", "-"))
 def test_a_crash_at_each_kill_point_loses_nothing_and_does_nothing_twice(cell):
     check(cell)
+
+
+def test_a_worker_killed_inside_the_journals_creation_is_replaced_by_one_that_starts_the_run():
+    check("worker:journal_file")
 
 
 def test_a_worker_killed_after_the_reads_outcome_is_replaced_and_the_read_is_replayed_not_resent():
