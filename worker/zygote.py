@@ -48,13 +48,15 @@ def warm(configs: dict[str, RunConfig]) -> None:
     record encoders' per-type plans. A fork inherits all of it."""
     import zmq  # noqa: F401
 
-    # httpx costs a tenth of a second to import: only when a tool can use it.
-    networked = {"net.http.get", "net.http.post", "payments.stripe.refund", "model.complete"}
-    if any(g.cap in networked for c in configs.values() for gr in c.grants.values()
-           for g in gr.walk()):
-        import httpx  # noqa: F401
+    from staal.worker.capabilities import implementation
 
-        import staal.worker.capabilities.http
+    # What each capability the tools use needs, whatever the run (httpx's
+    # client and SSL context, psycopg's parts): made once, here, only for
+    # the capabilities some tool can use.
+    caps = {g.cap for c in configs.values() for gr in c.grants.values() for g in gr.walk()}
+    for cap in sorted(caps):
+        with confine.broker_section():
+            implementation(cap).prepare()
 
     import staal.worker.serve  # noqa: F401
     from staal.journal_records import JOURNAL

@@ -55,6 +55,12 @@ class Bound:
         return value
 
     @staticmethod
+    def prepare() -> None:
+        """Make, once per process, what this capability needs that does not
+        depend on the run (modules, SSL contexts, clients): the zygote calls
+        it before it forks, so no run pays for it. The default: nothing."""
+
+    @staticmethod
     def check_result(action: str, result: Any) -> None:
         """Raise ValueError if an operator's --result is not what `action`
         returns; the default accepts any JSON."""

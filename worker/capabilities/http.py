@@ -18,7 +18,7 @@ import orjson
 
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest import NetConfig
-from staal.worker.capabilities import Bound
+from staal.worker.capabilities import Bound, transport
 from staal.worker.engine import ActionSpec, InDoubt, Performed
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -30,18 +30,12 @@ class TooSlow(Exception):
 
 
 class HttpClient:
-    """One run's HTTP client, made on first use."""
+    """One run's requests, under its tool's `net`, through the process's
+    shared client (transport.py: made in the zygote, so a run builds none)."""
 
     def __init__(self, net: NetConfig) -> None:
         self.net = net
-        self._client: httpx.Client | None = None
-
-    def _get(self) -> httpx.Client:
-        if self._client is None:
-            timeout = httpx.Timeout(self.net.timeout_ms / 1000,
-                                    connect=self.net.connect_timeout_ms / 1000)
-            self._client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
-        return self._client
+        self.timeout = transport.timeout(net.timeout_ms, net.connect_timeout_ms)
 
     def send(self, method: str, url: str, headers: Mapping[str, str], **body: Any) -> Performed:
         try:
@@ -59,12 +53,13 @@ class HttpClient:
     def _exchange(self, method: str, url: str, headers: Mapping[str, str],
                   body: dict[str, Any]) -> Performed:
         limit = self.net.timeout_ms / 1000
-        start = time.monotonic()
-        with self._get().stream(method, url, headers=dict(headers), **body) as response:
+        clock = transport.SendClock()  # timeout_ms counts from when the request goes out
+        with transport.client().stream(method, url, headers=dict(headers), timeout=self.timeout,
+                                       extensions=clock.extensions(), **body) as response:
             data = bytearray()
             for chunk in response.iter_bytes():
                 data += chunk
-                if time.monotonic() - start > limit:
+                if time.monotonic() - clock.started > limit:
                     raise TooSlow(f"no complete answer within {self.net.timeout_ms} ms")
                 if len(data) > MAX_RESPONSE_BYTES:
                     return Performed(failure=f"{method} {url} answered {response.status_code} with "
@@ -74,8 +69,8 @@ class HttpClient:
             return Performed(result=result)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        """Nothing of the run's to close: its connections are the shared
+        pool's, and a worker's die with it."""
 
 
 def _reason(exc: Exception) -> str:
@@ -127,6 +122,8 @@ def _headers(ctx: Any, headers: Any, keyed: bool) -> dict[str, str]:
 
 
 class HttpGetCapability(Bound, HttpGet):
+    prepare = staticmethod(transport.prepare)
+
     @staticmethod
     def check_result(action: str, result: Any) -> None:
         check_http_result(result)
@@ -140,6 +137,8 @@ class HttpGetCapability(Bound, HttpGet):
 
 
 class HttpPostCapability(Bound, HttpPost):
+    prepare = staticmethod(transport.prepare)
+
     @staticmethod
     def check_result(action: str, result: Any) -> None:
         check_http_result(result)

@@ -28,21 +28,19 @@ import contextvars
 import json
 import math
 import random
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from staal.caps import Model
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.manifest import ModelConfig
-from staal.worker.capabilities import Bound
+from staal.worker.capabilities import Bound, transport
 from staal.worker.engine import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -123,12 +121,8 @@ class AnthropicProvider:
             "accept": "application/json",
         }
         attempts = self.retries + 1
-        # Shared by every attempt's client: loading the CA bundle is the
-        # slow part of making one. Plain HTTP (a local fake) needs none.
-        plain = urlsplit(self.url).scheme.lower() == "http"
-        verify: ssl.SSLContext | bool = False if plain else httpx.create_ssl_context(trust_env=False)
         for attempt in range(1, attempts + 1):
-            outcome = self._attempt(body, headers, verify)
+            outcome = self._attempt(body, headers)
             if isinstance(outcome, str):
                 return Performed(result=outcome)
             if not outcome.retryable:
@@ -151,10 +145,9 @@ class AnthropicProvider:
 
     # -- one attempt ---------------------------------------------------------
 
-    def _attempt(self, body: bytes, headers: Mapping[str, str],
-                 verify: ssl.SSLContext | bool) -> str | _Failed:
+    def _attempt(self, body: bytes, headers: Mapping[str, str]) -> str | _Failed:
         try:
-            status, answer_headers, data = self._bounded(body, headers, verify)
+            status, answer_headers, data = self._bounded(body, headers)
         except (httpx.TimeoutException, _TooSlow):
             return _Failed(f"no complete answer within {self.timeout_ms} ms", True)
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError) as exc:
@@ -172,13 +165,13 @@ class AnthropicProvider:
                        self._retry_after(answer_headers))
 
     def _bounded(self, body: bytes, headers: Mapping[str, str],
-                 verify: ssl.SSLContext | bool) -> tuple[int, httpx.Headers, bytes | None]:
+                 ) -> tuple[int, httpx.Headers, bytes | None]:
         """One exchange, given up after `timeout_ms` all told. httpx bounds
         each phase (connect, send, each read) but not their sum, so the
         exchange runs in a thread of its own that this one stops waiting
         for; given up, the thread still ends within httpx's own timeouts,
-        and closes its client itself. It runs in this thread's context, so
-        inside the broker's section."""
+        and lets its connection go itself. It runs in this thread's context,
+        so inside the broker's section."""
         limit = self.timeout_ms / 1000
         box: dict[str, Any] = {}
         finished = threading.Event()
@@ -186,7 +179,7 @@ class AnthropicProvider:
 
         def exchange() -> None:
             try:
-                box["answer"] = context.run(self._exchange, body, headers, verify, limit)
+                box["answer"] = context.run(self._exchange, body, headers, limit)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 box["error"] = exc
             finally:
@@ -199,12 +192,12 @@ class AnthropicProvider:
             raise box["error"]
         return box["answer"]
 
-    def _exchange(self, body: bytes, headers: Mapping[str, str], verify: ssl.SSLContext | bool,
+    def _exchange(self, body: bytes, headers: Mapping[str, str],
                   limit: float) -> tuple[int, httpx.Headers, bytes | None]:
         start = time.monotonic()
-        with httpx.Client(timeout=httpx.Timeout(limit), verify=verify, follow_redirects=False,
-                          trust_env=False) as client, \
-                client.stream("POST", self.url, content=body, headers=dict(headers)) as response:
+        # The process's shared client (transport.py), made before the fork.
+        with transport.client().stream("POST", self.url, content=body, headers=dict(headers),
+                                       timeout=httpx.Timeout(limit)) as response:
             data = bytearray()
             for chunk in response.iter_bytes():
                 data += chunk
@@ -275,6 +268,8 @@ def _text_of(data: bytes, status: int) -> str | _Failed:
 
 
 class ModelCapability(Bound, Model):
+    prepare = staticmethod(transport.prepare)
+
     @staticmethod
     def check_result(action: str, result: Any) -> None:
         if not isinstance(result, str):

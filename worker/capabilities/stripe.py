@@ -42,7 +42,7 @@ from typing import Any
 from staal.caps import StripeRefund
 from staal.errors import MoneyError
 from staal.money import Money
-from staal.worker.capabilities import Bound
+from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER
 from staal.worker.engine import ActionSpec, InDoubt, Performed
 
@@ -121,6 +121,8 @@ def _in_use(answer: dict) -> bool:
 
 
 class StripeRefundCapability(Bound, StripeRefund):
+    prepare = staticmethod(transport.prepare)
+
     def __init__(self, ctx: Any, state: Any, services: Any) -> None:
         super().__init__(ctx, state, services)
         # The currency of each payment intent this run has read: a refund of
