@@ -25,6 +25,7 @@ from typing import Any
 
 from staal.errors import StaalError
 from staal.manifest import RUN_STATUS_TOOL
+from staal.protocol.dispatch import CallTool, Dispatcher
 from staal.protocol.framing import Line, LineReader, Oversized
 from staal.protocol.jsonrpc import (
     INVALID_REQUEST,
@@ -39,11 +40,10 @@ from staal.protocol.jsonrpc import (
     read_message,
     result_message,
 )
-from staal.protocol.legacy import LegacyHandler
-from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
-from staal.protocol.results import CallOutcome, RunStatus, shape_outcome
-from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
-from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
+from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope
+from staal.protocol.results import CallOutcome, RunStatus
+from staal.protocol.revisions import ServerInfo
+from staal.protocol.tools import ToolDescriptor
 
 
 class IllegalTransition(StaalError):
@@ -61,17 +61,6 @@ class Send:
     """A message to write to the client now."""
 
     message: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class CallTool:
-    """A tool call for the application to run; answer it with answer_call."""
-
-    request_id: RequestId
-    name: str
-    arguments: dict[str, Any]
-    revision: str
-    progress_token: str | int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +130,8 @@ class Connection:
         ttl_ms: int = DEFAULT_TTL_MS,
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
     ) -> None:
-        catalogue = ToolCatalogue(tools)
-        self._legacy = LegacyHandler(catalogue, server_info, instructions)
-        self._handlers = {
-            LEGACY: self._legacy,
-            MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
-        }
+        self.dispatcher = Dispatcher(server_info, tools, instructions=instructions, ttl_ms=ttl_ms,
+                                     cache_scope=cache_scope)
         self._phase = Phase.AWAITING_INITIALIZE
         self._calls: dict[RequestId, _InFlight] = {}
         self._reader = LineReader()
@@ -195,29 +180,21 @@ class Connection:
             return [Send(error.to_message(request.id))]
         if request.method == "initialize":
             return [self._initialize(request)]
-        revision = select_revision(request.params, self.initialized)
-        if isinstance(revision, RpcError):
-            return [Send(revision.to_message(request.id))]
-        reply = self._handlers[revision].handle(request.method, request.params)
-        if isinstance(reply, RpcError):
-            return [Send(reply.to_message(request.id))]
-        if isinstance(reply, CallRequest):
-            return [self._start_call(request.id, reply, revision)]
-        return [Send(result_message(request.id, reply))]
+        answer = self.dispatcher.request(request.id, request.method, request.params,
+                                         self.initialized)
+        if isinstance(answer, RpcError):
+            return [Send(answer.to_message(request.id))]
+        if isinstance(answer, CallTool):
+            self._calls[request.id] = _InFlight(answer)
+            return [answer]
+        return [Send(result_message(request.id, answer.result))]
 
     def _initialize(self, request: Request) -> Send:
-        """initialize is answered at any time, with or without a `_meta`
-        envelope, always as the 2025-11-25 handshake it belongs to."""
-        result = self._legacy.initialize(request.params)
-        if isinstance(result, RpcError):
-            return Send(result.to_message(request.id))
+        answer = self.dispatcher.initialize(request.params)
+        if isinstance(answer, RpcError):
+            return Send(answer.to_message(request.id))
         self._phase = advance(PHASE_TRANSITIONS, self._phase, "initialize")
-        return Send(result_message(request.id, result))
-
-    def _start_call(self, request_id: RequestId, call: CallRequest, revision: str) -> CallTool:
-        event = CallTool(request_id, call.name, call.arguments, revision, call.progress_token)
-        self._calls[request_id] = _InFlight(event)
-        return event
+        return Send(result_message(request.id, answer.result))
 
     # -- outgoing -------------------------------------------------------
 
@@ -230,17 +207,16 @@ class Connection:
         del self._calls[call.request_id]
         if was is CallState.CANCELLED:
             return None
-        result = self._handlers[call.revision].call_result(shape_outcome(outcome))
-        return result_message(call.request_id, result)
+        return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
 
     def progress(self, call: CallTool, message: str) -> dict[str, Any] | None:
         """The notifications/progress for `call`, or None if it asked for no
         progress or was cancelled."""
         entry = self._entry(call)
         entry.state = advance(CALL_TRANSITIONS, entry.state, "progress")
-        if entry.state is CallState.CANCELLED or call.progress_token is None:
+        params = self.dispatcher.progress(call, message)
+        if entry.state is CallState.CANCELLED or params is None:
             return None
-        params = self._handlers[call.revision].progress(call.progress_token, message)
         return notification_message("notifications/progress", params)
 
     def _entry(self, call: CallTool) -> _InFlight:

@@ -1,0 +1,95 @@
+"""What a request is answered with, whatever carried it: the revision it is
+served under, the handler of that revision, and the answer (a result, an
+error, or a tool call for the application to run). Shared by the stdio
+connection (connection.py) and the Streamable HTTP endpoint (http.py), which
+differ only in what they know of the client: a stdio stream remembers
+whether it saw `initialize`; an HTTP request says its revision in a header.
+Stateless and immutable: one serves every stream and request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from staal.protocol.jsonrpc import RequestId, RpcError
+from staal.protocol.legacy import LegacyHandler
+from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
+from staal.protocol.results import CallOutcome, shape_outcome
+from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
+from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class CallTool:
+    """A tool call for the application to run; answer it with answer_call."""
+
+    request_id: RequestId
+    name: str
+    arguments: dict[str, Any]
+    revision: str
+    progress_token: str | int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A request answered at once with this result."""
+
+    result: dict[str, Any]
+
+
+Answer = Result | RpcError | CallTool
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        server_info: ServerInfo,
+        tools: Iterable[ToolDescriptor],
+        *,
+        instructions: str | None = None,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
+    ) -> None:
+        catalogue = ToolCatalogue(tools)
+        self.legacy = LegacyHandler(catalogue, server_info, instructions)
+        self._handlers = {
+            LEGACY: self.legacy,
+            MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
+        }
+
+    def initialize(self, params: dict[str, Any]) -> Result | RpcError:
+        """initialize is answered at any time, with or without a `_meta`
+        envelope, always as the 2025-11-25 handshake it belongs to."""
+        result = self.legacy.initialize(params)
+        return result if isinstance(result, RpcError) else Result(result)
+
+    def request(self, request_id: RequestId, method: str, params: dict[str, Any],
+                initialized: bool) -> Answer:
+        """A request other than initialize: `initialized` is whether the
+        client has spoken the 2025-11-25 handshake (a request without a
+        `_meta` envelope is then served under that revision)."""
+        revision = select_revision(params, initialized)
+        if isinstance(revision, RpcError):
+            return revision
+        return self.in_revision(revision, request_id, method, params)
+
+    def in_revision(self, revision: str, request_id: RequestId, method: str,
+                    params: dict[str, Any]) -> Answer:
+        reply = self._handlers[revision].handle(method, params)
+        if isinstance(reply, RpcError):
+            return reply
+        if isinstance(reply, CallRequest):
+            return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token)
+        return Result(reply)
+
+    def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any]:
+        """The result a call is answered with, as its revision writes it."""
+        return self._handlers[call.revision].call_result(shape_outcome(outcome))
+
+    def progress(self, call: CallTool, message: str) -> dict[str, Any] | None:
+        """The params of the notifications/progress a call gets when its run
+        starts; None if it asked for no progress."""
+        if call.progress_token is None:
+            return None
+        return self._handlers[call.revision].progress(call.progress_token, message)
