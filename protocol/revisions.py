@@ -30,7 +30,7 @@ CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 PROGRESS_TOKEN_KEY = "progressToken"
-# What every 2026-07-28 request carries in params._meta.
+# What every 2026-07-28 request carries in params._meta (clientInfo: should).
 ENVELOPE_KEYS = (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY)
 
 NOT_INITIALIZED = (
@@ -82,9 +82,11 @@ def _check_envelope(meta: dict[str, Any]) -> str | RpcError:
         return unsupported_version(requested)
     if not isinstance(meta.get(CLIENT_CAPABILITIES_KEY), dict):
         return RpcError(INVALID_PARAMS, f"_meta needs {CLIENT_CAPABILITIES_KEY} (an object)")
-    if not _is_implementation(meta.get(CLIENT_INFO_KEY)):
+    # clientInfo is a SHOULD (2026-07-28, basic: "Per-request protocol
+    # fields"): served without it, refused only when it is not one.
+    if CLIENT_INFO_KEY in meta and not _is_implementation(meta[CLIENT_INFO_KEY]):
         return RpcError(
-            INVALID_PARAMS, f"_meta needs {CLIENT_INFO_KEY} (an object with name and version)"
+            INVALID_PARAMS, f"_meta {CLIENT_INFO_KEY} is an object with name and version"
         )
     return MODERN
 

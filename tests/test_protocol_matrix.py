@@ -11,7 +11,7 @@ Columns, how a request names its revision:
   unsupported                 an envelope naming 2099-01-01
   envelope names 2025-11-25   an envelope naming the version initialize speaks
   envelope lacks capabilities 2026-07-28 named, clientCapabilities left out
-  envelope lacks clientInfo   2026-07-28 named, clientInfo left out
+  envelope lacks clientInfo   2026-07-28 named, clientInfo left out (served)
   none before initialize      a plain request on a fresh connection
   none after initialize       after initialize, a _meta without the version
 
@@ -138,7 +138,8 @@ ROWS = {
     "unsupported": refused(Error(UNSUPPORTED_VERSION, UNSUPPORTED)),
     "envelope names 2025-11-25": refused(Error(UNSUPPORTED_VERSION, LEGACY)),
     "envelope lacks capabilities": refused(Error(INVALID_PARAMS)),
-    "envelope lacks clientInfo": refused(Error(INVALID_PARAMS)),
+    # clientInfo is a SHOULD in 2026-07-28: a request without it is served.
+    "envelope lacks clientInfo": NEW,
     "none before initialize": refused(Error(INVALID_PARAMS)),
     "none after initialize": OLD,
 }

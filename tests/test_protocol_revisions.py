@@ -82,12 +82,19 @@ def test_an_envelope_version_that_is_not_a_string_is_invalid_params(version):
         == -32602
 
 
-@pytest.mark.parametrize("missing", [
-    "io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/clientInfo"])
-def test_a_2026_07_28_request_missing_an_envelope_field_is_invalid_params(missing):
+def test_a_2026_07_28_request_missing_its_client_capabilities_is_invalid_params():
+    missing = "io.modelcontextprotocol/clientCapabilities"
     params = {"_meta": {k: v for k, v in ENVELOPE.items() if k != missing}}
     for conn in (connection(), initialized()):
         assert error_code(sent(conn, request(1, "tools/list", params))) == -32602
+
+
+def test_a_2026_07_28_request_without_client_info_is_served_as_it_is_only_a_should():
+    params = {"_meta": {k: v for k, v in ENVELOPE.items()
+                        if k != "io.modelcontextprotocol/clientInfo"}}
+    for conn in (connection(), initialized()):
+        answer = sent(conn, request(1, "tools/list", params))
+        assert answer["id"] == 1 and answer["result"]["resultType"] == "complete"
 
 
 @pytest.mark.parametrize(("key", "value"), [
