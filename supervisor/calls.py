@@ -83,6 +83,8 @@ class CallState:
     # The run id once the call holds a reservation: from then on the run may
     # act, so an error can never be answered as "busy, try again".
     run: str | None = None
+    # Told the run id when the run starts (the transport's progress message).
+    started: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -93,7 +95,6 @@ class Calls:
     pool: Pool
     log: Log
     waiting: Waiting
-    on_started: Callable[[Any, str], None] = lambda call, run: None
     running: int = 0
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
@@ -156,7 +157,8 @@ class Calls:
         if isinstance(result, OverQuota):
             return Refused("quota", quota_text(tool, result))
         files = self.files(tool.name, result.run)
-        self.on_started(call, result.run)
+        if state.started is not None:
+            state.started(result.run)
         final = await self.execute_with_recovery(tool, files, resume=False)
         return await self.conclude(tool, files, final)
 

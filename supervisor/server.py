@@ -1,11 +1,13 @@
-"""`staal-supervisor serve`: start-up, then the serve loop.
+"""`staal-supervisor serve`: start-up, then serving over one transport.
 
 Start-up, before anything is answered: protect the descriptors, read the
 manifest (any problem stops here), take the journal directory's lock, open
 the ledger, start the zygote and check every tool's program and config in a
-worker. Then read the protocol stream until it ends, answering every call in
-flight before exiting; a write that fails for good (the client is gone)
-stops the reading, and running runs end as usual.
+worker, recover. Then a transport serves the calls: stdio (`stdio_serving`:
+the protocol stream until it ends) or Streamable HTTP (`http_serving`:
+until SIGTERM). Either way a call runs through the same pipeline
+(`outcome_of`), every call in flight is answered before exiting, and nothing
+about a run depends on the transport.
 """
 
 from __future__ import annotations
@@ -14,18 +16,15 @@ import asyncio
 import shutil
 import signal
 import traceback
-from typing import Any
-
-import orjson
+from collections.abc import Awaitable, Callable
 
 import staal
 from staal.clock import SYSTEM_CLOCK
 from staal.errors import StaalError
 from staal.fsio import make_private_dir
-from staal.killpoints import kill_point
 from staal.manifest import RUN_STATUS_TOOL, Manifest
-from staal.protocol.connection import CallTool, Cancel, Connection, Send
-from staal.protocol.results import Failed, Refused
+from staal.protocol.dispatch import CallTool
+from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.calls import Calls, CallState
@@ -38,7 +37,6 @@ from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
-from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
@@ -48,17 +46,13 @@ class StartupFailed(StaalError):
 
 
 class Server:
-    def __init__(self, manifest: Manifest, stdio: Stdio, log: Log,
-                 early: Spawned | None = None) -> None:
+    def __init__(self, manifest: Manifest, log: Log, early: Spawned | None = None) -> None:
         self.manifest = manifest
         self.early = early
-        self.stdio = stdio
         self.log = log
-        self.writer = LineWriter(stdio.writer, self._client_gone)
-        self.tasks: dict[Any, asyncio.Task] = {}
-        self.states: dict[Any, CallState] = {}
-        self.stop_reading = asyncio.Event()
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # Set by SIGTERM (or the transport's own end): serving stops taking
+        # calls, answers those in flight, and the server closes.
+        self.stopping = asyncio.Event()
 
     # -- start-up ---------------------------------------------------------
 
@@ -83,13 +77,12 @@ class Server:
         tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
-        self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
-                           on_started=self._run_started)
+        self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
         await self.keep_files()
-        descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
-        self.connection = Connection(ServerInfo(server.name, staal.__version__), descriptors)
+        self.descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
+        self.server_info = ServerInfo(server.name, staal.__version__)
         self.pool.serving = True
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
@@ -137,87 +130,38 @@ class Server:
         self.lock.release()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
-    # -- serving ------------------------------------------------------------
+    # -- what every transport does with a call ---------------------------------
 
-    async def serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        # SIGTERM (an SDK letting go of its probe, `docker stop`) ends the
-        # serving as the end of input does: calls in flight are answered,
-        # and close() lets go of the lock and removes the runtime directory.
-        self.loop.add_signal_handler(signal.SIGTERM, self._terminated)
-        daily = asyncio.ensure_future(self.daily())
-        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
-        read_chunks(self.stdio.reader, lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
-        while not self.stop_reading.is_set():
-            getter = asyncio.ensure_future(chunks.get())
-            stopper = asyncio.ensure_future(self.stop_reading.wait())
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if getter not in done:
-                getter.cancel()
-                break
-            data = getter.result()
-            if data is None:
-                break
-            for event in self.connection.receive_data(data):
-                self.dispatch(event)
-        if self.tasks:
-            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        daily.cancel()
-
-    def dispatch(self, event: Any) -> None:
-        if isinstance(event, Send):
-            self.send(event.message)
-        elif isinstance(event, CallTool):
-            self.start_call(event)
-        elif isinstance(event, Cancel):
-            state = self.states.get(event.request_id)
-            if state is not None:
-                state.cancelled = True
-
-    def start_call(self, call: CallTool) -> None:
+    def busy(self, in_progress: int) -> Refused | None:
+        """Seed 000 section 5: with more than 4 x max_concurrent_runs + 16
+        calls in progress (being checked or running), a call is busy at once."""
         bound = 4 * self.manifest.server.max_concurrent_runs + 16
-        if len(self.tasks) >= bound:
-            self.answer(call, Refused("busy", f"the server is busy: more than {bound} calls are "
-                                               "in progress; try again later"))
-            return
-        state = CallState()
-        self.states[call.request_id] = state
-        task = asyncio.ensure_future(self.run_call(call, state))
-        self.tasks[call.request_id] = task
+        if in_progress < bound:
+            return None
+        return Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
+                               "try again later")
 
-    async def run_call(self, call: CallTool, state: CallState) -> None:
-        try:
-            if call.name == RUN_STATUS_TOOL:
-                outcome = await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
-            else:
-                outcome = await self.calls.call_tool(call, state)
-            if outcome is not None:
-                self.answer(call, outcome)
-                kill_point("supervisor", "answer")
-            await self.clean_up()
-        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task
-            self.call_failed(call, state, exc)
-        finally:
-            self.tasks.pop(call.request_id, None)
-            self.states.pop(call.request_id, None)
+    async def outcome_of(self, call: CallTool, state: CallState) -> CallOutcome | None:
+        """A call's outcome through the one pipeline (calls.py); None if it
+        was cancelled before anything was reserved."""
+        if call.name == RUN_STATUS_TOOL:
+            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
+        return await self.calls.call_tool(call, state)
 
-    def call_failed(self, call: CallTool, state: CallState, error: Exception) -> None:
-        """An unexpected error in a call: logged with its traceback, and, if
-        the call is still unanswered, answered as an internal failure naming
+    def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
+        """An unexpected error in a call, logged with its traceback; the
+        answer it gets if it is still unanswered: an internal failure naming
         its run. Never "busy, try again": once reserved, the run may have
         acted, and a retried call without `once` would act again."""
         self.log("call_failed", level="error", tool=call.name, run=state.run,
                  error=f"{type(error).__name__}: {error}",
                  traceback="".join(traceback.format_exception(error)))
-        if call not in self.connection.in_flight():
-            return  # answered already (or the answer itself failed): the log has it
-        try:
-            self.answer(call, Failed(state.run, "internal", f"{type(error).__name__}: {error}"))
-        except Exception as again:  # noqa: BLE001 - the log is all that is left
-            self.log("answer_failed", level="error", tool=call.name, run=state.run,
-                     error=f"{type(again).__name__}: {again}",
-                     traceback="".join(traceback.format_exception(again)))
+        return Failed(state.run, "internal", f"{type(error).__name__}: {error}")
+
+    def answer_failed(self, call: CallTool, state: CallState, error: Exception) -> None:
+        self.log("answer_failed", level="error", tool=call.name, run=state.run,
+                 error=f"{type(error).__name__}: {error}",
+                 traceback="".join(traceback.format_exception(error)))
 
     async def clean_up(self) -> None:
         """What settled runs left to do once their calls were answered."""
@@ -225,31 +169,18 @@ class Server:
         for job in work:
             await asyncio.to_thread(job)
 
-    def answer(self, call: CallTool, outcome: Any) -> None:
-        message = self.connection.answer_call(call, outcome)
-        if message is not None:
-            self.send(message)
-
-    def _run_started(self, call: CallTool, run: str) -> None:
-        message = self.connection.progress(call, f"run {run} started")
-        if message is not None:
-            self.send(message)
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.writer.send(orjson.dumps(message) + b"\n")
-
-    def _terminated(self) -> None:
+    def terminated(self) -> None:
         self.log("terminated", signal="SIGTERM")
-        self.stop_reading.set()
-
-    def _client_gone(self, error: OSError) -> None:
-        self.log("client_gone", level="warning", error=str(error))
-        if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.stop_reading.set)
+        self.stopping.set()
 
 
-async def serve(manifest: Manifest, stdio: Stdio, log: Log, early: Spawned | None = None) -> int:
-    server = Server(manifest, stdio, log, early)
+Transport = Callable[[Server], Awaitable[None]]
+
+
+async def serve(manifest: Manifest, transport: Transport, log: Log,
+                early: Spawned | None = None) -> int:
+    """Start the server, serve with `transport` until it ends, close."""
+    server = Server(manifest, log, early)
     try:
         await server.start()
     except StaalError as exc:
@@ -261,8 +192,15 @@ async def serve(manifest: Manifest, stdio: Stdio, log: Log, early: Spawned | Non
         if early is not None:
             shutil.rmtree(early.runtime_dir, ignore_errors=True)
         return 2
+    loop = asyncio.get_running_loop()
+    # SIGTERM (an SDK letting go of its probe, `docker stop`) ends serving as
+    # the end of input does: calls in flight are answered, and close() lets
+    # go of the lock and removes the runtime directory.
+    loop.add_signal_handler(signal.SIGTERM, server.terminated)
+    daily = asyncio.ensure_future(server.daily())
     try:
-        await server.serve()
+        await transport(server)
     finally:
+        daily.cancel()
         await server.close()
     return 0

@@ -55,8 +55,9 @@ def run_serve(manifest: Path, log_format: str) -> int:
     import asyncio
 
     from staal.supervisor.server import serve
+    from staal.supervisor.stdio_serving import over_stdio
 
-    return asyncio.run(serve(loaded, stdio, log, early))
+    return asyncio.run(serve(loaded, over_stdio(stdio), log, early))
 
 
 def serve_from_argv(argv: list[str]) -> int | None:

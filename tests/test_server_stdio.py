@@ -217,7 +217,7 @@ def test_a_request_without_the_envelope_before_initialize_is_32602_and_served_af
 
 def test_an_envelope_missing_a_field_is_32602(server):
     meta = modern_meta()
-    del meta["io.modelcontextprotocol/clientInfo"]
+    del meta["io.modelcontextprotocol/clientCapabilities"]
     answer = server.call("tools/list", {"_meta": meta})
     assert error_code(answer) == -32602
 

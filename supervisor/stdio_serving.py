@@ -1,0 +1,120 @@
+"""Serving over stdio (seed 000 section 3): read the protocol stream until
+it ends or SIGTERM, answer every call in flight, then let the server close.
+
+A thread reads the protocol descriptor into the event loop; the connection
+(protocol/connection.py) turns lines into events; every outgoing line is
+written whole under one lock (`LineWriter`), and a write that fails for
+good (the client is gone) stops the reading while running runs end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from staal.killpoints import kill_point
+from staal.protocol.connection import Cancel, Connection, Send
+from staal.protocol.dispatch import CallTool
+from staal.protocol.results import CallOutcome
+from staal.supervisor.calls import CallState
+from staal.supervisor.server import Server
+from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
+
+
+class StdioServing:
+    def __init__(self, server: Server, stdio: Stdio) -> None:
+        self.server = server
+        self.stdio = stdio
+        self.writer = LineWriter(stdio.writer, self._client_gone)
+        self.connection = Connection(server.server_info, server.descriptors)
+        self.tasks: dict[Any, asyncio.Task] = {}
+        self.states: dict[Any, CallState] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        stopping = self.server.stopping
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        read_chunks(self.stdio.reader,
+                    lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
+        while not stopping.is_set():
+            getter = asyncio.ensure_future(chunks.get())
+            stopper = asyncio.ensure_future(stopping.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                break
+            data = getter.result()
+            if data is None:
+                break
+            for event in self.connection.receive_data(data):
+                self.dispatch(event)
+        if self.tasks:
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    def dispatch(self, event: Any) -> None:
+        if isinstance(event, Send):
+            self.send(event.message)
+        elif isinstance(event, CallTool):
+            self.start_call(event)
+        elif isinstance(event, Cancel):
+            state = self.states.get(event.request_id)
+            if state is not None:
+                state.cancelled = True
+
+    def start_call(self, call: CallTool) -> None:
+        busy = self.server.busy(len(self.tasks))
+        if busy is not None:
+            self.answer(call, busy)
+            return
+        state = CallState(started=lambda run: self._run_started(call, run))
+        self.states[call.request_id] = state
+        self.tasks[call.request_id] = asyncio.ensure_future(self.run_call(call, state))
+
+    async def run_call(self, call: CallTool, state: CallState) -> None:
+        try:
+            outcome = await self.server.outcome_of(call, state)
+            if outcome is not None:
+                self.answer(call, outcome)
+                kill_point("supervisor", "answer")
+            await self.server.clean_up()
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task
+            failure = self.server.internal_failure(call, state, exc)
+            if call in self.connection.in_flight():  # else answered already: the log has it
+                try:
+                    self.answer(call, failure)
+                except Exception as again:  # noqa: BLE001 - the log is all that is left
+                    self.server.answer_failed(call, state, again)
+        finally:
+            self.tasks.pop(call.request_id, None)
+            self.states.pop(call.request_id, None)
+
+    def answer(self, call: CallTool, outcome: CallOutcome) -> None:
+        message = self.connection.answer_call(call, outcome)
+        if message is not None:
+            self.send(message)
+
+    def _run_started(self, call: CallTool, run: str) -> None:
+        message = self.connection.progress(call, f"run {run} started")
+        if message is not None:
+            self.send(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.writer.send(orjson.dumps(message) + b"\n")
+
+    def _client_gone(self, error: OSError) -> None:
+        self.server.log("client_gone", level="warning", error=str(error))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.server.stopping.set)
+
+
+def over_stdio(stdio: Stdio):
+    """The stdio transport for `serve`."""
+
+    async def serve(server: Server) -> None:
+        await StdioServing(server, stdio).serve()
+
+    return serve
