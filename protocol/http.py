@@ -132,7 +132,7 @@ def _json_response(status: int, message: dict[str, Any] | None,
                    headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
     body = b"" if message is None else orjson.dumps(message)
     kind = (("content-type", JSON),) if message is not None else ()
-    return HttpResponse(status, (*kind, *headers), body)
+    return HttpResponse(status, (*kind, ("content-length", str(len(body))), *headers), body)
 
 
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
@@ -140,7 +140,7 @@ def _refused(status: int, code: int, text: str, request_id: RequestId | None = N
     return _json_response(status, RpcError(code, text, data).to_message(request_id), headers)
 
 
-ACCEPTED = HttpResponse(202)
+ACCEPTED = HttpResponse(202, (("content-length", "0"),))
 
 
 # -- the endpoint --------------------------------------------------------------------

@@ -115,6 +115,17 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """`server.http`: how the tools are served over Streamable HTTP
+    (`serve --http`): the endpoint's path, the Origins a browser may send
+    besides the server's own, and the URL clients reach it at."""
+
+    path: str = "/mcp"
+    origins: tuple[str, ...] = ()
+    public_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     name: str
     journals: Path
@@ -123,6 +134,7 @@ class ServerConfig:
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
     notify: tuple[str, ...] | None = None
     notify_env: tuple[str, ...] = ()
+    http: HttpConfig = HttpConfig()
 
     @property
     def keep(self) -> Duration | None:

@@ -14,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from staal.errors import ManifestError
 from staal.manifest import (
@@ -21,6 +22,7 @@ from staal.manifest import (
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_MAX_STEPS,
     RUN_STATUS_TOOL,
+    HttpConfig,
     Manifest,
     ModelConfig,
     NetConfig,
@@ -36,7 +38,8 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 TOP = ("server", "model", "tools")
-SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env")
+SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
+HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
@@ -150,12 +153,33 @@ class ManifestChecker:
         )
         notify = self.notify(obj.get("notify"))
         notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
-        if None in (name, journals, limit, notify_env) or keep is False:
+        http = self.http(obj.get("http", {}))
+        if None in (name, journals, limit, notify_env, http) or keep is False:
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
-            notify=notify, notify_env=notify_env,
+            notify=notify, notify_env=notify_env, http=http,
         )
+
+    def http(self, value: Any) -> HttpConfig | None:
+        v = self.values
+        obj = v.obj(value, "server.http", HTTP)
+        if obj is None:
+            return None
+        path = obj.get("path", "/mcp")
+        if not isinstance(path, str) or not re.fullmatch(r"/[A-Za-z0-9._~/-]*", path):
+            v.add("server.http.path", f"{show(path)} is not a URL path (such as \"/mcp\")")
+        origins = v.string_list(obj.get("origins", []), "server.http.origins")
+        for i, origin in enumerate(origins or []):
+            parts = urlsplit(origin)
+            if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path
+                    or parts.query or parts.fragment or parts.username):
+                v.add(f"server.http.origins[{i}]", f"{show(origin)} is not an Origin "
+                      "(scheme://host[:port], such as \"https://app.example.com\")")
+        public = v.optional(obj, "public_url", "server.http", v.url)
+        if v.failed(obj, "server.http", *HTTP) or origins is None:
+            return None
+        return HttpConfig(path=path, origins=tuple(origins), public_url=public)
 
     def keep(self, value: Any) -> int | bool | None:
         """Whole days >= 1, or None for "forever"; False when refused."""

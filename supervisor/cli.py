@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -74,9 +75,15 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
 def serve(
     manifest: Path = typer.Argument(..., help="The manifest JSON file."),
     log_format: str = typer.Option("json", help="json (one object per line) or text."),
+    http: Optional[str] = typer.Option(  # noqa: UP045 - typer reads the annotation
+        None, help="HOST:PORT: serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    insecure_no_auth: bool = typer.Option(
+        False, "--insecure-no-auth",
+        help="With --http on a non-loopback address: serve without authentication."),
 ) -> None:
-    """Serve the manifest's tools over stdio to one MCP client."""
-    raise typer.Exit(run_serve(manifest, log_format))
+    """Serve the manifest's tools over stdio to one MCP client, or over
+    Streamable HTTP with --http."""
+    raise typer.Exit(run_serve(manifest, log_format, http, insecure_no_auth))
 
 
 @app.command()

@@ -36,7 +36,9 @@ def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Man
     return loaded
 
 
-def run_serve(manifest: Path, log_format: str) -> int:
+def run_serve(manifest: Path, log_format: str, http: str | None = None,
+              insecure_no_auth: bool = False) -> int:
+    """`serve`: over stdio, or over Streamable HTTP at `http` (HOST:PORT)."""
     from staal.supervisor.log import Log
     from staal.supervisor.stdio import protect_descriptors
 
@@ -49,6 +51,8 @@ def run_serve(manifest: Path, log_format: str) -> int:
     loaded = read_manifest(manifest, log)
     if loaded is None:
         return EXIT_MANIFEST
+    if http is not None:
+        return _serve_http(loaded, http, insecure_no_auth, log)
     from staal.supervisor.zygote import spawn_early
 
     early = spawn_early(loaded)  # its start-up overlaps the rest of ours
@@ -58,6 +62,34 @@ def run_serve(manifest: Path, log_format: str) -> int:
     from staal.supervisor.stdio_serving import over_stdio
 
     return asyncio.run(serve(loaded, over_stdio(stdio), log, early))
+
+
+def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
+                log: Callable[..., None]) -> int:
+    """Listen first (a port taken or an address refused stops here), then
+    start as stdio does, in a uvloop event loop."""
+    import asyncio
+
+    import uvloop
+
+    from staal.supervisor.http_serving import Address, HttpRefused, listen, over_http
+    from staal.supervisor.server import serve
+    from staal.supervisor.zygote import spawn_early
+
+    try:
+        address = Address.parse(http)
+        if not address.loopback and not insecure_no_auth:
+            raise HttpRefused(
+                f"--http {http}: listening beyond this machine needs authentication, which this "
+                "manifest does not configure; listen on a loopback address (127.0.0.1), or pass "
+                "--insecure-no-auth to serve anyone who can reach it")
+        sock = listen(address)
+    except HttpRefused as exc:
+        log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        return 2
+    early = spawn_early(loaded)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(serve(loaded, over_http(sock), log, early))
 
 
 def serve_from_argv(argv: list[str]) -> int | None:
@@ -70,11 +102,13 @@ def serve_from_argv(argv: list[str]) -> int | None:
     parser = argparse.ArgumentParser(prog="staal-supervisor serve", add_help=False)
     parser.add_argument("manifest", type=Path)
     parser.add_argument("--log-format", default="json")
+    parser.add_argument("--http", default=None)
+    parser.add_argument("--insecure-no-auth", action="store_true")
     try:
         args = parser.parse_args(argv[1:])
     except SystemExit:
         return None  # let typer explain what is wrong
-    return run_serve(args.manifest, args.log_format)
+    return run_serve(args.manifest, args.log_format, args.http, args.insecure_no_auth)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from staal.protocol.connection import Cancel, Connection, Send
 from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome
 from staal.supervisor.calls import CallState
-from staal.supervisor.server import Server
+from staal.supervisor.server import Server, Transport
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
 
 
@@ -111,7 +111,7 @@ class StdioServing:
             self.loop.call_soon_threadsafe(self.server.stopping.set)
 
 
-def over_stdio(stdio: Stdio):
+def over_stdio(stdio: Stdio) -> Transport:
     """The stdio transport for `serve`."""
 
     async def serve(server: Server) -> None:

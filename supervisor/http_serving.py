@@ -1,0 +1,391 @@
+"""Serving over Streamable HTTP (issue 13): uvicorn (uvloop, httptools) in
+the supervisor's own event loop, and a thin ASGI application in front of
+the sans-I/O endpoint (protocol/http.py), which decides every status,
+header and body. A tool call goes through the same pipeline as over stdio
+(`Server.outcome_of`); only how its answer is written differs.
+
+What a request may hold is bounded before anything runs: the head in size
+and time (`BoundedHttpTools`), the body in size (413) and read time (408);
+calls in progress as on stdio (`Server.busy`). A 2026-07-28 call that asked
+for progress is answered with an event stream: the progress message naming
+its run, keep-alive comments while it runs, then the result; closing that
+stream is the client's cancellation (before the run starts nothing is
+reserved or run; after, the run carries on to its end). A 2025-11-25 client
+cancels with notifications/cancelled instead, matched to its own calls by
+its address and request id; a disconnect is not a cancellation there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from staal.errors import StaalError
+from staal.killpoints import kill_point
+from staal.protocol.dispatch import Dispatcher
+from staal.protocol.http import Call, Cancel, Endpoint, Head, HttpCall, HttpResponse, HttpSettings
+from staal.protocol.jsonrpc import RequestId
+from staal.protocol.revisions import LEGACY
+from staal.supervisor.calls import CallState
+from staal.supervisor.server import Server, Transport
+
+BODY_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_S = 10.0
+MAX_HEAD = 64 * 1024
+KEEPALIVE_S = 15.0
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class HttpRefused(StaalError):
+    """`--http` asked for something the server will not do."""
+
+    kind = "http"
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        """HOST:PORT, or [IPv6]:PORT; port 0 picks a free one."""
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise HttpRefused(f"--http {text!r}: expected HOST:PORT, such as 127.0.0.1:8080")
+        return cls(host.strip("[]"), int(port))
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def settings_for(path: str, origins: tuple[str, ...], public_url: str | None,
+                 bound: tuple[str, int]) -> HttpSettings:
+    """What the endpoint accepts: the Host values this server answers for
+    (its listening address, its loopback names, the public URL's host) and
+    the Origins allowed (those listed, and this server's own)."""
+    host, port = bound[0], bound[1]
+    names = {host}
+    if Address(host, port).loopback:
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    hosts = {_with_port(name, port) for name in names}
+    own = {f"http://{h}" for h in hosts}
+    if host in ("0.0.0.0", "::"):
+        # Every interface: the names clients use are not known here, so only
+        # the public URL's is checked (none without one).
+        hosts = set()
+    if public_url is not None:
+        public = urlsplit(public_url)
+        hosts.add(public.netloc.lower())
+        own.add(f"{public.scheme}://{public.netloc}".lower())
+    return HttpSettings(path=path, hosts=frozenset(hosts),
+                        origins=frozenset({o.lower().rstrip("/") for o in origins} | own))
+
+
+def _with_port(name: str, port: int) -> str:
+    name = f"[{name}]" if ":" in name and not name.startswith("[") else name
+    return name if port == 80 else f"{name}:{port}"
+
+
+# -- the ASGI application --------------------------------------------------------------
+
+
+class McpApp:
+    def __init__(self, server: Server, endpoint: Endpoint) -> None:
+        self.server = server
+        self.endpoint = endpoint
+        self.in_progress = 0
+        # 2025-11-25 calls in flight, for notifications/cancelled: by the
+        # client's address and the call's id (no session tells clients apart).
+        self.legacy: dict[tuple[str, RequestId], CallState] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        head = Head.of(scope["method"], scope["path"],
+                       ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]))
+        refused = self.endpoint.head(head)
+        if refused is not None:
+            await respond(send, refused)
+            return
+        body = await read_body(receive, self.endpoint.settings.max_body)
+        if body is None:
+            return  # the client went away before its message was whole
+        if isinstance(body, HttpResponse):
+            await respond(send, body)
+            return
+        reply = self.endpoint.message(head, body)
+        client = (scope.get("client") or ("?", 0))[0]
+        if isinstance(reply, Cancel):
+            state = self.legacy.get((client, reply.request_id))
+            if state is not None:
+                state.cancelled = True
+            await respond(send, reply.response)
+        elif isinstance(reply, Call):
+            await self.call(reply.http, client, receive, send)
+        else:
+            await respond(send, reply)
+
+    async def call(self, http: HttpCall, client: str, receive: Receive, send: Send) -> None:
+        busy = self.server.busy(self.in_progress)
+        if busy is not None:
+            await respond(send, http.answer(busy))
+            return
+        self.in_progress += 1
+        key = (client, http.call.request_id)
+        try:
+            with self._registered(http, key) as state:
+                await CallExchange(self.server, http, state, receive, send).run()
+        finally:
+            self.in_progress -= 1
+
+    @contextlib.contextmanager
+    def _registered(self, http: HttpCall, key: tuple[str, RequestId]) -> Iterator[CallState]:
+        state = CallState()
+        legacy = http.call.revision == LEGACY and key not in self.legacy
+        if legacy:
+            self.legacy[key] = state
+        try:
+            yield state
+        finally:
+            if legacy:
+                del self.legacy[key]
+
+
+class CallExchange:
+    """One tool call's HTTP exchange: its answer as JSON, or as an event
+    stream (head, progress, keep-alives, result); the client closing it is
+    watched throughout."""
+
+    def __init__(self, server: Server, http: HttpCall, state: CallState, receive: Receive,
+                 send: Send) -> None:
+        self.server = server
+        self.http = http
+        self.state = state
+        self.receive = receive
+        self.send = send
+        self.outgoing: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def run(self) -> None:
+        call = self.http.call
+        watcher = asyncio.ensure_future(self._watch())
+        streaming = self.http.streams
+        if streaming:
+            await start(self.send, self.http.open_stream())
+            self.state.started = lambda run: self._queue(self.http.progress(f"run {run} started"))
+        pumping = asyncio.ensure_future(self._pump()) if streaming else None
+        try:
+            outcome = await self.server.outcome_of(call, self.state)
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
+            outcome = self.server.internal_failure(call, self.state, exc)
+        try:
+            await self._answer(outcome, pumping)
+            kill_point("supervisor", "answer")
+            await self.server.clean_up()
+        finally:
+            watcher.cancel()
+
+    async def _answer(self, outcome: Any, pumping: asyncio.Task | None) -> None:
+        if outcome is None:  # cancelled before anything was reserved: nothing more is sent
+            if pumping is not None:
+                pumping.cancel()
+            return
+        try:
+            answer = self.http.answer(outcome)
+        except Exception as exc:  # noqa: BLE001 - the log is all that is left
+            self.server.answer_failed(self.http.call, self.state, exc)
+            answer = None
+        if pumping is not None:
+            pumping.cancel()
+            while not self.outgoing.empty():
+                await body_part(self.send, self.outgoing.get_nowait(), more=True)
+            await body_part(self.send, answer if isinstance(answer, bytes) else b"", more=False)
+        elif isinstance(answer, HttpResponse):
+            await respond(self.send, answer)
+
+    def _queue(self, chunk: bytes | None) -> None:
+        if chunk is not None:
+            self.outgoing.put_nowait(chunk)
+
+    async def _pump(self) -> None:
+        """Progress as it comes, and a keep-alive comment when none has for a while."""
+        while True:
+            try:
+                chunk = await asyncio.wait_for(self.outgoing.get(), KEEPALIVE_S)
+            except TimeoutError:
+                chunk = self.http.keepalive()
+            if chunk is None:
+                return
+            await body_part(self.send, chunk, more=True)
+
+    async def _watch(self) -> None:
+        """The client closing the request: a 2026-07-28 call's cancellation
+        (the run, if started, still carries on to its end)."""
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                break
+        if self.http.call.revision != LEGACY:
+            self.state.cancelled = True
+        self.http.close()
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | HttpResponse | None:
+    """The whole body; a 413 past `limit` (what is past it is never kept),
+    a 408 if it is not whole in BODY_TIMEOUT_S, None if the client went away."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return HttpResponse(413, (("content-type", "application/json"),),
+                                        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,'
+                                        b'"message":"the message is larger than the limit; it '
+                                        b'was not read"}}')
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+    except TimeoutError:
+        return HttpResponse(408, (("connection", "close"),))
+
+
+async def start(send: Send, response: HttpResponse) -> None:
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]})
+
+
+async def body_part(send: Send, data: bytes, more: bool) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def respond(send: Send, response: HttpResponse) -> None:
+    await start(send, response)
+    await body_part(send, response.body, more=False)
+
+
+# -- the HTTP server -------------------------------------------------------------------
+
+
+class BoundedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with each request's head bounded: at
+    most MAX_HEAD bytes, whole within HEAD_TIMEOUT_S of its first byte (or
+    of the connection), so a slow or endless head cannot hold a connection."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head = 0
+        self._in_head = True
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._in_head:
+            self._in_head, self._head = True, 0
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head += len(data)
+            if self._head > MAX_HEAD:
+                self._refuse(b"431 Request Header Fields Too Large")
+                return
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_timer.cancel()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _head_too_slow(self) -> None:
+        if self._in_head:
+            self._refuse(b"408 Request Timeout")
+
+    def _refuse(self, status: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n"
+                                 b"connection: close\r\n\r\n")
+            self.transport.close()
+
+
+class _Uvicorn(uvicorn.Server):
+    """The server's own SIGTERM handling stays: uvicorn takes no signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listen(address: Address) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address.host, address.port))
+    except OSError as exc:
+        sock.close()
+        raise HttpRefused(f"--http {address.host}:{address.port}: cannot listen there: "
+                          f"{exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+async def serve_http(server: Server, sock: socket.socket) -> None:
+    """Serve the MCP endpoint on `sock` until the server is stopping, then
+    stop accepting, answer every call in flight, and return."""
+    http = server.manifest.server.http
+    settings = settings_for(http.path, http.origins, http.public_url, sock.getsockname()[:2])
+    dispatcher = Dispatcher(server.server_info, server.descriptors)
+    app = McpApp(server, Endpoint(dispatcher, settings))
+    limit = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
+    config = uvicorn.Config(app, loop="none", http=BoundedHttpTools, lifespan="off",
+                            log_config=None, access_log=False, server_header=False,
+                            proxy_headers=False, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=None, limit_concurrency=limit)
+    uv = _Uvicorn(config)
+    host, port = sock.getsockname()[:2]
+    server.log("serving_http", url=f"http://{_with_port(host, port)}{http.path}")
+    stop = asyncio.ensure_future(_stop_when(server, uv))
+    try:
+        await uv.serve(sockets=[sock])
+    finally:
+        stop.cancel()
+
+
+async def _stop_when(server: Server, uv: uvicorn.Server) -> None:
+    await server.stopping.wait()
+    uv.should_exit = True
+
+
+def over_http(sock: socket.socket) -> Transport:
+    async def serve(server: Server) -> None:
+        await serve_http(server, sock)
+
+    return serve
