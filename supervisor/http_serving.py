@@ -38,6 +38,8 @@ from staal.protocol.revisions import LEGACY
 from staal.supervisor.calls import CallState
 from staal.supervisor.server import Server, Transport
 
+# The end of a cancelled 2025-11-25 call's POST: accepted, with no answer in it.
+NOTHING_MORE = HttpResponse(202, (("content-length", "0"),))
 BODY_TIMEOUT_S = 10.0
 HEAD_TIMEOUT_S = 10.0
 MAX_HEAD = 64 * 1024
@@ -203,9 +205,14 @@ class CallExchange:
             watcher.cancel()
 
     async def _answer(self, outcome: Any, pumping: asyncio.Task | None) -> None:
-        if outcome is None:  # cancelled before anything was reserved: nothing more is sent
+        cancelled = self.http.call.revision == LEGACY and self.state.cancelled
+        if outcome is None or cancelled:
+            # Cancelled: no JSON-RPC answer is sent for the request (if its run
+            # started, it carried on to its end; its outcome is in its journal).
             if pumping is not None:
                 pumping.cancel()
+            if cancelled:  # a 2025-11-25 client still waits for its POST to end
+                await respond(self.send, NOTHING_MORE)
             return
         try:
             answer = self.http.answer(outcome)
@@ -306,17 +313,25 @@ class BoundedHttpTools(HttpToolsProtocol):
             self._in_head, self._head = True, 0
             self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
 
+    def on_url(self, url: bytes) -> None:
+        self._head += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head += len(name) + len(value) + 4
+        super().on_header(name, value)
+
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            self._head += len(data)
-            if self._head > MAX_HEAD:
-                self._refuse(b"431 Request Header Fields Too Large")
-                return
         super().data_received(data)
+        if self._in_head and self._head > MAX_HEAD:  # a head still growing past the bound
+            self._refuse(b"431 Request Header Fields Too Large")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_timer.cancel()
+        if self._head > MAX_HEAD:  # a head that ended in the bytes that made it too large
+            self._refuse(b"431 Request Header Fields Too Large")
+            return
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import signal
+import socket
 import subprocess
 from typing import Any
 
@@ -35,6 +36,17 @@ def modern_headers(method: str, params: dict[str, Any]) -> dict[str, str]:
     if method in NAMED and isinstance(params.get(NAMED[method]), str):
         headers["mcp-name"] = header_value(params[NAMED[method]])
     return headers
+
+
+def _unchunked(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size, _, data = data.partition(b"\r\n")
+        length = int(size, 16)
+        if length == 0:
+            break
+        out, data = out + data[:length], data[length + 2:]
+    return out
 
 
 class HttpServer:
@@ -90,6 +102,24 @@ class HttpServer:
         if method != "initialize":
             base["mcp-protocol-version"] = LEGACY
         return self.post(message, {**base, **(headers or {})})
+
+    def raw(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A POST written by hand, for what httpx will not send (a header
+        value with spaces around it): the status and the body."""
+        host, port = self.url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        lines = [f"POST {self.url.split(port, 1)[1]} HTTP/1.1", f"Host: {host}:{port}",
+                 f"Content-Length: {len(body)}", "Connection: close",
+                 *(f"{k}: {v}" for k, v in headers.items())]
+        with socket.create_connection((host, int(port)), timeout=WAIT) as sock:
+            sock.sendall("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        if b"transfer-encoding: chunked" in head.lower():
+            rest = _unchunked(rest)
+        return status, rest
 
     # -- the end
 
