@@ -1,6 +1,8 @@
-"""The zygote: started once by the supervisor, it takes the secrets out of
-its environment, installs the tripwire, imports the engine and every tool's
-program, and then forks one worker per run on request (DESIGN.md section 6).
+"""The zygote: started once by the supervisor with an environment that
+holds no secret, it installs the tripwire, imports the engine and every
+tool's program, and then forks one worker per run on request (DESIGN.md
+section 6). A worker is handed its own run's secrets in its run message, so
+no worker's memory holds another tool's secret (worker/serve.py).
 
 A fork of this warm process costs about a millisecond; an interpreter start
 costs hundreds. Fork requests arrive on standard input as lines
@@ -29,15 +31,11 @@ def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepar
     """Every tool's run config and program, loaded once under confinement."""
     manifest = load_manifest(manifest_path)
     configs = {tool.name: from_tool(manifest, tool) for tool in manifest.tools}
-    names = sorted({name for config in configs.values() for name in config.secret_names()})
-    secrets = confine.take_secrets(names)
     confine.scrub_environment(())
     confine.install_tripwire(allow_ffi=any(uses_ffi(c) for c in configs.values()),
                              on_violation=note_violation)
-    prepared = {
-        name: load(config, {s: secrets[s] for s in config.secret_names() if s in secrets})
-        for name, config in configs.items()
-    }
+    # Loaded without secrets: checking a program never needs one.
+    prepared = {name: load(config, {}) for name, config in configs.items()}
     warm(configs)
     return configs, prepared
 
