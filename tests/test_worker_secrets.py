@@ -6,7 +6,10 @@ for the capability implementations, never in `os.environ`. These tests scan
 the memory of real processes under a real server: from outside, the test
 reads `/proc/<pid>/mem` (as root, which may read any process) while a
 program waits on a FIFO the test holds open; from inside, a program's own
-attempt to open `/proc/self/mem` is refused by the tripwire.
+attempt to open `/proc/self/mem` is refused by the tripwire, and one that
+gets past the tripwire still cannot open the server's, the zygote's or
+another worker's memory (they are not dumpable), run by a server that,
+like a process of the staal user, lacks CAP_SYS_PTRACE.
 """
 
 from __future__ import annotations
@@ -77,6 +80,38 @@ def main() -> dict:
     print("read", got)
     return {"read": got}
 """
+
+
+# A program that gets past the tripwire on purpose (it is not a sandbox) and
+# tries to open the memory of each process it is given, and its own.
+PEEKS = """
+import os
+from staal.worker import confine
+
+def main(others: list[int]) -> dict:
+    opened = {}
+    with confine.broker_section():
+        for pid in [*others, os.getpid()]:
+            try:
+                with open(f"/proc/{pid}/mem", "rb"):
+                    opened[str(pid)] = "opened"
+            except PermissionError:
+                opened[str(pid)] = "denied"
+    return opened
+"""
+
+CAP_SYS_PTRACE = 19
+PR_CAPBSET_DROP = 24
+
+
+def without_ptrace_capability() -> None:
+    """In the server's child before its exec: drop CAP_SYS_PTRACE from the
+    bounding set, so the server and every process it starts run as root
+    without it, as a process of the same user that may not trace others."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)")
 
 
 def every_secret() -> dict[str, str]:
@@ -220,3 +255,33 @@ def test_a_run_message_carries_its_secrets_to_the_worker_and_never_shows_them():
     assert unpack(pack(message)) == message
     assert key not in repr(message) and key not in str(message)
     assert "STRIPE_SECRET_KEY" not in repr(message)
+
+
+@needs_root
+def test_a_program_past_the_tripwire_cannot_open_the_servers_the_zygotes_or_another_workers_memory(
+        tmp_path):
+    site = Site(tmp_path)
+    site.program("pays.py", PAYS_AND_HOLDS)
+    site.program("peeks.py", PEEKS)
+    site.write([
+        {"name": "pay", "program": "pays.py",
+         "grants": {"pay": stripe_refund_grant("http://127.0.0.1:9")}},
+        {"name": "peek", "program": "peeks.py"},
+    ])
+    key = {"STRIPE_SECRET_KEY": "sk_test_" + secrets.token_hex(16)}
+    with RawServer(site, env=key, preexec=without_ptrace_capability) as server, \
+            held_gate(tmp_path / "pay.gate"):
+        server.initialize()
+        pay = server.request("tools/call", {"name": "pay",
+                                            "arguments": {"gate": str(tmp_path / "pay.gate")}})
+        server.stderr.wait_event("print", tool="pay", text="holding")
+        worker = server.stderr.wait_event("run_started", tool="pay")["pid"]
+        zygote = psutil.Process(worker).ppid()
+        others = [server.process.pid, zygote, worker]
+        peeked = server.call_tool("peek", {"others": others})
+    assert peeked["isError"] is False, peeked
+    opened = peeked["structuredContent"]["result"]
+    peeker = next(pid for pid in opened if int(pid) not in others)
+    assert opened.pop(peeker) == "opened"  # its own: the way in works where it may
+    assert opened == {str(pid): "denied" for pid in others}
+    assert server.answer(pay)["result"]["isError"] is False

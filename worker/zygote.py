@@ -22,6 +22,7 @@ import signal
 from pathlib import Path
 
 from staal.manifest import load_manifest
+from staal.private_memory import keep_memory_private
 from staal.runconfig import RunConfig, from_tool
 from staal.worker import confine
 from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ffi
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-fd", required=True, type=int)
     args = parser.parse_args(argv)
     die_with_parent()
+    keep_memory_private()  # for every worker it forks: each holds its run's secrets
     configs, prepared = preload(args.manifest)
     # Everything loaded so far lives as long as the zygote: move it out of
     # the collector's view, so a worker's collections never walk (and so
