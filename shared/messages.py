@@ -21,7 +21,12 @@ from staal.records import Count, Family, Json, OpNumber, Record, RunId
 
 @dataclass(frozen=True, slots=True)
 class Run(Record):
-    """Supervisor → worker: run (or resume) one run."""
+    """Supervisor → worker: run (or resume) one run.
+
+    `secrets` are the values of exactly the variables the tool's grants
+    name, read from the supervisor's environment, for the capabilities (the
+    worker's environment holds none). They cross only the ipc socket in the
+    0700 runtime directory, and never show in a repr or a log."""
 
     TYPE: ClassVar[str] = "run"
     run: RunId
@@ -29,6 +34,7 @@ class Run(Record):
     journal: str
     inputs: str
     resume: bool = False
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from staal.supervisor.outcomes import (
 )
 from staal.supervisor.pool import Pool, WorkerLost, ZygoteGone
 from staal.supervisor.waiting import Waiting
+from staal.supervisor.zygote import run_secrets, secret_names
 
 # A run whose worker dies is resumed in a new worker at most this many times.
 MAX_RESUMES = 3
@@ -100,6 +101,11 @@ class Calls:
     logs: dict[str, list[bytes]] = field(default_factory=dict)
     # Work that may wait until the answer is written (the server runs it).
     after_answer: list[Callable[[], None]] = field(default_factory=list)
+    # Each tool's secrets by name: a run is handed the values of its own.
+    secret_names: dict[str, tuple[str, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.secret_names = secret_names(self.manifest)
 
     @property
     def journals(self) -> Path:
@@ -204,7 +210,8 @@ class Calls:
         """Run (or resume) in a worker; `WorkerLost` if the worker died."""
         worker = await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
-                      inputs=str(files.inputs), resume=resume)
+                      inputs=str(files.inputs), resume=resume,
+                      secrets=run_secrets(self.secret_names[tool.name]))
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 
         def on_message(reply: Any) -> None:

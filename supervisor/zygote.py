@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,16 +26,30 @@ class Spawned:
     runtime_dir: Path
 
 
-def worker_environment(manifest: Manifest) -> dict[str, str]:
-    """Workers get only the variables their grants name (and PATH)."""
+def secret_names(manifest: Manifest) -> dict[str, tuple[str, ...]]:
+    """Each tool's secrets: the variables its grants (and its model) name."""
     from staal.runconfig import from_tool
 
-    names = {"PATH", *KILL_VARIABLES}
-    for tool in manifest.tools:
-        names.update(from_tool(manifest, tool).secret_names())
-    if "PYTHONPATH" in os.environ:
-        names.add("PYTHONPATH")
+    return {tool.name: tuple(from_tool(manifest, tool).secret_names()) for tool in manifest.tools}
+
+
+def worker_environment(manifest: Manifest) -> dict[str, str]:
+    """The zygote's environment, which every worker inherits: PATH, the
+    crash-kill switches and PYTHONPATH, and never a secret, not even one a
+    grant names. A process's first environment stays in its memory for good
+    (unsetting a variable does not wipe it) and a fork copies it, so a
+    secret given here would be readable by every tool's worker; each run is
+    handed its own in its run message instead (`run_secrets`)."""
+    secret = {name for names in secret_names(manifest).values() for name in names}
+    names = {"PATH", "PYTHONPATH", *KILL_VARIABLES} - secret
     return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+def run_secrets(names: Iterable[str]) -> dict[str, str]:
+    """The values of one run's secrets, from the supervisor's own
+    environment. A name that is not set is left out: the capability that
+    needs it refuses the action, saying so."""
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 def runtime_dir() -> Path:

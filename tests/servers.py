@@ -277,12 +277,15 @@ class Line:
 class RawServer:
     """The server process, spoken to in raw lines."""
 
-    def __init__(self, site: Site, env: dict[str, str] | None = None) -> None:
+    def __init__(self, site: Site, env: dict[str, str] | None = None,
+                 preexec: Callable[[], None] | None = None) -> None:
         self.site = site
         self.stderr = Stderr(site.stderr_path)
+        # `preexec` runs in the child before the exec (e.g. to drop a capability).
         self.process = subprocess.Popen(
             supervisor_command(site.manifest), cwd=site.root, env=server_env(env),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr.fd)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr.fd,
+            preexec_fn=preexec)
         self.stderr.spawned()
         self.lines: list[Line] = []
         self._arrivals: queue.SimpleQueue[Line | None] = queue.SimpleQueue()

@@ -438,6 +438,47 @@ def test_reading_a_process_environment_through_proc_is_refused():
     assert len(result["violations"]) == 6
 
 
+def test_opening_a_process_memory_through_proc_is_refused_before_anything_is_read():
+    result = run_scenario(
+        """
+        from pathlib import Path
+        read = []
+        def peek(path, dir_fd=None):
+            # Read 16 bytes of the first mapping: what a scan would begin with.
+            start = int(open("/proc/self/maps").readline().split("-")[0], 16)
+            fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+            read.append(len(os.pread(fd, 16, start)))
+        def relative():
+            here = os.getcwd()
+            os.chdir("/proc/self")
+            try:
+                with open("mem", "rb") as memory:
+                    read.append(len(memory.read(1)))
+            finally:
+                os.chdir(here)
+        task = f"/proc/self/task/{os.getpid()}/mem"
+        report(
+            self_=attempt(lambda: peek("/proc/self/mem")),
+            pid=attempt(lambda: peek(f"/proc/{os.getpid()}/mem")),
+            parent=attempt(lambda: Path(f"/proc/{os.getppid()}/mem").open("rb")),
+            thread=attempt(lambda: peek("/proc/thread-self/mem")),
+            task=attempt(lambda: peek(task)),
+            relative=attempt(relative),
+            dir_fd=attempt(lambda: peek("mem", dir_fd=os.open("/proc/self", os.O_RDONLY))),
+            maps=attempt(lambda: len(open("/proc/self/maps").read()) > 0),
+            read=read,
+        )
+        """
+    )
+    for key in ("self_", "pid", "parent", "thread", "task", "relative", "dir_fd"):
+        message = refused(result[key])
+        assert message.startswith("a tool may not read a process's memory (open of "), key
+    assert "'/proc/self/mem'" in refused(result["self_"])
+    assert result["read"] == []  # every refusal came before the open
+    assert result["maps"] == {"ok": True}  # what is mapped where is no secret
+    assert len(result["violations"]) == 7
+
+
 # ---------------------------------------------------------------- refusals and the callback
 
 

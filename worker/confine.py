@@ -20,6 +20,8 @@ refuses, outside a `broker_section`:
   extensions, unless the tool is granted `ffi.c`;
 - reading any process's environment through `/proc/<pid>/environ` (secrets
   may sit in the environment the process started with);
+- opening any process's memory through `/proc/<pid>/mem` (a worker's holds
+  its own run's secrets, for its capabilities);
 - reading standard input (`input()`; see also `refuse_stdin`).
 
 A refusal calls the `on_violation` callback with the message, inside a broker
@@ -198,7 +200,27 @@ def _check_open(args: tuple[Any, ...]) -> str | None:
             f"a tool may not read a process's environment (open of {_show(text)}); "
             "secrets reach a tool only through its capabilities"
         )
+    if text is not None and _opens_a_memory(text):
+        return (
+            f"a tool may not read a process's memory (open of {_show(text)}); "
+            "secrets reach a tool only through its capabilities"
+        )
     return None
+
+
+# -- /proc/<pid>/mem: a process's memory, its run's secrets included.
+
+_PROC_MEM = re.compile(r"/proc/(?:\d+|self|thread-self)(?:/task/\d+)?/mem")
+
+
+def _opens_a_memory(path: str) -> bool:
+    """As `_reads_an_environment`, for `mem`: a relative "mem" that does not
+    exist here was most likely opened against a /proc directory descriptor."""
+    if "mem" not in path:
+        return False
+    if _PROC_MEM.fullmatch(os.path.realpath(path)):
+        return True
+    return not os.path.isabs(path) and os.path.basename(path) == "mem" and not os.path.exists(path)
 
 
 # Events whose first two arguments are a source and a destination.

@@ -12,7 +12,7 @@ run stops and waits for an operator (DESIGN.md section 5).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -108,6 +108,14 @@ class RunOutcome:
 
 def _args_hash(args: Any) -> str:
     return sha256_hex(canonical_json(args))
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every (non-empty) secret's value replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
 
 
 class RunContext:
@@ -207,9 +215,7 @@ class RunContext:
         raise CapabilityRefused(message)
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return redact(text, self.secrets)
 
     # -- one op --------------------------------------------------------
 

@@ -1,7 +1,10 @@
 """Running one run, new or resumed: the order of things in a run process.
 
 Secrets are taken out of the environment and the environment scrubbed, the
-tripwire is installed, and only then is the program imported. Arguments are
+tripwire is installed, and only then is the program imported (a worker
+forked from the zygote did all of that before its run, except the secrets:
+its environment never held one, and its run's own come with its run
+message, worker/serve.py). Arguments are
 checked by the runtime's own rules before anything is created; the journal's
 header is durable before the program starts; the program runs with its
 capability parameters bound to the broker and its steps counted; the end is
@@ -75,9 +78,10 @@ class RunRequest:
     run_id: str | None = None
     clock: Clock = SYSTEM_CLOCK
     on_print: Callable[[str], None] | None = None
-    # The program loaded and the secrets taken by a process that confined
-    # itself already (a worker forked from the zygote); None: this process
-    # runs one run and exits, so `start` confines it and loads the program.
+    # The program loaded by a process that confined itself already (a
+    # worker forked from the zygote), with the secrets its run message
+    # handed over; None: this process runs one run and exits, so `start`
+    # confines it, takes the secrets from its environment and loads the program.
     prepared: Prepared | None = None
 
 

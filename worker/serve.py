@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from staal.outcomes import Failure
 from staal.records import Record
 from staal.runconfig import RunConfig
 from staal.worker import confine
-from staal.worker.engine import RunOutcome
+from staal.worker.engine import RunOutcome, redact
 from staal.worker.limits import cpu_backstop
 from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
 
@@ -198,7 +199,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
             channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
                                failure=outcome.failure, usage=outcome.usage))
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
+                        message.secrets.values())
         channel.send(last_word(message, configs, f"the worker failed: {detail}"))
 
 
@@ -231,7 +233,9 @@ def execute(message: Run, configs: dict[str, RunConfig],
     request = RunRequest(
         config=config, arguments=arguments, journal=Path(message.journal), run_id=message.run,
         on_print=lambda text: channel.send(PrintLine(run=message.run, text=text)),
-        prepared=loaded,
+        # The zygote loaded the program without secrets; the run's own come
+        # with its message, for its capabilities (never into os.environ).
+        prepared=replace(loaded, secrets=dict(message.secrets)),
     )
     if message.resume:
         with confine.broker_section():

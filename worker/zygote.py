@@ -1,6 +1,8 @@
-"""The zygote: started once by the supervisor, it takes the secrets out of
-its environment, installs the tripwire, imports the engine and every tool's
-program, and then forks one worker per run on request (DESIGN.md section 6).
+"""The zygote: started once by the supervisor with an environment that
+holds no secret, it installs the tripwire, imports the engine and every
+tool's program, and then forks one worker per run on request (DESIGN.md
+section 6). A worker is handed its own run's secrets in its run message, so
+no worker's memory holds another tool's secret (worker/serve.py).
 
 A fork of this warm process costs about a millisecond; an interpreter start
 costs hundreds. Fork requests arrive on standard input as lines
@@ -20,6 +22,7 @@ import signal
 from pathlib import Path
 
 from staal.manifest import load_manifest
+from staal.private_memory import keep_memory_private
 from staal.runconfig import RunConfig, from_tool
 from staal.worker import confine
 from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ffi
@@ -29,15 +32,11 @@ def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepar
     """Every tool's run config and program, loaded once under confinement."""
     manifest = load_manifest(manifest_path)
     configs = {tool.name: from_tool(manifest, tool) for tool in manifest.tools}
-    names = sorted({name for config in configs.values() for name in config.secret_names()})
-    secrets = confine.take_secrets(names)
     confine.scrub_environment(())
     confine.install_tripwire(allow_ffi=any(uses_ffi(c) for c in configs.values()),
                              on_violation=note_violation)
-    prepared = {
-        name: load(config, {s: secrets[s] for s in config.secret_names() if s in secrets})
-        for name, config in configs.items()
-    }
+    # Loaded without secrets: checking a program never needs one.
+    prepared = {name: load(config, {}) for name, config in configs.items()}
     warm(configs)
     return configs, prepared
 
@@ -199,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report-fd", required=True, type=int)
     args = parser.parse_args(argv)
     die_with_parent()
+    keep_memory_private()  # for every worker it forks: each holds its run's secrets
     configs, prepared = preload(args.manifest)
     # Everything loaded so far lives as long as the zygote: move it out of
     # the collector's view, so a worker's collections never walk (and so
