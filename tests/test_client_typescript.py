@@ -165,9 +165,10 @@ class Setup:
         return {"command": server[0], "args": server[1:], "cwd": str(self.manifest.parent),
                 "env": self.env}
 
-    def session(self, sdk: str, mode: str, **command: Any) -> dict[str, Any]:
+    def session(self, sdk: str, mode: str, url: str | None = None, **command: Any) -> dict[str, Any]:
         require_node_modules()
-        plan = {"sdk": sdk, "mode": mode, "server": self.command(**command),
+        where = {"url": url} if url else {"server": self.command(**command)}
+        plan = {"sdk": sdk, "mode": mode, **where,
                 "echo": {"name": "echo", "good": {"text": "hello"}, "bad": {"text": 5}},
                 "refuse": {"name": "refuse", "arguments": {"order": "pi_1"}},
                 "unknown": "no_such_tool", "timeoutMs": 30000}
@@ -383,3 +384,33 @@ def test_a_real_server_started_while_the_probe_still_holds_the_lock_waits_and_se
 def test_a_sigtermd_probe_leaves_nothing_behind_in_the_temporary_directory(setup):
     setup.session("client", "auto")
     assert sorted(p.name for p in setup.tmp.iterdir()) == []
+
+
+# -- over Streamable HTTP -----------------------------------------------------------
+
+
+HTTP_SESSIONS = [
+    pytest.param("client", "legacy", LEGACY, id="client2-default-over-http"),
+    pytest.param("client", "auto", MODERN, id="client2-auto-over-http"),
+    pytest.param("sdk1", "legacy", LEGACY, id="sdk1-over-http"),
+]
+
+
+@pytest.mark.parametrize(("sdk", "mode", "version"), HTTP_SESSIONS)
+def test_the_sdks_streamable_http_client_lists_calls_and_reads_refusals(setup, sdk, mode, version):
+    from tests.http_servers import HttpServer
+    from tests.servers import Site
+
+    site = Site(setup.manifest.parent)
+    with HttpServer(site) as server:
+        out = setup.session(sdk, mode, url=server.url)
+    if sdk == "client":
+        assert out["protocolVersion"] == version
+    assert [tool["name"] for tool in out["tools"]] == TOOL_NAMES
+    assert out["good"]["structuredContent"] == {"result": {"echo": "hello", "clock_read": True}}
+    (progress,) = out["progress"]
+    run = RUN_ID.match(progress["message"])[1]
+    assert out["runStatus"]["structuredContent"]["run"] == run
+    assert out["badArguments"]["text"] == ["text: expected a string, not 5"]
+    assert out["refused"]["text"] == ["validation: refund exceeds what was paid"]
+    assert out["unknown"]["error"]["code"] == -32602

@@ -9,6 +9,9 @@
 //            "refuse": {"name", "arguments": {...}}, "unknown": "<tool name>",
 //            "timeoutMs": 30000}
 //
+// With "url" in place of "server", the session is over Streamable HTTP to a
+// server already listening there.
+//
 // "client" is @modelcontextprotocol/client 2.x (mode legacy, auto, or a pinned
 // version), "sdk1" @modelcontextprotocol/sdk 1.x (2025-11-25 only; mode must be
 // legacy). It connects, lists the tools, calls the echo tool with good
@@ -28,7 +31,8 @@ async function load() {
     const pkg = await packageVersion("@modelcontextprotocol/client");
     // 2.x: callTool(params, options).
     const call = (c, params, options) => c.callTool(params, options);
-    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call };
+    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call,
+             HttpTransport: client.StreamableHTTPClientTransport };
   }
   if (plan.sdk === "sdk1") {
     const client = await import("@modelcontextprotocol/sdk/client/index.js");
@@ -36,7 +40,9 @@ async function load() {
     const pkg = await packageVersion("@modelcontextprotocol/sdk");
     // 1.x: callTool(params, resultSchema, options).
     const call = (c, params, options) => c.callTool(params, undefined, options);
-    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call };
+    const http = await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+    return { Client: client.Client, StdioClientTransport: stdio.StdioClientTransport, pkg, call,
+             HttpTransport: http.StreamableHTTPClientTransport };
   }
   throw new Error(`unknown sdk ${plan.sdk}`);
 }
@@ -72,10 +78,10 @@ function resultOf(result) {
 }
 
 async function main() {
-  const { Client, StdioClientTransport, pkg, call } = await load();
+  const { Client, StdioClientTransport, pkg, call, HttpTransport } = await load();
   const out = { sdk: plan.sdk, package: pkg, mode: plan.mode, steps: [] };
   const stderr = [];
-  const transport = new StdioClientTransport({
+  const transport = plan.url ? new HttpTransport(new URL(plan.url)) : new StdioClientTransport({
     command: plan.server.command,
     args: plan.server.args ?? [],
     cwd: plan.server.cwd,
@@ -91,7 +97,7 @@ async function main() {
     await client.connect(transport, opts);
     out.protocolVersion = client.getNegotiatedProtocolVersion?.() ?? null;
     out.serverVersion = client.getServerVersion() ?? null;
-    out.serverPid = transport.pid;
+    out.serverPid = transport.pid ?? null;
 
     step("listTools");
     const listed = await client.listTools(undefined, opts);
