@@ -198,6 +198,10 @@ async def rounds(everyone: list[Contender], scenarios: list, results: dict, cold
                         f"{median_phase(s.inflight[-1:], 'server_cpu') * 1e6:,.0f} µs in flight")
                 if args.cold:
                     line += f"; cold {cold[contender.name][-1] * 1e3:.0f} ms"
+                seq, flight = s.sequential[-1], s.inflight[-1]
+                if seq.failed or flight.failed:
+                    line += (f"; failed: {seq.failed} of {seq.calls} sequential, "
+                             f"{flight.failed} of {flight.calls} in flight")
                 if kept:
                     line += f"; calls failed, server's stderr kept: {kept / 'stderr.log'}"
                 print(line, file=sys.stderr)

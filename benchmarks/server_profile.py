@@ -12,10 +12,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
+from mcp import Client
 from proctree import own_cpu, process_cpu
 from server_contenders import SCENARIOS, SERVERS, Scenario, Service, Session, bench_dir, contenders
 from server_measure import IN_FLIGHT, in_flight, sequential
@@ -27,6 +29,19 @@ def scenario_of(args: argparse.Namespace) -> tuple[Scenario, Service | None]:
     """The scenario to profile (the first one asked for), and its service if it needs one."""
     scenario = SCENARIOS[args.scenario[0]]
     return scenario, Service(args.service_delay_ms) if scenario.tool == "get" else None
+
+
+async def warmed(client: Client, scenario: Scenario, url: str | None,
+                 count: int) -> Callable[[int], Awaitable[Any]]:
+    """The scenario's call on `client` (its answer unchecked), after listing
+    the tools and `count` calls to warm the server up."""
+    async def call(i: int) -> Any:
+        return await client.call_tool(scenario.tool, scenario.arguments(i, url))
+
+    await client.list_tools()
+    for i in range(count):
+        await call(i)
+    return call
 
 
 def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool,
@@ -93,13 +108,7 @@ async def profile(args: argparse.Namespace) -> None:
             shutil.rmtree(directory, ignore_errors=True)
         params, directory = staal.prepare(base, scenario, url)
         async with Session(params, directory / "stderr.log") as client:
-            await client.list_tools()
-
-            async def call(i: int) -> Any:
-                return await client.call_tool(scenario.tool, scenario.arguments(i, url))
-
-            for i in range(args.warmup):
-                await call(i)
+            call = await warmed(client, scenario, url, args.warmup)
             pids = staal_processes()
             before = {name: process_cpu(pid) for name, pid in pids.items()}
             client_before = own_cpu()
@@ -177,13 +186,7 @@ async def py_spy(args: argparse.Namespace) -> None:
     target = "workers" if args.py_spy_workers else "supervisor"
     try:
         async with Session(params, directory / "stderr.log") as client:
-            await client.list_tools()
-
-            async def call(i: int) -> Any:
-                return await client.call_tool(scenario.tool, scenario.arguments(i, url))
-
-            for i in range(args.warmup):
-                await call(i)
+            call = await warmed(client, scenario, url, args.warmup)
             pid = staal_processes()["zygote" if args.py_spy_workers else "supervisor"]
             command = ["py-spy", "record", "--pid", str(pid), "--rate", "1000",
                        "--format", "raw", "--gil", "--nonblocking", "--output", str(raw)]

@@ -101,34 +101,36 @@ def report(results: dict[tuple[str, str], Samples], cold: dict[str, list[float]]
 
 
 def scenario_tables(scenario: Scenario, rows: dict[str, Samples], args: Any) -> None:
-    service = scenario is GET
-    ours = rows.get(STAAL)
-    extra = " service CPU per call |" if service else ""
-    print(f"\n### {scenario.title}: sequential calls ({args.calls} per round)\n")
-    print("| server | p50 | p99 | calls/s | server CPU per call | client CPU per call |" + extra
-          + " cores ÷ server CPU | cores ÷ (server + client) CPU | staal / this, p50 |")
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if service else ""))
-    for name, s in rows.items():
-        server, client = metric(s, "seq:server_cpu"), metric(s, "seq:client_cpu")
-        cells = [name, f"{metric(s, 'p50') * 1e3:.2f} ms", f"{metric(s, 'p99') * 1e3:.2f} ms",
-                 f"{metric(s, 'seq:rate'):,.0f}", us(server), us(client)]
-        if service:
-            cells.append(us(metric(s, "seq:service_cpu")))
-        cells += [ceiling(server), ceiling(server + client),
-                  f"{metric(ours, 'p50') / metric(s, 'p50'):.2f}" if ours else "-"]
-        print("| " + " | ".join(cells) + " |")
     total = args.inflight // IN_FLIGHT * IN_FLIGHT
+    print(f"\n### {scenario.title}: sequential calls ({args.calls} per round)\n")
+    phase_table(scenario, rows, "seq")
     print(f"\n### {scenario.title}: {IN_FLIGHT} calls in flight ({total} per round)\n")
-    print("| server | calls/s | server CPU per call | client CPU per call |" + extra
-          + " cores ÷ server CPU | cores ÷ (server + client) CPU | staal / this, calls/s |")
-    print("|---|---|---|---|---|---|---|" + ("---|" if service else ""))
+    phase_table(scenario, rows, "flight")
+
+
+def phase_table(scenario: Scenario, rows: dict[str, Samples], mode: str) -> None:
+    """One phase ('seq' or 'flight') of one scenario, a row per server."""
+    sequential = mode == "seq"
+    service = scenario is GET
+    compared = "p50" if sequential else "flight:rate"
+    head = (["server"] + (["p50", "p99"] if sequential else [])
+            + ["calls/s", "server CPU per call", "client CPU per call"]
+            + (["service CPU per call"] if service else [])
+            + ["cores ÷ server CPU", "cores ÷ (server + client) CPU",
+               f"staal / this, {'p50' if sequential else 'calls/s'}"])
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    ours = rows.get(STAAL)
     for name, s in rows.items():
-        server, client = metric(s, "flight:server_cpu"), metric(s, "flight:client_cpu")
-        cells = [name, f"{metric(s, 'flight:rate'):,.0f}", us(server), us(client)]
+        server, client = metric(s, f"{mode}:server_cpu"), metric(s, f"{mode}:client_cpu")
+        cells = [name]
+        if sequential:
+            cells += [f"{metric(s, 'p50') * 1e3:.2f} ms", f"{metric(s, 'p99') * 1e3:.2f} ms"]
+        cells += [f"{metric(s, f'{mode}:rate'):,.0f}", us(server), us(client)]
         if service:
-            cells.append(us(metric(s, "flight:service_cpu")))
+            cells.append(us(metric(s, f"{mode}:service_cpu")))
         cells += [ceiling(server), ceiling(server + client),
-                  f"{metric(ours, 'flight:rate') / metric(s, 'flight:rate'):.2f}" if ours else "-"]
+                  f"{metric(ours, compared) / metric(s, compared):.2f}" if ours else "-"]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -16,8 +16,10 @@ written to `durability.json` in the directory, for the benchmark to report.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from mcp.server.mcpserver import MCPServer
 DIRECTORY = Path(sys.argv[1])
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 connections: list[dict[str, Any]] = []
+lock = threading.Lock()  # DBOS connects from several threads
 
 
 @sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "connect")
@@ -39,10 +42,13 @@ def synchronous_full(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.execute("PRAGMA synchronous=FULL")
     after = dbapi_connection.execute("PRAGMA synchronous").fetchone()[0]
     mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0]
-    connections.append({"synchronous_default": SYNCHRONOUS.get(before, before),
-                        "synchronous": SYNCHRONOUS.get(after, after), "journal_mode": mode,
-                        "sqlite": sqlite3.sqlite_version})
-    (DIRECTORY / "durability.json").write_text(json.dumps(connections))
+    with lock:
+        connections.append({"synchronous_default": SYNCHRONOUS.get(before, before),
+                            "synchronous": SYNCHRONOUS.get(after, after), "journal_mode": mode,
+                            "sqlite": sqlite3.sqlite_version})
+        written = DIRECTORY / "durability.json.new"
+        written.write_text(json.dumps(connections))
+        os.replace(written, DIRECTORY / "durability.json")
 
 
 DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{DIRECTORY / 'dbos.sqlite'}",
