@@ -65,7 +65,9 @@ costs, step by step, by each child's own CPU time (`servers/worker_costs.py`).
 for a race in `supervisor/pool.py` that left a call unanswered; it does
 nothing once the pool has the fix. --experiment defer-fork adds a staal row
 that asks for each replacement worker when a run ends instead of when it
-starts (an experiment, from outside; see BENCHMARKS.md).
+starts; --experiment preimport-http one whose zygote imports what httpx
+leaves to its first client (httpcore, h11, certifi), which every worker
+otherwise imports again (experiments, from outside; see BENCHMARKS.md).
 
 Prints Markdown tables.
 """
@@ -153,8 +155,9 @@ async def bench(args: argparse.Namespace) -> None:
                 contender.env = hooks
     for experiment in args.experiment:  # one more staal row each, journals on disk
         tried = hooks_dir(base, None, args.exit_race_workaround, (experiment,))
+        supervisor = contenders(args.fastmcp_python, {"staal"})[0].command
         everyone.append(Contender(f"experiment:{experiment}", f"staal, --experiment {experiment}",
-                                  everyone[0].command, [], staal=True, env={"PYTHONPATH": str(tried)}))
+                                  supervisor, [], staal=True, env={"PYTHONPATH": str(tried)}))
     service = Service(args.service_delay_ms) if GET in scenarios else None
     results = {(c.name, s.key): Samples() for c in everyone for s in scenarios}
     cold: dict[str, list[float]] = {c.name: [] for c in everyone} if args.cold else {}
@@ -233,10 +236,12 @@ def main() -> None:
     parser.add_argument("--py-spy-workers", action="store_true",
                         help="--py-spy: sample the zygote and its workers instead")
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--experiment", action="append", default=[], choices=["defer-fork"],
+    parser.add_argument("--experiment", action="append", default=[],
+                        choices=["defer-fork", "preimport-http"],
                         help="try a change to staal from outside (servers/trace/tracer.py), as "
                              "one more staal row (--profile: on the traced server): defer-fork "
-                             "asks for a replacement worker when a run ends")
+                             "asks for a replacement worker when a run ends; preimport-http has "
+                             "the zygote import httpcore, h11 and certifi")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")

@@ -177,8 +177,9 @@ async def py_spy(args: argparse.Namespace) -> None:
     scenario, service = scenario_of(args)
     url = service.url if service else None
     staal = contenders(args.fastmcp_python, {"staal"})[0]
-    if args.exit_race_workaround:
-        staal.env = {"PYTHONPATH": str(hooks_dir(base, None, True))}
+    if args.exit_race_workaround or args.experiment:
+        staal.env = {"PYTHONPATH": str(hooks_dir(base, None, args.exit_race_workaround,
+                                                 tuple(args.experiment)))}
     if args.on_shm:
         staal.base = Path("/dev/shm")
     params, directory = staal.prepare(base, scenario, url)
