@@ -69,7 +69,8 @@ starts; --experiment preimport-http one whose zygote imports what httpx
 leaves to its first client (httpcore, h11, certifi), which every worker
 otherwise imports again (experiments, from outside; see BENCHMARKS.md).
 
-Prints Markdown tables.
+Prints Markdown: a paragraph on the run, then tables under #### headings, to be
+pasted as they are under a run's ### heading in BENCHMARKS.md.
 """
 
 from __future__ import annotations

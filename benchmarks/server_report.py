@@ -86,7 +86,7 @@ def report(results: dict[tuple[str, str], Samples], cold: dict[str, list[float]]
         if rows:
             scenario_tables(scenario, rows, args)
     if cold:
-        print(f"\n### Cold start: spawn to the first `tools/list` answered (no-op server, "
+        print(f"\n#### Cold start: spawn to the first `tools/list` answered (no-op server, "
               f"{args.cold} per round)\n")
         print("| server | median | staal / this |")
         print("|---|---|---|")
@@ -102,9 +102,9 @@ def report(results: dict[tuple[str, str], Samples], cold: dict[str, list[float]]
 
 def scenario_tables(scenario: Scenario, rows: dict[str, Samples], args: Any) -> None:
     total = args.inflight // IN_FLIGHT * IN_FLIGHT
-    print(f"\n### {scenario.title}: sequential calls ({args.calls} per round)\n")
+    print(f"\n#### {scenario.title}: sequential calls ({args.calls} per round)\n")
     phase_table(scenario, rows, "seq")
-    print(f"\n### {scenario.title}: {IN_FLIGHT} calls in flight ({total} per round)\n")
+    print(f"\n#### {scenario.title}: {IN_FLIGHT} calls in flight ({total} per round)\n")
     phase_table(scenario, rows, "flight")
 
 
@@ -147,7 +147,7 @@ def failures(results: dict[tuple[str, str], Samples]) -> None:
 
 
 def accounting(results: dict[tuple[str, str], Samples]) -> None:
-    print("\n### The CPU accounting, checked\n")
+    print("\n#### The CPU accounting, checked\n")
     print("Per server and scenario, over its sessions: the tree's CPU by the snapshots (its last, "
           "after the in-flight phase) against the kernel's own total for the tree once it exited "
           "and was waited for (the growth of this process's RUSAGE_CHILDREN across the session). "
@@ -173,7 +173,7 @@ def durability(results: dict[tuple[str, str], Samples]) -> None:
 
 
 def goals(results: dict[tuple[str, str], Samples], cold: dict[str, list[float]]) -> None:
-    print("\n### Issue 12's goals (item 5)\n")
+    print("\n#### Issue 12's goals (item 5)\n")
     print("| ratio | measured | goal | met |")
     print("|---|---|---|---|")
     for goal in GOALS:
