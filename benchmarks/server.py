@@ -85,8 +85,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from server_contenders import GET, SCENARIOS, Contender, Service, bench_dir, contenders
+from server_contenders import GET, SCENARIOS, Contender, Scenario, Service, bench_dir, contenders
 from server_measure import IN_FLIGHT, Samples, cold_start, median_phase, session
 from server_profile import hooks_dir, profile, py_spy, worker_costs
 from server_report import report
@@ -133,10 +134,9 @@ def chosen_servers(args: argparse.Namespace) -> list[Contender]:
     keys = set(args.servers.split(","))
     if args.no_shm:
         keys.discard("shm")
-    if args.fastmcp_python != sys.executable:
-        NEEDS.pop("fastmcp")
-    missing = [package for key, package in NEEDS.items()
-               if key in keys and importlib.util.find_spec(package) is None]
+    needed = {key: package for key, package in NEEDS.items()
+              if key in keys and not (key == "fastmcp" and args.fastmcp_python != sys.executable)}
+    missing = [package for package in needed.values() if importlib.util.find_spec(package) is None]
     if missing:
         raise SystemExit(f"{', '.join(missing)} not installed: pip install -e '.[bench]' "
                          "(or leave the server out with --servers)")
@@ -147,8 +147,8 @@ async def bench(args: argparse.Namespace) -> None:
     base = bench_dir()
     scenarios = [SCENARIOS[key] for key in dict.fromkeys(args.scenario)]
     everyone = chosen_servers(args)
-    run = {"load_before": loads(), "fsync_before": fsync_latency(base), "scenarios": scenarios,
-           "load_rounds": []}
+    run: dict[str, Any] = {"load_before": loads(), "fsync_before": fsync_latency(base),
+                           "scenarios": scenarios, "load_rounds": []}
     if args.exit_race_workaround:
         hooks = {"PYTHONPATH": str(hooks_dir(base, None, True))}
         for contender in everyone:
@@ -178,8 +178,9 @@ async def bench(args: argparse.Namespace) -> None:
     report(results, cold, run, args)
 
 
-async def rounds(everyone: list[Contender], scenarios: list, results: dict, cold: dict, base: Path,
-                 args: argparse.Namespace, service: Service | None, run: dict) -> None:
+async def rounds(everyone: list[Contender], scenarios: list[Scenario],
+                 results: dict[tuple[str, str], Samples], cold: dict[str, list[float]], base: Path,
+                 args: argparse.Namespace, service: Service | None, run: dict[str, Any]) -> None:
     for r in range(args.rounds):
         run["load_rounds"].append(f"{os.getloadavg()[0]:.2f}")
         shift = r % len(everyone)
