@@ -40,33 +40,6 @@ from staal.worker.limits import StepCounter
 from staal.worker.program import load_module
 from staal.worker.run import Services
 
-SERVER = """
-import socket
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def setup(self):
-        super().setup()
-        # Headers and body go out as two writes; without this, delayed ACKs
-        # add 40 ms to every answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    def log_message(self, *args):
-        pass
-    def do_GET(self):
-        body = b'{"id":"o1","total":500}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
-
 LOOP = """
 def spin(n):
     total = 0
@@ -143,7 +116,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--loop", type=int, default=2_000_000)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    service = Path(__file__).resolve().parent / "servers" / "http_service.py"
+    server = subprocess.Popen([sys.executable, str(service)], stdout=subprocess.PIPE, text=True)
     try:
         port = int(server.stdout.readline())
         url = f"http://127.0.0.1:{port}/v1/orders/o1"

@@ -19,7 +19,9 @@ median time of every event from the client's send.
 
 The same hook can also, without tracing, apply `_defer_exits` (the
 benchmark's `--exit-race-workaround`) and try `_defer_forks` (its
-`--experiment defer-fork`).
+`--experiment defer-fork`); `--experiment preimport-http` has the zygote
+import what httpx imports only when its first client is made (httpcore, h11,
+certifi), so that no worker imports it again.
 """
 
 from __future__ import annotations
@@ -328,7 +330,8 @@ def install(path: str | None, fix_exit_race: bool = False,
             experiments: tuple[str, ...] = ()) -> None:
     """In a staal process: trace to `path` (None: no tracing), with
     `fix_exit_race` apply the workaround in `_defer_exits`, and try the
-    named `experiments` ("defer-fork": `_defer_forks`)."""
+    named `experiments` ("defer-fork": `_defer_forks`; "preimport-http":
+    the zygote imports httpx's lazy imports)."""
     global _role, _tracing, _fix_exit_race, _wanted, _experiments
     argv = " ".join(sys.orig_argv)
     _role = ("zyg" if "staal.worker.zygote" in argv
@@ -337,7 +340,11 @@ def install(path: str | None, fix_exit_race: bool = False,
     _fix_exit_race = fix_exit_race
     _experiments = tuple(experiments)
     _wanted = set(SPANS) if _tracing else set()
-    if fix_exit_race or _experiments:
+    if "preimport-http" in _experiments and _role == "zyg":
+        import certifi  # noqa: F401
+        import h11  # noqa: F401
+        import httpcore  # noqa: F401
+    if fix_exit_race or "defer-fork" in _experiments:
         _wanted.add("staal.supervisor.pool")
     if _wanted:
         sys.meta_path.insert(0, _Hook())
