@@ -191,3 +191,42 @@ def test_what_each_era_sends_on_its_one_connection(inspector, era):
         assert all(answer["result"]["resultType"] == "complete" for answer in answers.values())
     assert [m["method"] for m in requests][-2:] == ["tools/list", "tools/call"]
     assert log[-1]["event"] == "exit" and log[-1]["code"] == 0
+
+
+# -- over Streamable HTTP ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_server(inspector):
+    from tests.http_servers import HttpServer
+    from tests.servers import Site
+
+    with HttpServer(Site(inspector.manifest.parent)) as server:
+        yield server
+
+
+def run_over_http(inspector: Inspector, url: str, era: str, *method: str) -> tuple[int, Any, str]:
+    args = [str(INSPECTOR), "--cli", "--protocol-era", era, "--format", "json",
+            "--connect-timeout", "30000", "--transport", "http", "--server-url", url, *method]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT, check=False,
+                          env={**inspector.env, "HOME": str(inspector.home)})
+    out = done.stdout.strip()
+    assert out and len(out.splitlines()) == 1, f"exit {done.returncode}:\n{out}\n{done.stderr}"
+    return done.returncode, json.loads(out), done.stderr
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_the_inspector_lists_and_calls_over_http_in_each_era(inspector, http_server, era):
+    code, listed, stderr = run_over_http(inspector, http_server.url, era, "--method", "tools/list")
+    assert code == EXIT_OK, stderr
+    assert [tool["name"] for tool in listed["result"]["tools"]] == TOOL_NAMES
+    code, called, stderr = run_over_http(inspector, http_server.url, era, "--method",
+                                         "tools/call", "--tool-name", "echo", "--tool-arg",
+                                         "text=over http")
+    assert code == EXIT_OK, stderr
+    result = called["result"]
+    assert result["structuredContent"] == {"result": {"echo": "over http", "clock_read": True}}
+    check_era_fields(era, result)
+    code, refused, _ = run_over_http(inspector, http_server.url, era, "--method", "tools/call",
+                                     "--tool-name", "refuse", "--tool-arg", "order=pi_1")
+    assert code == EXIT_TOOL_ERROR and refused["result"]["isError"] is True
