@@ -209,12 +209,12 @@ class Connection:
             return None
         return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
 
-    def progress(self, call: CallTool, message: str) -> dict[str, Any] | None:
+    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
         """The notifications/progress for `call`, or None if it asked for no
         progress or was cancelled."""
         entry = self._entry(call)
         entry.state = advance(CALL_TRANSITIONS, entry.state, "progress")
-        params = self.dispatcher.progress(call, message)
+        params = self.dispatcher.progress(call, message, value)
         if entry.state is CallState.CANCELLED or params is None:
             return None
         return notification_message("notifications/progress", params)

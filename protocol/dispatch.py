@@ -87,9 +87,10 @@ class Dispatcher:
         """The result a call is answered with, as its revision writes it."""
         return self._handlers[call.revision].call_result(shape_outcome(outcome))
 
-    def progress(self, call: CallTool, message: str) -> dict[str, Any] | None:
-        """The params of the notifications/progress a call gets when its run
-        starts; None if it asked for no progress."""
+    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
+        """The params of a notifications/progress for a call: when its run
+        starts (value 0), then as each of its actions begins (its op number,
+        so the values only grow); None if it asked for no progress."""
         if call.progress_token is None:
             return None
-        return self._handlers[call.revision].progress(call.progress_token, message)
+        return self._handlers[call.revision].progress(call.progress_token, message, value)

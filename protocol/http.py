@@ -367,12 +367,12 @@ class HttpCall:
         self._to("stream")
         return HttpResponse(200, STREAM_HEADERS)
 
-    def progress(self, message: str) -> bytes | None:
+    def progress(self, message: str, value: int = 0) -> bytes | None:
         """The progress event, or None if the client closed the stream."""
         if self.closed:
             return None
         self._to("progress")
-        params = self.dispatcher.progress(self.call, message)
+        params = self.dispatcher.progress(self.call, message, value)
         return _event(notification_message("notifications/progress", params))
 
     def keepalive(self) -> bytes | None:

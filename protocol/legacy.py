@@ -52,8 +52,8 @@ class LegacyHandler:
     def call_result(self, result: ToolResult) -> dict[str, Any]:
         return result.to_wire()
 
-    def progress(self, token: str | int, message: str) -> dict[str, Any]:
-        return {"progressToken": token, "progress": 0, "message": message}
+    def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Any]:
+        return {"progressToken": token, "progress": value, "message": message}
 
 
 def _initialize_problem(params: dict[str, Any]) -> str | None:

@@ -57,8 +57,8 @@ class ModernHandler:
     def call_result(self, result: ToolResult) -> dict[str, Any]:
         return self._complete(result.to_wire())
 
-    def progress(self, token: str | int, message: str) -> dict[str, Any]:
-        return {"progressToken": token, "progress": 0, "message": message}
+    def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Any]:
+        return {"progressToken": token, "progress": value, "message": message}
 
     def _discovery(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -53,9 +53,13 @@ class PrintLine(Record):
 
 @dataclass(frozen=True, slots=True)
 class Progress(Record):
+    """An action of the run begins: op `op`, described for the caller (its
+    capability, action and parameter; never an argument value)."""
+
     TYPE: ClassVar[str] = "progress"
     run: RunId
     message: str
+    op: Count = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
+from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
@@ -84,8 +85,9 @@ class CallState:
     # The run id once the call holds a reservation: from then on the run may
     # act, so an error can never be answered as "busy, try again".
     run: str | None = None
-    # Told the run id when the run starts (the transport's progress message).
-    started: Callable[[str], None] | None = None
+    # The call's progress (value, message): value 0 when its run starts, then
+    # each action's op number as it begins (the transport's notifications).
+    progress: Callable[[int, str], None] | None = None
 
 
 @dataclass
@@ -163,9 +165,9 @@ class Calls:
         if isinstance(result, OverQuota):
             return Refused("quota", quota_text(tool, result))
         files = self.files(tool.name, result.run)
-        if state.started is not None:
-            state.started(result.run)
-        final = await self.execute_with_recovery(tool, files, resume=False)
+        progress = increasing(state.progress)
+        progress(0, f"run {result.run} started")
+        final = await self.execute_with_recovery(tool, files, resume=False, progress=progress)
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
@@ -189,15 +191,15 @@ class Calls:
         final = await self.execute_with_recovery(tool, files, resume=True)
         return await self.conclude(tool, files, final)
 
-    async def execute_with_recovery(self, tool: Tool, files: RunFiles,
-                                    resume: bool) -> Ended | StoppedMsg | None:
+    async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
+                                    progress: Progress | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
         internal, or waits for an operator if an op is in doubt."""
         deaths = 0
         while True:
             try:
-                return await self.execute(tool, files, resume=resume or deaths > 0)
+                return await self.execute(tool, files, resume or deaths > 0, progress)
             except (WorkerLost, ZygoteGone) as lost:
                 deaths += 1
                 how = lost.how if isinstance(lost, WorkerLost) else lost.message
@@ -206,7 +208,8 @@ class Calls:
                 if deaths > MAX_RESUMES:
                     return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how)
 
-    async def execute(self, tool: Tool, files: RunFiles, resume: bool) -> Ended | StoppedMsg:
+    async def execute(self, tool: Tool, files: RunFiles, resume: bool,
+                      progress: Progress | None = None) -> Ended | StoppedMsg:
         """Run (or resume) in a worker; `WorkerLost` if the worker died."""
         worker = await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
@@ -220,6 +223,8 @@ class Calls:
                 self.run_log(files).append(log_file_line("print", text=reply.text))
             elif isinstance(reply, Started):
                 self.run_log(files).append(log_file_line("started", pid=reply.pid))
+            elif isinstance(reply, ProgressMsg) and progress is not None:
+                progress(reply.op, reply.message)
 
         return await self.pool.run(worker, message, on_message)
 
@@ -307,6 +312,24 @@ class Calls:
         if entry is None:
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting)
+
+
+Progress = Callable[[int, str], None]
+
+
+def increasing(progress: Progress | None) -> Progress:
+    """`progress`, told only values greater than the last (the protocol's
+    rule; a run resumed after a worker's death begins again at an op the
+    caller was already told of), or nothing at all."""
+    last = -1
+
+    def forward(value: int, message: str) -> None:
+        nonlocal last
+        if progress is not None and value > last:
+            last = value
+            progress(value, message)
+
+    return forward
 
 
 def failure_fields(failure: Failure | None) -> dict[str, Any]:

@@ -191,7 +191,7 @@ class CallExchange:
         streaming = self.http.streams
         if streaming:
             await start(self.send, self.http.open_stream())
-            self.state.started = lambda run: self._queue(self.http.progress(f"run {run} started"))
+            self.state.progress = lambda value, text: self._queue(self.http.progress(text, value))
         pumping = asyncio.ensure_future(self._pump()) if streaming else None
         try:
             outcome = await self.server.outcome_of(call, self.state)

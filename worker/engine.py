@@ -130,6 +130,7 @@ class RunContext:
         secrets: tuple[str, ...] = (),
         on_print: Callable[[str], None] | None = None,
         program_dir: Path | None = None,
+        on_op: Callable[[int, str], None] | None = None,
     ) -> None:
         self.run_id = run_id
         # Where the program's own frames are, for a failure's traceback.
@@ -141,6 +142,8 @@ class RunContext:
         self.replay = replay
         self.secrets = tuple(s for s in secrets if s)
         self.on_print = on_print or _print_to_stderr
+        # Told when a new action begins (op, what it is): the call's progress.
+        self.on_op = on_op or (lambda op, what: None)
         self.params: dict[str, GrantState] = {}
         self.op = 0
         self.prints = 0
@@ -163,6 +166,7 @@ class RunContext:
             self._check_deadline(op)
             self._check_grant(state, spec)
             self._write_intent(op, state, spec, key)
+            self.on_op(op, f"op {op}: {spec.describe(state.param)}")
             return self._perform(op, state, spec, perform, key)
 
     def _write_intent(self, op: int, state: GrantState, spec: ActionSpec, key: str | None) -> None:
@@ -189,6 +193,7 @@ class RunContext:
                 state.count(None, ())
                 return entry.value.value
             self._check_grant(state, ActionSpec(state.cap, "value", None))
+            self.on_op(op, f"op {op}: a {state.cap} value through '{state.param}'")
             value = produce()
             # Lost in a power cut, a value is simply drawn again: nothing that
             # depended on it can have been durable (the next record syncs it).

@@ -78,6 +78,8 @@ class RunRequest:
     run_id: str | None = None
     clock: Clock = SYSTEM_CLOCK
     on_print: Callable[[str], None] | None = None
+    # Told when each new action begins: (op, what it is).
+    on_op: Callable[[int, str], None] | None = None
     # The program loaded by a process that confined itself already (a
     # worker forked from the zygote), with the secrets its run message
     # handed over; None: this process runs one run and exits, so `start`
@@ -215,7 +217,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     ctx = RunContext(
         run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
-        on_print=request.on_print, program_dir=config.program.parent,
+        on_print=request.on_print, program_dir=config.program.parent, on_op=request.on_op,
     )
     services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)

@@ -32,6 +32,7 @@ from staal.messages import (
     Ended,
     Heartbeat,
     PrintLine,
+    Progress,
     Run,
     Started,
     StoppedMsg,
@@ -233,6 +234,7 @@ def execute(message: Run, configs: dict[str, RunConfig],
     request = RunRequest(
         config=config, arguments=arguments, journal=Path(message.journal), run_id=message.run,
         on_print=lambda text: channel.send(PrintLine(run=message.run, text=text)),
+        on_op=lambda op, what: channel.send(Progress(run=message.run, op=op, message=what)),
         # The zygote loaded the program without secrets; the run's own come
         # with its message, for its capabilities (never into os.environ).
         prepared=replace(loaded, secrets=dict(message.secrets)),
