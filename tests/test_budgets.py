@@ -1,7 +1,7 @@
 """The run's resource limits as both processes agree on them: memory sizes
-as the manifest writes them, the tool keys that set the limits and the run
-config's limits they become, how a worker's death is read (its own limit, or
-a crash), and the journal's end for a run its limit ended."""
+as the manifest writes them (the tool keys are in test_manifest.py and
+test_runconfig.py), how a worker's death is read (its own limit, or a
+crash), and the journal's end for a run its limit ended."""
 
 from __future__ import annotations
 
@@ -18,27 +18,9 @@ from staal.errors import SizeError
 from staal.ids import new_run_id
 from staal.journal import close_unfinished, read_journal
 from staal.journal_records import JOURNAL, Header, Intent, OutcomeRecord
-from staal.manifest_check import check
-from staal.runconfig import DEFAULT_CPU_MS, DEFAULT_MEMORY_MIB, DEFAULT_WAIT_MS, from_tool
-from staal.sizes import Size, machine_mib
-from tests.manifests import broken, seed_example, write_programs
+from staal.sizes import Size
 
 SHA = "0" * 64
-
-
-@pytest.fixture
-def here(tmp_path: Path) -> Path:
-    write_programs(tmp_path)
-    return tmp_path
-
-
-def only(problems: list[str]) -> str:
-    assert len(problems) == 1, problems
-    return problems[0]
-
-
-def setting(key: str, value: object):
-    return lambda data: data["tools"][0].__setitem__(key, value)
 
 
 # -- sizes -------------------------------------------------------------------------
@@ -54,65 +36,6 @@ def test_anything_else_is_refused_as_a_size_saying_what_is_expected(text):
     with pytest.raises(SizeError) as refused:
         Size.parse(text, 32, 10**6)
     assert 'a whole number followed by MiB or GiB, e.g. "512MiB"' in refused.value.message
-
-
-# -- the tool keys ------------------------------------------------------------------------
-
-
-def test_a_tool_without_limit_keys_gets_the_defaults_and_its_deadline_bounds_its_waits(here):
-    data = seed_example()
-    manifest = check(data, here / "manifest.json")
-    limits = from_tool(manifest, manifest.tools[0]).limits
-    assert limits.memory_mib == min(DEFAULT_MEMORY_MIB, machine_mib())
-    assert limits.wait_ms == 120_000  # the seed's example has "deadline": "120s"
-    del data["tools"][0]["deadline"]
-    manifest = check(data, here / "manifest.json")
-    limits = from_tool(manifest, manifest.tools[0]).limits
-    assert (limits.wait_ms, limits.cpu_ms) == (DEFAULT_WAIT_MS, DEFAULT_CPU_MS)
-
-
-def test_max_memory_max_wait_and_max_cpu_become_the_runs_limits(here):
-    data = seed_example()
-    data["tools"][0].update(max_memory="1GiB", max_wait="90s", max_cpu="5m")
-    manifest = check(data, here / "manifest.json")
-    limits = from_tool(manifest, manifest.tools[0]).limits
-    assert (limits.memory_mib, limits.wait_ms, limits.cpu_ms) == (1024, 90_000, 300_000)
-
-
-@pytest.mark.parametrize("value, problem", [
-    (512, 'tools[0].max_memory: expected a size as a string (a whole number followed by MiB or GiB'),
-    ("512MB", 'tools[0].max_memory: "512MB" is not a size'),
-    ("16MiB", 'tools[0].max_memory: "16MiB" is less than 32MiB'),
-    ("99999999GiB", 'tools[0].max_memory: "99999999GiB" is not a size'),
-    ("999999MiB", 'tools[0].max_memory: "999999MiB" is more than this machine has'),
-])
-def test_a_wrong_max_memory_is_refused_naming_its_key_path(here, value, problem):
-    if "machine" in problem and machine_mib() >= 999_999:
-        pytest.skip("this machine has more than 999999 MiB")
-    assert only(broken(here, setting("max_memory", value))).startswith(problem)
-
-
-@pytest.mark.parametrize("key", ["max_wait", "max_cpu"])
-@pytest.mark.parametrize("value, problem", [
-    ("2d", '"2d": this duration takes s, m or h, not d'),
-    (120, "expected a duration as a string"),
-])
-def test_a_wrong_max_wait_or_max_cpu_is_refused_naming_its_key_path(here, key, value, problem):
-    assert only(broken(here, setting(key, value))).startswith(f"tools[0].{key}: {problem}")
-
-
-def test_a_run_configs_limits_take_memory_mib_and_wait_ms(tmp_path):
-    from staal.runconfig import load_run_config
-
-    (tmp_path / "p.py").write_text("def main() -> int:\n    return 1\n")
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps({"program": "p.py", "limits": {"memory_mib": 64, "deadline_ms": 5000}}))
-    config, _ = load_run_config(path)
-    assert (config.limits.memory_mib, config.limits.wait_ms) == (64, 5000)
-    path.write_text(json.dumps({"program": "p.py", "limits": {"memory_mib": 8, "wait_ms": 0}}))
-    with pytest.raises(Exception) as refused:
-        load_run_config(path)
-    assert {p.split(":")[0] for p in refused.value.problems} == {"limits.memory_mib", "limits.wait_ms"}
 
 
 # -- how a worker died -------------------------------------------------------------------------

@@ -61,8 +61,24 @@ def failure_text(answer: dict[str, Any]) -> str:
     return answer["content"][0]["text"]
 
 
-def run_of(server: RawServer, tool: str) -> str:
-    return server.stderr.wait_event("run_started", tool=tool)["run"]
+def fail_once(site: Site, tool: str) -> tuple[str, str, RawServer]:
+    """Serve `site`, call `tool` once (it must fail) and let the server exit:
+    the failure's text, the run, and the server (its stderr)."""
+    with RawServer(site) as server:
+        server.initialize()
+        text = failure_text(server.call_tool(tool, {}))
+        run = server.stderr.wait_event("run_started", tool=tool)["run"]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    return text, run, server
+
+
+def not_resumed(server: RawServer, run: str) -> dict[str, Any]:
+    """The run had one worker, ended by its own limit (the event), none lost."""
+    assert len(server.stderr.events("run_started", run=run)) == 1
+    assert server.stderr.events("worker_lost") == []
+    (over,) = server.stderr.events("worker_over_limit", run=run)
+    return over
 
 
 def end_of(site: Site, tool: str, run: str) -> dict[str, Any]:
@@ -98,7 +114,7 @@ def test_a_program_that_allocates_without_end_fails_as_budget_naming_its_memory_
         server.initialize()
         text = failure_text(server.call_tool("grow", {}))
         assert text == "budget: the run needed more than 64MiB of memory, its limit"
-        run = run_of(server, "grow")
+        run = server.stderr.wait_event("run_started", tool="grow")["run"]
         # Nothing else is affected: the next call runs as ever.
         assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
         server.close_stdin()
@@ -112,20 +128,13 @@ def test_c_code_that_crashes_at_its_memory_limit_fails_the_run_as_budget_and_is_
     site = Site(tmp_path)
     site.program("cgrow.py", C_GROW)
     site.write([{"name": "cgrow", "program": "cgrow.py", "grants": FFI, "max_memory": "64MiB"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("cgrow", {}))
-        run = run_of(server, "cgrow")
-        over = server.stderr.wait_event("worker_over_limit", run=run)
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, server = fail_once(site, "cgrow")
+    over = not_resumed(server, run)
     assert text == "budget: the run needed more than 64MiB of memory, its limit"
     assert (over["limit"], over["how"]) == ("memory", "exited with code 86")
     end = end_of(site, "cgrow", run)
     assert (end["failure"]["kind"], end["failure"]["message"]) == ("budget", text.removeprefix("budget: "))
     assert [e["outcome"] for e in settled(site, run)] == ["failed"]
-    assert len(server.stderr.events("run_started", run=run)) == 1
-    assert server.stderr.events("worker_lost") == []
 
 
 # -- CPU ---------------------------------------------------------------------------
@@ -137,19 +146,12 @@ def test_an_endless_loop_inside_c_code_fails_as_budget_at_its_cpu_limit_and_is_n
     site.program("spin.py", SPIN)
     site.write([{"name": "spin", "program": "spin.py", "max_cpu": "2s",
                  "grants": {"spin": {"cap": "ffi.c", "library": str(spin_library)}}}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("spin", {}))
-        run = run_of(server, "spin")
-        over = server.stderr.wait_event("worker_over_limit", run=run)
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, server = fail_once(site, "spin")
+    over = not_resumed(server, run)
     assert text == "budget: the run used more than 2 s of CPU time"
     assert (over["limit"], over["how"]) == ("cpu", "was killed by SIGXCPU")
     assert end_of(site, "spin", run)["failure"]["kind"] == "budget"
     assert [e["outcome"] for e in settled(site, run)] == ["failed"]
-    assert len(server.stderr.events("run_started", run=run)) == 1
-    assert server.stderr.events("worker_lost") == []
 
 
 # -- waiting outside any capability -----------------------------------------------------
@@ -165,12 +167,7 @@ def test_a_sleep_loop_fails_as_deadline_at_the_tools_deadline(tmp_path):
                 time.sleep(0.5)
         """)
     site.write([{"name": "nap", "program": "nap.py", "deadline": "2s"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("nap", {}))
-        run = run_of(server, "nap")
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, _ = fail_once(site, "nap")
     assert text == ("deadline: the run's deadline (2000 ms from its start) passed while it was "
                     "outside any action, waiting or computing")
     assert end_of(site, "nap", run)["failure"]["kind"] == "deadline"
@@ -189,12 +186,7 @@ def test_a_wait_on_an_event_nobody_sets_fails_as_deadline_at_max_wait_without_a_
             return "woke"
         """)
     site.write([{"name": "idle", "program": "idle.py", "max_wait": "2s"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("idle", {}))
-        run = run_of(server, "idle")
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, _ = fail_once(site, "idle")
     assert text == ("deadline: the run spent more than 2 s outside its actions, waiting or computing "
                     "(max_wait)")
     assert end_of(site, "idle", run)["failure"]["kind"] == "deadline"
