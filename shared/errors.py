@@ -47,6 +47,12 @@ class DurationError(StaalError):
     kind = "duration"
 
 
+class SizeError(StaalError):
+    """A memory size the manifest writes wrongly ("512MB", 512, "0MiB")."""
+
+    kind = "size"
+
+
 class CanonicalError(StaalError):
     """A value that has no canonical JSON form (NaN, a set, a non-string key...)."""
 

@@ -36,7 +36,7 @@ from staal.journal_records import (
 )
 from staal.killpoints import kill_point
 from staal.money import Money
-from staal.outcomes import Failure, Usage
+from staal.outcomes import Failure, FailureKind, Usage
 from staal.records import Record
 
 
@@ -280,13 +280,16 @@ def resolve_hint(path: str | Path, op: int) -> str:
             "--happened yes --result JSON (or --happened no)")
 
 
-def close_unfinished(path: str | Path, params: Iterable[str], reason: str) -> End | Stopped:
+def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
+                     kind: FailureKind = "internal") -> End | Stopped:
     """The last word of a journal whose run cannot go on (its workers keep
-    dying, or its worker failed), durable when this returns: the end it has
-    already; else a stop at the first op in doubt, since it may have
-    happened and only an operator can say (seed 000 invariant 5); else its
-    stop if one still stands; else an end failed as internal, with the usage
-    the journal records (`params`: the run's capability parameters)."""
+    dying, its worker failed, or its worker was ended by its own limit),
+    durable when this returns: the end it has already; else a stop at the
+    first op in doubt, since it may have happened and only an operator can
+    say (seed 000 invariant 5); else its stop if one still stands; else an
+    end failed as `kind` (internal, or budget for a limit) with `reason`,
+    and the usage the journal records (`params`: the run's capability
+    parameters)."""
     journal = read_journal(path)
     if journal.end is not None:
         return journal.end
@@ -300,7 +303,7 @@ def close_unfinished(path: str | Path, params: Iterable[str], reason: str) -> En
             record: End | Stopped = Stopped(op=doubt[0], message=message, time=writer.now())
         else:
             record = End(outcome="failed", time=writer.now(),
-                         failure=Failure("internal", reason), usage=journal.usage(params))
+                         failure=Failure(kind, reason), usage=journal.usage(params))
         writer.write(record)
     return record
 

@@ -15,11 +15,14 @@ from types import MappingProxyType
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
 from staal.money import Money
+from staal.sizes import Size
 
 RUN_STATUS_TOOL = "staal_run_status"
 DEFAULT_KEEP_DAYS = 90
 DEFAULT_MAX_CONCURRENT_RUNS = 4
 DEFAULT_MAX_STEPS = 10_000_000
+# The least max_memory: below it a program can hardly import anything.
+MIN_MEMORY_MIB = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,11 @@ class Tool:
     once: OnceConfig | None = None
     quota: QuotaConfig | None = None
     max_steps: int = DEFAULT_MAX_STEPS
+    # None: the defaults (staal.runconfig: DEFAULT_MEMORY_MIB; the deadline,
+    # or DEFAULT_WAIT_MS without one; DEFAULT_CPU_MS, or twice the deadline).
+    max_memory: Size | None = None
+    max_wait: Duration | None = None
+    max_cpu: Duration | None = None
 
     def all_grants(self) -> Iterator[Grant]:
         for grant in self.grants.values():

@@ -21,6 +21,7 @@ from staal.manifest import (
     DEFAULT_KEEP_DAYS,
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_MAX_STEPS,
+    MIN_MEMORY_MIB,
     RUN_STATUS_TOOL,
     HttpConfig,
     Manifest,
@@ -33,6 +34,7 @@ from staal.manifest import (
 )
 from staal.manifest_grants import GrantReader
 from staal.manifest_values import ValueReader, show
+from staal.sizes import machine_mib
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -43,7 +45,8 @@ HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
-    "max_concurrent_runs", "once", "quota", "max_steps",
+    "max_concurrent_runs", "once", "quota", "max_steps", "max_memory", "max_wait",
+    "max_cpu",
 )
 NET = ("timeout_ms", "connect_timeout_ms")
 ONCE = ("by", "keep")
@@ -313,14 +316,20 @@ class ManifestChecker:
         once = v.optional(obj, "once", path, lambda x, p: self.once(x, p, server, grants))
         quota = v.optional(obj, "quota", path, lambda x, p: self.quota(x, p, grants))
         steps = v.whole(obj.get("max_steps", DEFAULT_MAX_STEPS), f"{path}.max_steps", 1, 10**12)
+        memory = v.optional(obj, "max_memory", path,
+                            lambda x, p: v.size(x, p, MIN_MEMORY_MIB, machine_mib()))
+        wait = v.optional(obj, "max_wait", path, lambda x, p: v.duration(x, p, units="smh"))
+        cpu = v.optional(obj, "max_cpu", path, lambda x, p: v.duration(x, p, units="smh"))
         needed = (name, description, program, entry, grants, net, steps)
         if any(x is None for x in needed) or v.failed(obj, path, "title", "deadline",
-                                                        "max_concurrent_runs", "once", "quota"):
+                                                        "max_concurrent_runs", "once", "quota",
+                                                        "max_memory", "max_wait", "max_cpu"):
             return None
         return Tool(
             name=name, title=title, description=description, program=program, entry=entry,
             grants=grants, net=net, deadline=deadline, max_concurrent_runs=limit,
-            once=once, quota=quota, max_steps=steps,
+            once=once, quota=quota, max_steps=steps, max_memory=memory, max_wait=wait,
+            max_cpu=cpu,
         )
 
     def program(self, value: Any, path: str) -> Path | None:

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 import orjson
 
 from staal.durations import Duration
-from staal.errors import DurationError, MoneyError
+from staal.errors import DurationError, MoneyError, SizeError
 from staal.manifest import SecretRef
 from staal.money import Money
+from staal.sizes import Size
 
 T = TypeVar("T")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -178,6 +179,13 @@ class ValueReader:
         try:
             return Duration.parse(value, units)
         except DurationError as exc:
+            self.add(path, exc.message)
+            return None
+
+    def size(self, value: Any, path: str, least_mib: int, most_mib: int) -> Size | None:
+        try:
+            return Size.parse(value, least_mib, most_mib)
+        except SizeError as exc:
             self.add(path, exc.message)
             return None
 

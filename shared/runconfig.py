@@ -17,17 +17,29 @@ from typing import Any
 
 from staal.canonical import canonical_json, sha256_hex
 from staal.errors import ManifestError
-from staal.manifest import Grant, Manifest, ModelConfig, NetConfig, SecretRef, Tool
+from staal.manifest import MIN_MEMORY_MIB, Grant, Manifest, ModelConfig, NetConfig, SecretRef, Tool
 from staal.manifest_check import ManifestChecker, plain, read_json
 from staal.manifest_values import join
+from staal.sizes import machine_mib
 
 # A script's defaults; a tool must give its own (seed 000 section 3).
 SCRIPT_NET = NetConfig(timeout_ms=30_000, connect_timeout_ms=10_000)
 DEFAULT_MAX_STEPS = 10_000_000
 DEFAULT_CPU_MS = 60_000
+# Memory a run may allocate beyond what its worker holds when it begins
+# (staal, the programs and what they import): enough for a tool's work.
+DEFAULT_MEMORY_MIB = 512
+# Without a deadline, how long a run may spend outside its actions, waiting
+# or computing (seed 000 section 3: nothing waits without end).
+DEFAULT_WAIT_MS = 300_000
 CONFIG_KEYS = ("tool", "program", "entry", "grants", "net", "limits", "model", "inputs")
-LIMIT_KEYS = ("deadline_ms", "max_steps", "cpu_ms")
+LIMIT_KEYS = ("deadline_ms", "max_steps", "cpu_ms", "memory_mib", "wait_ms")
 DAY_MS = 86_400_000
+
+
+def default_memory_mib() -> int:
+    """DEFAULT_MEMORY_MIB, or the whole machine if it has less."""
+    return min(DEFAULT_MEMORY_MIB, machine_mib())
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,10 @@ class Limits:
     max_steps: int = DEFAULT_MAX_STEPS
     # A backstop for computation inside C code, where steps are not counted.
     cpu_ms: int = DEFAULT_CPU_MS
+    # What the run may allocate on top of its worker's own memory.
+    memory_mib: int = field(default_factory=default_memory_mib)
+    # The wall-clock time the run may spend outside its actions.
+    wait_ms: int = DEFAULT_WAIT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +132,17 @@ def from_tool(manifest: Manifest, tool: Tool) -> RunConfig:
     """The run config a manifest tool's calls run under."""
     deadline = tool.deadline.ms if tool.deadline is not None else None
     cpu = max(DEFAULT_CPU_MS, 2 * deadline) if deadline else DEFAULT_CPU_MS
+    cpu = tool.max_cpu.ms if tool.max_cpu is not None else cpu
+    memory = tool.max_memory.mib if tool.max_memory is not None else default_memory_mib()
+    wait = tool.max_wait.ms if tool.max_wait is not None else (deadline or DEFAULT_WAIT_MS)
     return RunConfig(
         tool=tool.name,
         program=tool.program,
         entry=tool.entry,
         grants=tool.grants,
         net=tool.net,
-        limits=Limits(deadline_ms=deadline, max_steps=tool.max_steps, cpu_ms=cpu),
+        limits=Limits(deadline_ms=deadline, max_steps=tool.max_steps, cpu_ms=cpu,
+                      memory_mib=memory, wait_ms=wait),
         model=manifest.model if tool.can_reach_model() else None,
         source=manifest.path,
     )
@@ -168,5 +188,10 @@ def _limits(v: Any, value: Any) -> Limits:
     deadline = v.optional(obj, "deadline_ms", "limits", lambda x, p: v.whole(x, p, 1, 30 * DAY_MS))
     steps = v.whole(obj.get("max_steps", DEFAULT_MAX_STEPS), join("limits", "max_steps"), 1, 10**12)
     cpu = v.whole(obj.get("cpu_ms", DEFAULT_CPU_MS), join("limits", "cpu_ms"), 1, 30 * DAY_MS)
+    memory = v.whole(obj.get("memory_mib", default_memory_mib()), join("limits", "memory_mib"),
+                     MIN_MEMORY_MIB, machine_mib())
+    wait = v.whole(obj.get("wait_ms", deadline or DEFAULT_WAIT_MS), join("limits", "wait_ms"),
+                   1, 30 * DAY_MS)
     return Limits(deadline_ms=deadline, max_steps=steps or DEFAULT_MAX_STEPS,
-                  cpu_ms=cpu or DEFAULT_CPU_MS)
+                  cpu_ms=cpu or DEFAULT_CPU_MS, memory_mib=memory or default_memory_mib(),
+                  wait_ms=wait or DEFAULT_WAIT_MS)

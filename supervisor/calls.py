@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from staal.budgets import message_of, own_limit
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
@@ -27,6 +28,7 @@ from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
+from staal.runconfig import Limits, from_tool
 from staal.supervisor.files import (
     RunFiles,
     append_log,
@@ -41,6 +43,7 @@ from staal.supervisor.outcomes import (
     charged_of,
     give_up,
     outcome_of_message,
+    over_limit,
     run_status,
 )
 from staal.supervisor.pool import Pool, WorkerLost, ZygoteGone
@@ -203,10 +206,23 @@ class Calls:
             except (WorkerLost, ZygoteGone) as lost:
                 deaths += 1
                 how = lost.how if isinstance(lost, WorkerLost) else lost.message
+                limit = own_limit(lost.status) if isinstance(lost, WorkerLost) else None
+                if limit is not None:
+                    # Its own limit ended it: deterministic, so resuming it
+                    # would only fail the same way again.
+                    limits = self.limits(tool)
+                    message = message_of(limit, limits.cpu_ms, limits.memory_mib)
+                    self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
+                             pid=lost.pid, how=how, limit=limit)
+                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message)
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
                     return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how)
+
+    def limits(self, tool: Tool) -> Limits:
+        """The limits the tool's runs run under, as its workers set them."""
+        return from_tool(self.manifest, tool).limits
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None) -> Ended | StoppedMsg:

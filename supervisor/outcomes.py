@@ -96,3 +96,13 @@ def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
     reason = f"the worker running it died {deaths} times (the last {how})"
     return report_of(files.run, close_unfinished(files.journal, params, reason))
 
+
+def over_limit(files: RunFiles, params: tuple[str, ...], message: str) -> Ended | StoppedMsg | None:
+    """After its worker was ended by its own CPU or memory limit: the run
+    failed for good, as `budget` with `message` (it would fail the same way
+    again, so it is not resumed), unless an op is in doubt, which waits for
+    an operator as after any death. None: it never got a journal."""
+    if not files.journal.exists():
+        return None
+    return report_of(files.run, close_unfinished(files.journal, params, message, kind="budget"))
+

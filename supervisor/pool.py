@@ -43,10 +43,13 @@ class WorkerLost(StaalError):
 
     kind = "worker_lost"
 
-    def __init__(self, pid: int, how: str) -> None:
+    def __init__(self, pid: int, how: str, status: int | None = None) -> None:
         super().__init__(f"worker {pid} {how}")
         self.pid = pid
         self.how = how
+        # The wait status the zygote reported, when it died (None: it went
+        # silent, or died with the zygote); staal.budgets.own_limit reads it.
+        self.status = status
 
 
 MAX_ZYGOTE_RESPAWNS = 3
@@ -264,9 +267,10 @@ class Pool:
     def _exited(self, pid: int, status: int) -> None:
         worker = self.workers.get(f"w{pid}".encode())
         if worker is not None:
-            self._lost(worker, describe_exit(status), clean=status == 0)
+            self._lost(worker, describe_exit(status), clean=status == 0, status=status)
 
-    def _lost(self, worker: Worker, how: str, clean: bool = False) -> None:
+    def _lost(self, worker: Worker, how: str, clean: bool = False,
+              status: int | None = None) -> None:
         """A worker is gone: whoever waits on its run learns how; an idle one
         is replaced to keep the pool ahead of demand."""
         if worker.gone is not None:
@@ -282,7 +286,7 @@ class Pool:
             return
         self.workers.pop(worker.identity, None)
         if worker.run is not None and not clean:
-            worker.inbox.put_nowait(WorkerLost(worker.pid, how))
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
         elif worker.run is None and not self.closing:
             self.fork(1)
 

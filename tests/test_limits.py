@@ -483,7 +483,7 @@ def test_the_cpu_backstop_fails_a_loop_of_c_calls_as_budget(root):
     assert result["cpu"] >= 1
 
 
-def test_a_run_stuck_in_one_c_call_past_the_backstop_ends_by_budget_or_kill(root):
+def test_a_run_stuck_in_one_c_call_past_the_backstop_is_ended_by_sigxcpu_or_fails_as_budget(root):
     proc = run(
         """
         cpu_backstop(1)
@@ -496,18 +496,19 @@ def test_a_run_stuck_in_one_c_call_past_the_backstop_ends_by_budget_or_kill(root
         root,
         check=False,
     )
-    if proc.returncode == -signal.SIGKILL:
+    # SIGXCPU, never SIGKILL: the supervisor reads it as the run's own limit.
+    if proc.returncode == -signal.SIGXCPU:
         assert proc.stdout == ""
     else:
         assert proc.returncode == 0, proc.stderr
         assert result_of(proc)["outcome"] == ["budget", "the run used more than 1 s of CPU time"]
 
 
-def test_the_cpu_backstop_sets_a_soft_and_a_hard_limit_two_seconds_apart(root):
+def test_the_cpu_backstop_times_the_budget_and_ends_the_process_two_seconds_after(root):
     result = result_of(
         run(
             """
-            import resource
+            import resource, signal
             def used():
                 usage = resource.getrusage(resource.RUSAGE_SELF)
                 return usage.ru_utime + usage.ru_stime
@@ -515,14 +516,21 @@ def test_the_cpu_backstop_sets_a_soft_and_a_hard_limit_two_seconds_apart(root):
             cpu_backstop(5)
             after = used()
             soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            report(soft=soft, hard=hard, before=before, after=after)
+            timer = signal.getitimer(signal.ITIMER_PROF)
+            report(soft=soft, hard=hard, before=before, after=after, timer=timer,
+                   core=resource.getrlimit(resource.RLIMIT_CORE),
+                   sigxcpu=signal.getsignal(signal.SIGXCPU) == signal.SIG_DFL)
             """,
             root,
         )
     )
-    # soft: the CPU time used when it was set, plus 5 s, up to the next second
-    assert result["before"] + 5 <= result["soft"] <= result["after"] + 6
-    assert result["hard"] == result["soft"] + 2
+    # the budget: a CPU timer at 5 s from now, repeating each further second
+    assert 4 < result["timer"][0] < 5.1 and result["timer"][1] == 1
+    # the kernel's end: the CPU time used when it was set, plus 5 s, up to
+    # the next second, plus the grace; SIGKILL a second after, if SIGXCPU is ignored
+    assert result["before"] + 7 <= result["soft"] <= result["after"] + 8
+    assert result["hard"] == result["soft"] + 1
+    assert result["sigxcpu"] and result["core"] == [0, 0]
 
 
 def test_the_cpu_backstop_never_raises_a_lower_hard_limit(root):

@@ -16,6 +16,7 @@ from staal.errors import ManifestError
 from staal.manifest import RUN_STATUS_TOOL, load_manifest
 from staal.manifest_check import check
 from staal.money import Money
+from staal.sizes import machine_mib
 from tests.manifests import STRIPE_GRANT, broken, seed_example, write_manifest, write_programs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -690,3 +691,32 @@ def test_the_command_line_prints_the_warning_on_stderr(here):
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0
     assert "warning: tool 'refund_order' can spend money and has no once" in done.stderr
+
+
+# -- the limits a tool sets: max_memory, max_wait, max_cpu -------------------------------
+
+
+def _setting(key: str, value: object):
+    return lambda data: data["tools"][0].__setitem__(key, value)
+
+
+@pytest.mark.parametrize("value, problem", [
+    (512, 'tools[0].max_memory: expected a size as a string (a whole number followed by MiB or GiB'),
+    ("512MB", 'tools[0].max_memory: "512MB" is not a size'),
+    ("16MiB", 'tools[0].max_memory: "16MiB" is less than 32MiB'),
+    ("99999999GiB", 'tools[0].max_memory: "99999999GiB" is not a size'),
+    ("999999MiB", 'tools[0].max_memory: "999999MiB" is more than this machine has'),
+])
+def test_a_wrong_max_memory_is_refused_naming_its_key_path(here, value, problem):
+    if "machine" in problem and machine_mib() >= 999_999:
+        pytest.skip("this machine has more than 999999 MiB")
+    assert only_problem(broken(here, _setting("max_memory", value))).startswith(problem)
+
+
+@pytest.mark.parametrize("key", ["max_wait", "max_cpu"])
+@pytest.mark.parametrize("value, problem", [
+    ("2d", '"2d": this duration takes s, m or h, not d'),
+    (120, "expected a duration as a string"),
+])
+def test_a_wrong_max_wait_or_max_cpu_is_refused_naming_its_key_path(here, key, value, problem):
+    assert only_problem(broken(here, _setting(key, value))).startswith(f"tools[0].{key}: {problem}")

@@ -22,7 +22,7 @@ FOLDERS = {"shared": "staal", "protocol": "staal.protocol", "supervisor": "staal
 # C extensions (pyproject.toml, [tool.setuptools] ext-modules) -> their source.
 # They are optional to build, so a wheel without them would still install;
 # these tests make sure the builds here do produce them.
-EXTENSIONS = {"staal.worker._steps": "worker/_steps.c"}
+EXTENSIONS = {"staal.worker._steps": "worker/_steps.c", "staal.worker._guard": "worker/_guard.c"}
 SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", "build", "dist", "*.egg-info",
                               ".pytest_cache", ".hypothesis", "node_modules", "journals",
                               "*.so", "*.pyd")

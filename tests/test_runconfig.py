@@ -11,7 +11,16 @@ from staal.errors import ManifestError
 from staal.manifest_check import check
 from staal.manifest_grants import GrantReader
 from staal.manifest_values import ValueReader
-from staal.runconfig import SCRIPT_NET, from_tool, grant_to_json, load_run_config
+from staal.runconfig import (
+    DEFAULT_CPU_MS,
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_WAIT_MS,
+    SCRIPT_NET,
+    from_tool,
+    grant_to_json,
+    load_run_config,
+)
+from staal.sizes import machine_mib
 from tests.manifests import seed_example, write_programs
 
 
@@ -86,3 +95,37 @@ def test_a_problem_reads_the_same_in_a_manifest_and_in_a_run_config(tmp_path):
         load_run_config(tmp_path / "config.json")
     (config_problem,) = caught.value.problems
     assert manifest_problem == "tools[0]." + config_problem
+
+
+# -- the limits a tool sets: max_memory, max_wait, max_cpu -------------------------------
+
+
+def test_a_tool_without_limit_keys_gets_the_defaults_and_its_deadline_bounds_its_waits(tmp_path, manifest):
+    limits = from_tool(manifest, manifest.tools[0]).limits
+    assert limits.memory_mib == min(DEFAULT_MEMORY_MIB, machine_mib())
+    assert limits.wait_ms == 120_000  # the seed's example has "deadline": "120s"
+    data = seed_example()
+    del data["tools"][0]["deadline"]
+    undated = check(data, tmp_path / "manifest.json")
+    limits = from_tool(undated, undated.tools[0]).limits
+    assert (limits.wait_ms, limits.cpu_ms) == (DEFAULT_WAIT_MS, DEFAULT_CPU_MS)
+
+
+def test_max_memory_max_wait_and_max_cpu_become_the_runs_limits(tmp_path, manifest):
+    data = seed_example()
+    data["tools"][0].update(max_memory="1GiB", max_wait="90s", max_cpu="5m")
+    limited = check(data, tmp_path / "manifest.json")
+    limits = from_tool(limited, limited.tools[0]).limits
+    assert (limits.memory_mib, limits.wait_ms, limits.cpu_ms) == (1024, 90_000, 300_000)
+
+
+def test_a_run_configs_limits_take_memory_mib_and_wait_ms(tmp_path):
+    (tmp_path / "p.py").write_text("def main() -> int:\n    return 1\n")
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"program": "p.py", "limits": {"memory_mib": 64, "deadline_ms": 5000}}))
+    config, _ = load_run_config(path)
+    assert (config.limits.memory_mib, config.limits.wait_ms) == (64, 5000)
+    path.write_text(json.dumps({"program": "p.py", "limits": {"memory_mib": 8, "wait_ms": 0}}))
+    with pytest.raises(ManifestError) as refused:
+        load_run_config(path)
+    assert {p.split(":")[0] for p in refused.value.problems} == {"limits.memory_mib", "limits.wait_ms"}

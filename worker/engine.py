@@ -12,6 +12,7 @@ run stops and waits for an operator (DESIGN.md section 5).
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,11 +151,23 @@ class RunContext:
         self.stop: Stopped | None = None
         self.violation: str | None = None
         self.ended: RunFailed | None = None
+        # Told how long each action took (its time is the action's own
+        # timeout's to bound, not the run's bound on waiting outside them).
+        self.after_action: Callable[[float], None] | None = None
 
     # -- what capabilities call ----------------------------------------
 
     def act(self, state: GrantState, spec: ActionSpec,
             perform: Callable[[str | None], Performed]) -> Any:
+        began = time.monotonic()
+        try:
+            return self._act(state, spec, perform)
+        finally:
+            if self.after_action is not None:
+                self.after_action(time.monotonic() - began)
+
+    def _act(self, state: GrantState, spec: ActionSpec,
+             perform: Callable[[str | None], Performed]) -> Any:
         with broker_section():
             self._guard()
             self.op += 1

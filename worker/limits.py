@@ -1,9 +1,13 @@
-"""Computation limits of the process that executes one run.
+"""The limits of the process that executes one run.
 
 DESIGN.md section 4 ("Limits"): `max_steps` counts line events in the
 program's own frames and fails the run as `budget` (`StepCounter`); a
 CPU-time limit backs it up for work done inside C code, where line counting
-sees nothing (`cpu_backstop`).
+sees nothing (`cpu_backstop`); the memory the run may allocate is bounded
+(`memory_limit`, kind `budget`); and the time it spends outside its actions,
+where no capability's timeout bounds a wait, is bounded by its deadline and
+its `max_wait` (`WaitBound`, kind `deadline`). A limit that ends the process
+before it can say so is read from how it died (`staal.budgets`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,17 @@ import signal
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from staal.budgets import MEMORY_EXIT_CODE, cpu_message
 from staal.program import RunFailed
+from staal.runconfig import Limits
+from staal.sizes import MIB
+from staal.worker.confine import broker_section, in_broker_section
 
 try:
     from staal.worker import _steps
@@ -33,10 +42,16 @@ except ImportError as exc:  # built without a compiler: the Python tracer only
 else:
     _STEPS_MISSING = ""
 
+try:
+    from staal.worker import _guard
+except ImportError:  # built without a compiler: a crash at the memory limit is a crash
+    _guard = None
+
 #: Whether the C step counter was built; StepCounter uses it by default.
 C_STEP_COUNTER = _steps is not None
 
-__all__ = ["CPU_GRACE_SECONDS", "C_STEP_COUNTER", "StepCounter", "cpu_backstop"]
+__all__ = ["CPU_GRACE_SECONDS", "C_STEP_COUNTER", "StepCounter", "WaitBound", "bound_process",
+           "cpu_backstop", "memory_limit"]
 
 _TraceFunction = Callable[[FrameType, str, Any], Any]
 
@@ -269,38 +284,192 @@ def _excluded_dirs(program_root: Path) -> tuple[Path, ...]:
 
 # ---------------------------------------------------------------- CPU time
 
+# Seconds of CPU time past the limit before the kernel ends the process.
 CPU_GRACE_SECONDS = 2
 
 
 def cpu_backstop(seconds: float) -> None:
     """Limit the CPU time the rest of this process may use to `seconds`.
 
-    Sets RLIMIT_CPU: soft at the CPU time used so far plus `seconds`, rounded
-    up to whole seconds (the limit's unit); hard `CPU_GRACE_SECONDS` later,
-    never above an existing hard limit. Installs a SIGXCPU handler that raises
-    `RunFailed("budget", "the run used more than N s of CPU time")` in the
-    main thread at the soft limit (and again each further second, as the
-    kernel repeats the signal). Python runs the handler between bytecodes, so
-    a program stuck inside one long C call (a regular expression backtracking,
-    `sum(range(10**15))`) cannot be interrupted: at the hard limit the kernel
-    kills the process with SIGKILL, which the supervisor treats as a crash of
-    the worker.
+    At `seconds` (process CPU time, every thread's, from now), an ITIMER_PROF
+    timer raises `RunFailed("budget", ...)` in the main thread, and again each
+    further CPU second (`SIGPROF`), unless staal's own code is running there
+    (a broker section: an action is never cut in half; the next signal, or
+    the next action's check, comes after it). Python runs the handler
+    between bytecodes, so a program stuck in one long C call (a loop inside a
+    library called through ffi.c, `sum(range(10**15))`) cannot be
+    interrupted: `CPU_GRACE_SECONDS` later, RLIMIT_CPU's soft limit makes the
+    kernel end the process with SIGXCPU, which the supervisor reads as the
+    run failing its CPU limit, not as a crash (`staal.budgets.own_limit`).
+    The hard limit, one second later, is a SIGKILL for a program that set
+    SIGXCPU aside; it is never raised above an existing hard limit. Core
+    dumps are turned off: a process ended by its limit has nothing to show.
 
     Must be called from the main thread (signal handlers live there).
     """
     if not seconds > 0:
         raise ValueError(f"the CPU-time limit must be positive, not {seconds}")
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
-    hard = soft + CPU_GRACE_SECONDS
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds) + CPU_GRACE_SECONDS
+    hard = soft + 1
     _, current_hard = resource.getrlimit(resource.RLIMIT_CPU)
     if current_hard != resource.RLIM_INFINITY and current_hard < hard:
         hard = current_hard
         soft = min(soft, hard)
-    message = f"the run used more than {seconds:g} s of CPU time"
+    failure = RunFailed("budget", cpu_message(round(seconds * 1000)))
 
-    def on_sigxcpu(signum: int, frame: FrameType | None) -> None:
-        raise RunFailed("budget", message)
+    def on_sigprof(signum: int, frame: FrameType | None) -> None:
+        if not in_broker_section():
+            raise RunFailed(failure.kind, failure.message)
 
-    signal.signal(signal.SIGXCPU, on_sigxcpu)
+    signal.signal(signal.SIGPROF, on_sigprof)
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    signal.setitimer(signal.ITIMER_PROF, seconds, 1.0)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def data_bytes() -> int:
+    """This process's private writable memory now (VmData), which RLIMIT_DATA
+    counts: its heap and anonymous mappings, thread stacks, and the pages it
+    shares copy-on-write with the zygote it was forked from."""
+    with broker_section(), open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("/proc/self/status has no VmData line")
+
+
+def memory_limit(mib: int) -> int:
+    """Let the rest of this process allocate at most `mib` MiB beyond what it
+    holds now; returns the RLIMIT_DATA set, in bytes.
+
+    RLIMIT_DATA rather than RLIMIT_AS: the address space counts what is only
+    reserved (each thread's malloc arena reserves 64 MiB, a forked worker
+    already maps about 190 MiB of which it uses 40), so an AS limit would
+    refuse a thread long before a run used its memory; RLIMIT_DATA counts the
+    private writable memory a program actually asks for. A refused
+    allocation is a MemoryError in Python, which the run turns into a
+    `budget` failure naming the limit; C code that crashes on the NULL it
+    got instead is recognised by `staal.worker._guard` (a crash with less
+    than an eighth of the limit left exits with MEMORY_EXIT_CODE), and the
+    supervisor reads that as the run failing its memory limit. What the
+    limit does not count: shared mappings (a file mapped, an anonymous
+    `mmap` shared), and the machine's own memory pressure, which is the
+    kernel's (its OOM killer is a kill from outside: the run is resumed).
+    """
+    if mib < 1:
+        raise ValueError(f"the memory limit must be positive, not {mib} MiB")
+    limit = data_bytes() + mib * MIB
+    _, current_hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if current_hard != resource.RLIM_INFINITY:
+        limit = min(limit, current_hard)
+    if _guard is not None:
+        _guard.arm(max(MIB, mib * MIB // 8), MEMORY_EXIT_CODE)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    return limit
+
+
+def bound_process(limits: Limits) -> None:
+    """The limits of a process that runs one run, set just before it runs:
+    its CPU time and its memory (both counted from what it holds now)."""
+    cpu_backstop(limits.cpu_ms / 1000)
+    memory_limit(limits.memory_mib)
+
+
+# ---------------------------------------------------------------- waiting
+
+
+class WaitBound:
+    """No wait without end (seed 000 section 3): bounds the wall-clock time a
+    program spends outside its actions, where no capability's timeout
+    reaches (`time.sleep`, a lock, an event, a queue, a select).
+
+    Two bounds, whichever comes first: the run's deadline (`deadline_at_ms`
+    on the run's clock, None for none), and `wait_ms` of time outside its
+    actions (the time its actions took does not count; an action is bounded
+    by its own timeout). At the bound a SIGALRM handler raises
+    `RunFailed("deadline", ...)` in the main thread, where the program is
+    waiting or computing: Python interrupts a sleep, a lock's or a
+    condition's wait and a select for a signal handler that raises. It never
+    raises inside a broker section (staal's own work: an action in progress,
+    a journal write) nor while the run is still replaying journaled ops (a
+    resumed run first gets back to where it was); it looks again a tenth of
+    a second later. `on_expired` gets the failure first, so the run fails
+    with it even if the program catches it.
+
+    Must be started from the main thread (signal handlers live there).
+    """
+
+    RETRY_S = 0.1
+
+    def __init__(self, wait_ms: int, deadline_ms: int | None, deadline_at_ms: int | None,
+                 now_ms: Callable[[], int], on_expired: Callable[[RunFailed], None],
+                 may_end: Callable[[], bool] = lambda: True) -> None:
+        self.wait_ms = wait_ms
+        self.deadline_ms = deadline_ms
+        self.deadline_at_ms = deadline_at_ms
+        self.now_ms = now_ms
+        self.on_expired = on_expired
+        self.may_end = may_end
+        self.armed = False
+        self.began = 0.0
+        self.in_actions = 0.0
+        self.deadline_mono: float | None = None
+        self._previous: Any = None
+
+    def start(self) -> None:
+        self.began = time.monotonic()
+        if self.deadline_at_ms is not None:
+            self.deadline_mono = self.began + (self.deadline_at_ms - self.now_ms()) / 1000
+        self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+        self.armed = True
+        self._arm()
+
+    def stop(self) -> None:
+        if not self.armed:
+            return
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
+
+    def acted(self, seconds: float) -> None:
+        """An action took `seconds`: they do not count as time outside."""
+        self.in_actions += seconds
+        if self.armed:
+            self._arm()
+
+    def _ends(self) -> tuple[float, bool]:
+        """When the bound comes, and whether it is the deadline."""
+        outside = self.began + self.wait_ms / 1000 + self.in_actions
+        if self.deadline_mono is not None and self.deadline_mono <= outside:
+            return self.deadline_mono, True
+        return outside, False
+
+    def _arm(self, delay: float | None = None) -> None:
+        if delay is None:
+            delay = self._ends()[0] - time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, max(delay, 0.001))
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if not self.armed:
+            return
+        ends, by_deadline = self._ends()
+        if time.monotonic() < ends:
+            self._arm()
+            return
+        if in_broker_section() or not self.may_end():
+            self._arm(self.RETRY_S)
+            return
+        self.armed = False
+        if by_deadline:
+            failure = RunFailed("deadline", f"the run's deadline ({self.deadline_ms} ms from its "
+                                "start) passed while it was outside any action, waiting or computing")
+        else:
+            failure = RunFailed("deadline", f"the run spent more than {self.wait_ms / 1000:g} s "
+                                "outside its actions, waiting or computing (max_wait)")
+        self.on_expired(failure)
+        raise failure

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import io
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import staal
+from staal.budgets import memory_message
 from staal.canonical import arguments_hash
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import StaalError
@@ -35,7 +37,7 @@ from staal.worker import confine
 from staal.worker.broker import GrantState
 from staal.worker.capabilities import implementation
 from staal.worker.engine import RunContext, RunOutcome
-from staal.worker.limits import StepCounter, cpu_backstop
+from staal.worker.limits import StepCounter, WaitBound, bound_process
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
 
 RUNTIME = staal.RUNTIME
@@ -111,8 +113,10 @@ def confine_and_load(config: RunConfig) -> Prepared | RunOutcome:
     confine.scrub_environment(())
     confine.refuse_stdin()
     confine.install_tripwire(allow_ffi=uses_ffi(config), on_violation=note_violation)
-    cpu_backstop(config.limits.cpu_ms / 1000)
-    return load(config, secrets)
+    prepared = load(config, secrets)
+    # Counted from here, as in a worker forked with its programs loaded.
+    bound_process(config.limits)
+    return prepared
 
 
 def load(config: RunConfig, secrets: dict[str, str]) -> Prepared | RunOutcome:
@@ -221,15 +225,18 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     )
     services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
+    waits = _wait_bound(config, ctx)
     returned, failure = None, None
     stdout, sys.stdout = sys.stdout, _Printed(ctx)
     _violations.clear()
     try:
         arguments = _bind(info, values, ctx, services)
         counter.start()
+        waits.start()
         try:
             returned = info.function(**arguments)
         finally:
+            waits.stop()
             counter.stop()
     except BaseException as exc:  # noqa: BLE001 - whatever ended the program is data from here on
         failure = exc
@@ -237,6 +244,8 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         sys.stdout.flush_rest()
         sys.stdout = stdout
         services.close()
+    if isinstance(failure, MemoryError):
+        failure = _over_memory(failure, config)
     if _violations and ctx.violation is None:
         ctx.violation = ctx.redact(_violations[0])
     if counter.steps > config.limits.max_steps and not isinstance(failure, RunFailed):
@@ -245,6 +254,32 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         return ctx.finish(returned, failure)
     finally:
         writer.close()
+
+
+def _wait_bound(config: RunConfig, ctx: RunContext) -> WaitBound:
+    """The bound on the program's time outside its actions: its deadline,
+    and its max_wait; the time each action takes is not counted."""
+    def expired(failure: RunFailed) -> None:
+        if ctx.ended is None:
+            ctx.ended = failure
+
+    def replayed() -> bool:
+        return ctx.replay is None or ctx.op >= ctx.replay.last_op
+
+    waits = WaitBound(config.limits.wait_ms, config.limits.deadline_ms, ctx.deadline_at,
+                      ctx.clock.now_ms, on_expired=expired, may_end=replayed)
+    ctx.after_action = waits.acted
+    return waits
+
+
+def _over_memory(error: MemoryError, config: RunConfig) -> RunFailed:
+    """A refused allocation fails the run as `budget`, naming the limit. The
+    frames it passed through are let go of first (their locals may hold what
+    filled the memory), so that the end can be written."""
+    failure = RunFailed("budget", memory_message(config.limits.memory_mib))
+    failure = failure.with_traceback(error.__traceback__)
+    traceback.clear_frames(error.__traceback__)
+    return failure
 
 
 def _bind(info: ProgramInfo, values: dict[str, Any], ctx: RunContext,

@@ -45,7 +45,7 @@ from staal.records import Record
 from staal.runconfig import RunConfig
 from staal.worker import confine
 from staal.worker.engine import RunOutcome, redact
-from staal.worker.limits import cpu_backstop
+from staal.worker.limits import bound_process
 from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
 
 HEARTBEAT_S = 1.0
@@ -228,7 +228,7 @@ def execute(message: Run, configs: dict[str, RunConfig],
     if isinstance(loaded, RunOutcome):
         return loaded
     confine.narrow_tripwire(uses_ffi(config), note_violation)
-    cpu_backstop(config.limits.cpu_ms / 1000)
+    bound_process(config.limits)
     with confine.broker_section():
         arguments = orjson.loads(Path(message.inputs).read_bytes())
     request = RunRequest(

@@ -1,0 +1,48 @@
+"""A run's resource limits as both processes word and recognise them.
+
+The worker fails a run as `budget` when it passes its CPU time or its memory
+limit (`staal.worker.limits`); when the limit ends the process before it can
+say so (stuck in one C call, or C code that crashed on a refused
+allocation), its way of dying says it instead, and the supervisor reads that
+here (`own_limit`). Only the worker's own limit can die that way: SIGXCPU is
+what the kernel sends at RLIMIT_CPU's soft limit, and MEMORY_EXIT_CODE is an
+exit the worker makes itself. A SIGKILL, whoever sent it, is never read as a
+limit: it is a crash, and the run is resumed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Literal
+
+from staal.sizes import show_mib
+
+# The exit code of a worker whose C code crashed with its memory at the limit.
+MEMORY_EXIT_CODE = 86
+
+Limit = Literal["cpu", "memory"]
+
+
+def own_limit(status: int | None) -> Limit | None:
+    """Which of its own limits ended a worker with this wait status; None
+    for any other end (a kill from outside, a crash, a clean exit)."""
+    if status is None:
+        return None
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return "cpu"
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == MEMORY_EXIT_CODE:
+        return "memory"
+    return None
+
+
+def cpu_message(cpu_ms: int) -> str:
+    return f"the run used more than {cpu_ms / 1000:g} s of CPU time"
+
+
+def memory_message(memory_mib: int) -> str:
+    return f"the run needed more than {show_mib(memory_mib)} of memory, its limit"
+
+
+def message_of(limit: Limit, cpu_ms: int, memory_mib: int) -> str:
+    return cpu_message(cpu_ms) if limit == "cpu" else memory_message(memory_mib)
