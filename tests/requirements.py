@@ -1,4 +1,10 @@
-"""The requirements map: every testable statement of seed 000, sections 2, 3, 5, 6 and 7.
+"""The requirements map: every testable statement of seed 000, sections 2, 3, 5, 6 and 7,
+and of seed 002 (CrateStack) where staal builds what it shows.
+
+Seed 002's headings carry no numbers; they are numbered here in their order: 1 "Enable
+it", 2 "The schema rules", 3 "Serve it over stdio", 4 "Serve it over Streamable HTTP",
+5 "A provider that does not use bearer tokens", 6 "What a tool call goes through",
+7 "Resources", 8 "Connecting a client", 9 "Not in v1".
 
 Each row paraphrases one statement of the seed (/work/shared/seeds/000_*.txt), with
 the gaps filled by DESIGN.md section 9, and lists the pytest node ids of the tests
@@ -26,13 +32,15 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-SECTIONS = ("2", "3", "5", "6", "7")
+# A section is "<seed>-<section>".
+SECTIONS = ("000-2", "000-3", "000-5", "000-6", "000-7", "002-4")
 SECTION_TITLES = {
-    "2": "manifest",
-    "3": "protocol",
-    "5": "calling a tool",
-    "6": "quotas across calls",
-    "7": "crashes and restarts",
+    "000-2": "manifest",
+    "000-3": "protocol",
+    "000-5": "calling a tool",
+    "000-6": "quotas across calls",
+    "000-7": "crashes and restarts",
+    "002-4": "Streamable HTTP (seed 002)",
 }
 ID_PATTERN = re.compile(r"^(?P<seed>\d{3})-(?P<section>\d+)\.(?P<number>\d{2,})$")
 
@@ -44,6 +52,11 @@ class Requirement:
     section: str
     text: str
     tests: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Its section as SECTIONS names it: seed and section."""
+        return f"{self.seed}-{self.section}"
 
 
 def _r(id: str, text: str, tests: tuple[str, ...] = ()) -> Requirement:
@@ -148,6 +161,20 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r("000-3.71", "A program waiting outside any capability (a sleep loop) fails as kind deadline at its tool's deadline.", tests=("tests/test_run_limits.py::test_a_sleep_loop_fails_as_deadline_at_the_tools_deadline",)),
     _r("000-3.72", "A tool without a deadline still bounds waiting outside actions: past max_wait (default 300s) of time outside its actions, a run waiting on an event nobody sets fails as kind deadline, even if it catches the failure.", tests=("tests/test_run_limits.py::test_a_wait_on_an_event_nobody_sets_fails_as_deadline_at_max_wait_without_a_deadline", "tests/test_runconfig.py::test_a_tool_without_limit_keys_gets_the_defaults_and_its_deadline_bounds_its_waits")),
     _r("000-3.73", "A run pays only for its own I/O: what a capability needs whatever the run (httpx's modules and client, the SSL context and CA bundle, psycopg's parts) is made once in the zygote, so a run of an HTTP, refund, model, SQLite or PostgreSQL tool imports no module and makes no SSL context.", tests=("tests/test_prepared.py::test_an_http_get_run_imports_nothing_and_makes_no_ssl_context", "tests/test_prepared.py::test_an_http_post_run_imports_nothing_and_makes_no_ssl_context", "tests/test_prepared.py::test_a_refund_run_imports_nothing_and_makes_no_ssl_context", "tests/test_prepared.py::test_a_model_run_imports_nothing_and_makes_no_ssl_context", "tests/test_prepared.py::test_a_database_run_imports_nothing")),
+    _r("000-3.74", "Over Streamable HTTP (`serve --http HOST:PORT`, path server.http.path, default /mcp) the same tools are served through the same call pipeline, ledger, journals and workers as over stdio; stdio stays the default.", tests=("tests/test_server_http.py::test_a_call_is_answered_as_json_through_the_same_pipeline_as_stdio", "tests/test_server_http_sdk.py::test_the_python_sdk_lists_calls_repeats_once_reads_refusals_and_progress",)),
+    _r("000-3.75", "Over HTTP every message is a POST: GET and DELETE are 405 with Allow: POST (2026-07-28, and 2025-11-25 serves no GET stream).", tests=("tests/test_server_http.py::test_get_and_delete_are_405_allowing_post", "tests/test_protocol_http.py::test_only_post_is_served_and_anything_else_is_405_allowing_post",)),
+    _r("000-3.76", "Over HTTP a request whose Accept does not list application/json and text/event-stream is 406, and one not sent as application/json 415.", tests=("tests/test_server_http.py::test_accept_without_the_event_stream_is_406", "tests/test_protocol_http.py::test_accept_must_list_json_and_the_event_stream_or_it_is_406", "tests/test_protocol_http.py::test_a_body_that_is_not_json_by_its_content_type_is_415",)),
+    _r("000-3.77", "Over HTTP a notification is answered 202 with no body.", tests=("tests/test_server_http.py::test_a_notification_is_202_with_no_body", "tests/test_protocol_http.py::test_a_notification_is_202_with_no_body",)),
+    _r("000-3.78", "Under 2026-07-28 over HTTP, MCP-Protocol-Version must equal the _meta version, Mcp-Method is required and equals the method, Mcp-Name is required on tools/call (and resources/read, prompts/get) and equals the name; values are trimmed and =?base64?...?= decoded before comparing; a missing or different one is 400 with -32020 and nothing runs.", tests=("tests/test_server_http.py::test_a_mirrored_header_unlike_the_body_is_400_header_mismatch", "tests/test_server_http.py::test_missing_mirrored_headers_are_400_header_mismatch", "tests/test_server_http.py::test_mcp_name_is_compared_trimmed_and_base64_decoded", "tests/test_protocol_http.py::test_mcp_name_missing_or_unlike_the_tool_is_400_header_mismatch", "tests/test_protocol_http.py::test_mcp_name_matching_plainly_trimmed_or_base64_starts_the_call",)),
+    _r("000-3.79", "Over HTTP an unsupported version is 400 with -32022 (data.supported, data.requested), an unknown method (initialize and ping under 2026-07-28 included) 404 with -32601, a batch 400 with -32600, a body over 4 MiB 413 before it is read whole, and the stdio limits (nesting 64) apply to bodies.", tests=("tests/test_server_http.py::test_an_unsupported_version_is_400_32022_with_the_supported_and_requested", "tests/test_server_http.py::test_an_unknown_method_is_404_32601", "tests/test_server_http.py::test_a_batch_is_400_32600_and_nothing_in_it_runs", "tests/test_server_http.py::test_a_body_over_4_mib_is_413_declared_or_not", "tests/test_server_http.py::test_nesting_past_64_levels_is_400_32600",)),
+    _r("000-3.80", "Over HTTP no session is minted, and Mcp-Session-Id and Last-Event-ID are ignored.", tests=("tests/test_server_http.py::test_session_and_last_event_id_headers_are_ignored", "tests/test_server_http.py::test_2025_11_25_initialize_mints_no_session_and_the_header_selects_the_revision",)),
+    _r("000-3.81", "Over HTTP a call is answered with JSON, or, when it asked for progress, with an event stream: its progress (the run id, then each action), keep-alive comments while it runs, then its result; X-Accel-Buffering: no.", tests=("tests/test_server_http.py::test_a_call_asking_for_progress_is_an_event_stream_progress_naming_the_run_then_result", "tests/test_protocol_http.py::test_a_call_with_progress_is_an_event_stream_progress_then_result",)),
+    _r("000-3.82", "Under 2026-07-28 over HTTP closing a call's stream is its cancellation: before its run starts nothing is reserved or run; after, the run carries on to its end and is settled, and nothing more is written for it.", tests=("tests/test_server_http.py::test_closing_the_event_stream_is_the_cancellation_and_a_started_run_still_ends", "tests/test_protocol_http.py::test_a_closed_call_gets_nothing_more_written",)),
+    _r("000-3.83", "2025-11-25 over HTTP: initialize is answered with no session, MCP-Protocol-Version selects the revision per request, and notifications/cancelled works as on stdio (a started run ends, its POST gets no answer).", tests=("tests/test_server_http.py::test_2025_11_25_initialize_mints_no_session_and_the_header_selects_the_revision", "tests/test_server_http.py::test_2025_11_25_a_call_cancelled_after_its_run_started_runs_to_its_end_unanswered", "tests/test_protocol_http.py::test_notifications_cancelled_is_a_cancel_answered_202",)),
+    _r("000-3.84", "Over HTTP the Host is checked against the names the server answers for (DNS rebinding: 421), and a request's head (64 KiB, 10 s), body (4 MiB, 10 s) are bounded, so a slow client holds no worker slot.", tests=("tests/test_server_http.py::test_a_foreign_host_is_refused_against_dns_rebinding", "tests/test_server_http.py::test_a_head_over_64_kib_is_431", "tests/test_server_http.py::test_a_head_not_whole_in_time_is_408_and_its_connection_closed", "tests/test_server_http.py::test_a_body_not_whole_in_time_is_408",)),
+    _r("000-3.85", "Over HTTP SIGTERM stops accepting, answers every call in flight, and exits 0.", tests=("tests/test_server_http.py::test_sigterm_answers_the_call_in_flight_then_exits",)),
+    _r("000-3.86", "Over HTTP the MCP conformance suite passes every scenario of both revisions that applies to what staal serves; the others are listed with a reason each, and the list only shrinks.", tests=("tests/test_conformance.py::test_the_conformance_suite_passes_every_scenario_of_what_staal_serves", "tests/test_conformance.py::test_every_expected_failure_gives_its_reason",)),
+    _r("000-3.87", "Over HTTP the official clients work: the Python SDK in auto, legacy and 2026-07-28 modes, the TypeScript SDK's Streamable HTTP client, and the Inspector CLI in both eras; the README's HTTP section runs as written.", tests=("tests/test_server_http_sdk.py::test_the_python_sdk_lists_calls_repeats_once_reads_refusals_and_progress", "tests/test_client_typescript.py::test_the_sdks_streamable_http_client_lists_calls_and_reads_refusals", "tests/test_client_inspector.py::test_the_inspector_lists_and_calls_over_http_in_each_era", "tests/test_readme_http.py::test_every_command_of_the_http_section_runs_and_prints_what_it_shows",)),
 
     # ------------------------------------------------------------------ 5. Calling a tool
     _r("000-5.01", "tools/call with a tool name the server does not have is answered -32602.", tests=("tests/test_server_stdio.py::test_an_unknown_tool_is_32602_and_nothing_runs",)),
@@ -295,6 +322,11 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r("000-7.49", "The supervisor and the worker read a journal with one reader: the ops in doubt, the stop and the usage the supervisor computes for an end it writes are the engine's.", tests=("tests/test_engine_context.py::test_the_journal_read_back_gives_the_usage_the_run_ended_with", "tests/test_worker_deaths.py::test_giving_up_with_nothing_in_doubt_ends_the_run_as_internal_with_the_journals_usage")),
     _r("000-7.50", "`staal journal show` tells a run's whole history in order: each attempt at an op with its key, the stop, the operator's answer and when, the new attempt, the end; a missing file or one that is not a journal is named.", tests=("tests/test_stripe.py::test_journal_show_tells_the_whole_history_of_an_op_an_operator_answered", "tests/test_stripe.py::test_journal_show_names_a_file_that_is_missing_or_is_not_a_journal")),
     _r("000-7.51", "A journal with no complete header (cut during its creation) is no journal: the run never started, so at start its reservation is released and the file and its arguments removed, and a running server's new worker starts the run afresh; a first line that is complete but not a header is still damage that stops the server.", tests=("tests/test_recovery.py::test_a_journal_cut_before_its_header_is_a_run_that_never_started_and_is_released", "tests/test_recovery.py::test_a_server_killed_after_its_worker_died_creating_the_journal_releases_the_run_at_start", "tests/test_recovery.py::test_a_journal_whose_first_line_is_not_a_header_still_stops_the_server", "tests/crash/test_crash_matrix.py::test_a_worker_killed_inside_the_journals_creation_is_replaced_by_one_that_starts_the_run")),
+    # ------------------------------------------------------------------ seed 002, 4. Serve it over Streamable HTTP
+    _r("002-4.01", "Streamable HTTP is served behind an Origin allowlist: a request with an Origin that is neither the server's own nor in server.http.origins is 403, and nothing runs.", tests=("tests/test_server_http.py::test_an_unlisted_origin_is_403_and_nothing_runs", "tests/test_server_http.py::test_a_listed_origin_and_the_servers_own_are_served", "tests/test_protocol_http.py::test_a_foreign_host_is_421_and_a_foreign_origin_403",)),
+    _r("002-4.02", "The MCP endpoint is mounted at its path, and the server's public URL (server.http.public_url) is the resource clients use; the Host it names is answered for.", tests=("tests/test_protocol_http.py::test_another_path_is_404",)),
+    _r("002-4.03", "Listening beyond this machine without authentication is refused at start unless the operator passes --insecure-no-auth.", tests=("tests/test_server_http.py::test_listening_beyond_loopback_without_auth_is_refused_at_start",)),
+    _r("002-4.04", "RFC 9728 protected-resource metadata is served at the root (/.well-known/oauth-protected-resource), naming the resource and its authorization servers."),
 )
 
 
@@ -362,7 +394,7 @@ def summary(requirements: tuple[Requirement, ...] = REQUIREMENTS) -> dict:
         s: {"total": 0, "covered": 0, "missing": 0} for s in SECTIONS
     }
     for req in requirements:
-        counts = sections.setdefault(req.section, {"total": 0, "covered": 0, "missing": 0})
+        counts = sections.setdefault(req.key, {"total": 0, "covered": 0, "missing": 0})
         counts["total"] += 1
         counts["covered" if req.tests else "missing"] += 1
     total = len(requirements)
@@ -377,10 +409,10 @@ def summary(requirements: tuple[Requirement, ...] = REQUIREMENTS) -> dict:
 
 def main() -> None:
     s = summary()
-    print(f"{'section':<28} {'covered':>7} {'missing':>7} {'total':>5}")
+    print(f"{'section':<34} {'covered':>7} {'missing':>7} {'total':>5}")
     for section, counts in s["sections"].items():
-        title = f"{section}. {SECTION_TITLES.get(section, '')}".rstrip()
-        print(f"{title:<28} {counts['covered']:>7} {counts['missing']:>7} {counts['total']:>5}")
+        title = f"{section} {SECTION_TITLES.get(section, '')}".rstrip()
+        print(f"{title:<34} {counts['covered']:>7} {counts['missing']:>7} {counts['total']:>5}")
     print(f"covered {s['covered']} / total {s['total']} (missing {s['missing']})")
 
 

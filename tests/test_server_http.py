@@ -382,3 +382,24 @@ def test_a_body_not_whole_in_time_is_408(monkeypatch):
 
     answer = asyncio.run(scenario())
     assert answer.status == 408
+
+
+def test_closing_the_event_stream_is_the_cancellation_and_a_started_run_still_ends(http, service):
+    held = service.hold("/slow")
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "lookup", "arguments": {"url": service.base + "/slow"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                  "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "c"}}})
+    with http.client.stream("POST", http.url, content=body,
+                            headers=modern_headers("tools/call", {"name": "lookup"})) as answer:
+        lines = answer.iter_lines()
+        started = next(line for line in lines if line.startswith("data: "))
+        assert "started" in started
+        assert held.arrived.wait(WAIT)
+    # The client closed its request while the run was at the service: the run
+    # is not cut in half; it carries on to its end and is settled.
+    run = http.stderr.wait_event("run_started", tool="lookup")["run"]
+    held.release.set()
+    ended = http.stderr.wait_event("run_ended", run=run)
+    assert ended["outcome"] == "done"
+    assert read_ledger(http.site.ledger_path).run(run).state == "settled"
