@@ -1,0 +1,115 @@
+"""The HTTP benchmark's load: N clients, each one keep-alive HTTP/1.1
+connection calling the no-op tool in turn, as fast as the server answers.
+
+A process of its own (so its CPU is not the server's) with the least client
+a request can have: each request is built in advance, written whole, and its
+answer read by its Content-Length (or its chunks) and checked: 200, and the
+tool's result equal to the argument sent. Nothing of an SDK's client is in
+the way, so the same bytes measure every server.
+
+    python benchmarks/http_load.py --port P [--path /mcp] --clients 16 --calls 2000
+        --revision 2025-11-25|2026-07-28
+
+Prints one JSON object: calls, failures (by message), seconds (first request
+written to last answer read) and this process's CPU seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench-load", "version": "1"}}
+
+
+def request(path: str, port: int, revision: str, i: int) -> bytes:
+    params: dict[str, object] = {"name": "noop", "arguments": {"x": i}}
+    headers = [f"POST {path} HTTP/1.1", f"host: 127.0.0.1:{port}",
+               "content-type: application/json", "accept: application/json, text/event-stream",
+               f"mcp-protocol-version: {revision}"]
+    if revision == MODERN:
+        params["_meta"] = META
+        headers += ["mcp-method: tools/call", "mcp-name: noop"]
+    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": params}).encode()
+    headers.append(f"content-length: {len(body)}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    if "content-length" in fields:
+        return status, await reader.readexactly(int(fields["content-length"]))
+    body = b""
+    while True:  # chunked
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            return status, body
+        body += chunk[:-2]
+
+
+def judged(status: int, body: bytes, i: int) -> str | None:
+    """None if the answer is the tool's result i, else what was wrong."""
+    if status != 200:
+        return f"HTTP {status}"
+    text = body.decode()
+    if text.startswith(("event:", "data:")):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    message = json.loads(text)
+    result = message.get("result")
+    if result is None:
+        return f"error {message.get('error', {}).get('code')}"
+    if result.get("isError") or result.get("structuredContent", {}).get("result") != i:
+        return "wrong result"
+    return None
+
+
+async def client(port: int, requests: list[tuple[int, bytes]], failures: Counter[str]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for i, data in requests:
+            writer.write(data)
+            status, body = await read_answer(reader)
+            problem = judged(status, body, i)
+            if problem is not None:
+                failures[problem] += 1
+    finally:
+        writer.close()
+
+
+async def load(args: argparse.Namespace) -> dict[str, object]:
+    per_client: list[list[tuple[int, bytes]]] = [[] for _ in range(args.clients)]
+    for i in range(args.calls):
+        per_client[i % args.clients].append((i, request(args.path, args.port, args.revision, i)))
+    failures: Counter[str] = Counter()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    await asyncio.gather(*(client(args.port, chunk, failures) for chunk in per_client))
+    seconds = time.perf_counter() - started
+    return {"calls": args.calls, "failures": dict(failures), "seconds": seconds,
+            "cpu": time.process_time() - cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--path", default="/mcp")
+    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--revision", choices=(LEGACY, MODERN), default=MODERN)
+    print(json.dumps(asyncio.run(load(parser.parse_args()))))
+
+
+if __name__ == "__main__":
+    main()
