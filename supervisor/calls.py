@@ -307,13 +307,14 @@ class Calls:
                      message=final.message)
             return Stopped(files.run, final.op, final.message)
         if final is None:
-            # Its workers died before its journal's header was durable: it never started.
+            # No worker made its journal's header durable (they died, or none
+            # came): it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
             await asyncio.to_thread(remove_never_started, files)
             await asyncio.to_thread(self._flush_log, files, "never started")
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
-                     message="every worker died before the run's journal was created")
-            return Failed(files.run, "internal", "the run's workers died before it started")
+                     message="the run never started: no worker created its journal (see above)")
+            return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self._settle, files, final)
