@@ -48,9 +48,12 @@ from staal.supervisor.poolstate import (
     UNUSED,
     WATCHED,
     Backoff,
+    NoWorker,
     PoolState,
     Worker,
+    WorkerLost,
     WorkerState,
+    ZygoteGone,
 )
 from staal.supervisor.zygote import Spawned, spawn
 from staal.transitions import advance
@@ -66,37 +69,6 @@ CALL_WAIT_S = 10.0
 ZYGOTE_SILENT_S = 3.0
 ZYGOTE_BOOT_S = 60.0
 WATCH_S = 1.0
-
-
-class PoolError(StaalError):
-    kind = "pool"
-
-
-class NoWorker(PoolError):
-    """No worker was ready within the wait."""
-
-    kind = "no_worker"
-
-
-class ZygoteGone(NoWorker):
-    """No worker will come: the first zygote died before it was up, or the
-    pool is closed."""
-
-    kind = "zygote_gone"
-
-
-class WorkerLost(PoolError):
-    """A worker ended before its run did."""
-
-    kind = "worker_lost"
-
-    def __init__(self, pid: int, how: str, status: int | None = None) -> None:
-        super().__init__(f"worker {pid} {how}")
-        self.pid = pid
-        self.how = how
-        # The wait status the zygote reported, when it died (None: it went
-        # silent, or died with the zygote); staal.budgets.own_limit reads it.
-        self.status = status
 
 
 def _status_of(returncode: int) -> int:
@@ -456,10 +428,9 @@ class Pool:
     def _exited(self, pid: int, status: int) -> None:
         worker = self.workers.get(f"w{pid}".encode())
         if worker is not None:
-            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
+            self._gone(worker, describe_exit(status), clean=status == 0)
 
-    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
-              status: int | None = None) -> None:
+    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True) -> None:
         """A worker exited: whoever waits on it learns how, and the pool
         forks what it now lacks."""
         was = worker.state
@@ -474,7 +445,7 @@ class Pool:
         if worker in self.idle:
             self.idle.remove(worker)
         if was in WATCHED:
-            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how))
         if was in UNUSED and strike and self.state is not PoolState.CLOSED:
             self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
         self._replenish()

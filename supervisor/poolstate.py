@@ -4,7 +4,7 @@ that it was forked to its exit. A move a table does not hold raises
 `IllegalTransition`; the pool never guesses where a worker stands.
 
 And `Backoff`, the delays between attempts while they keep failing: forks
-whose workers die unused, zygotes that die.
+whose workers die unused, zygotes that die; and the pool's errors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from staal.errors import StaalError
 from staal.transitions import advance
+
+
+class PoolError(StaalError):
+    """Every error of the worker pool."""
+
+    kind = "pool"
+
+
+class NoWorker(PoolError):
+    """No worker was ready within the wait."""
+
+    kind = "no_worker"
+
+
+class ZygoteGone(NoWorker):
+    """No worker will come: the first zygote died before it was up, or the
+    pool is closed."""
+
+    kind = "zygote_gone"
+
+
+class WorkerLost(PoolError):
+    """A worker ended before its run did."""
+
+    kind = "worker_lost"
+
+    def __init__(self, pid: int, how: str, status: int | None = None) -> None:
+        super().__init__(f"worker {pid} {how}")
+        self.pid = pid
+        self.how = how
+        # The wait status the zygote reported, when it died (None: it went
+        # silent, or died with the zygote); staal.budgets.own_limit reads it.
+        self.status = status
 
 
 class PoolState(Enum):
