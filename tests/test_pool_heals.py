@@ -14,6 +14,8 @@ import itertools
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -40,11 +42,16 @@ def main(url: str, n: int, post: HttpPost) -> dict:
 DIES_ON_IMPORT = "import os\nos._exit(3)\n"
 
 
-def noop_site(tmp_path) -> Site:
+@contextmanager
+def serving_noop(tmp_path) -> Iterator[tuple[Site, RawServer]]:
+    """A server of one tool that returns its input, shown serving."""
     site = Site(tmp_path)
     site.program("noop.py", NOOP)
     site.write([{"name": "noop", "program": "noop.py"}])
-    return site
+    with RawServer(site) as server:
+        server.initialize()
+        assert server.call_tool("noop", {"n": 0})["structuredContent"] == {"result": 0}
+        yield site, server
 
 
 def record_site(tmp_path, base: str) -> Site:
@@ -56,10 +63,7 @@ def record_site(tmp_path, base: str) -> Site:
 
 
 def test_after_every_worker_is_killed_as_it_appears_for_two_seconds_twenty_calls_are_done(tmp_path):
-    site = noop_site(tmp_path)
-    with RawServer(site) as server:
-        server.initialize()
-        assert server.call_tool("noop", {"n": 0})["structuredContent"] == {"result": 0}
+    with serving_noop(tmp_path) as (site, server):
         killer = Killer(site.manifest)
         killed = killer.burst(2.0)
         # More died than the pool keeps ahead (3): its replacements too,
@@ -87,10 +91,7 @@ def test_after_every_worker_is_killed_as_it_appears_for_two_seconds_twenty_calls
 
 
 def test_a_zygote_that_stops_answering_is_killed_and_replaced_and_calls_go_on(tmp_path):
-    site = noop_site(tmp_path)
-    with RawServer(site) as server:
-        server.initialize()
-        assert server.call_tool("noop", {"n": 0})["structuredContent"] == {"result": 0}
+    with serving_noop(tmp_path) as (site, server):
         stuck = zygote(site.manifest)
         os.kill(stuck.pid, signal.SIGSTOP)  # alive, but it answers no fork request
         try:
