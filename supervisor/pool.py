@@ -428,9 +428,10 @@ class Pool:
     def _exited(self, pid: int, status: int) -> None:
         worker = self.workers.get(f"w{pid}".encode())
         if worker is not None:
-            self._gone(worker, describe_exit(status), clean=status == 0)
+            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
 
-    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True) -> None:
+    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
+              status: int | None = None) -> None:
         """A worker exited: whoever waits on it learns how, and the pool
         forks what it now lacks."""
         was = worker.state
@@ -445,7 +446,7 @@ class Pool:
         if worker in self.idle:
             self.idle.remove(worker)
         if was in WATCHED:
-            worker.inbox.put_nowait(WorkerLost(worker.pid, how))
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
         if was in UNUSED and strike and self.state is not PoolState.CLOSED:
             self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
         self._replenish()
