@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from staal.errors import StaalError
 from staal.manifest import RUN_STATUS_TOOL
 from staal.protocol.dispatch import CallTool, Dispatcher
 from staal.protocol.framing import Line, LineReader, Oversized
@@ -44,14 +43,8 @@ from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScop
 from staal.protocol.results import CallOutcome, RunStatus
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import ToolDescriptor
-
-
-class IllegalTransition(StaalError):
-    """The application did something the connection's state does not allow
-    (answering a call twice, or one that was never started)."""
-
-    kind = "illegal_transition"
-
+from staal.transitions import IllegalTransition as IllegalTransition
+from staal.transitions import advance
 
 # -- events -------------------------------------------------------------
 
@@ -100,13 +93,6 @@ CALL_TRANSITIONS: Mapping[tuple[CallState, str], CallState] = {
     (CallState.CANCELLED, "cancel"): CallState.CANCELLED,
     (CallState.CANCELLED, "answer"): CallState.ANSWERED,
 }
-
-
-def advance(table: Mapping[tuple[Any, str], Any], state: Any, event: str) -> Any:
-    try:
-        return table[(state, event)]
-    except KeyError:
-        raise IllegalTransition(f"{event} is not allowed in state {state.value}") from None
 
 
 class _InFlight:

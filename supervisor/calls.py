@@ -5,9 +5,10 @@ at one step does none of the later ones.
 2. check the arguments by the runtime's own rules, from the type description
    the start-up check returned (the supervisor never imports a program);
 3. find an earlier call with the same `once` key;
-4. take a concurrency slot (busy at once, never queued);
+4. take a concurrency slot (busy at once, never queued), and a worker
+   (waited for a bounded time; busy if none comes, with nothing reserved);
 5. reserve in the ledger (quota, and the once key, in one durable event);
-6. keep the arguments, then run in a worker;
+6. keep the arguments, then run in the worker;
 7. settle, then answer from the outcome.
 """
 
@@ -46,7 +47,8 @@ from staal.supervisor.outcomes import (
     over_limit,
     run_status,
 )
-from staal.supervisor.pool import Pool, WorkerLost, ZygoteGone
+from staal.supervisor.pool import NoWorker, Pool, WorkerLost
+from staal.supervisor.poolstate import Worker
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
 
@@ -140,7 +142,19 @@ class Calls:
         self.running += 1
         runtime.running += 1
         try:
-            return await self.reserve_and_run(runtime, values, once, call, state)
+            try:
+                worker = await self.pool.checkout()
+            except NoWorker as exc:
+                # Before the reservation: nothing is held and nothing ran, so
+                # trying again later is the truth.
+                self.log("no_worker", level="warning", tool=call.name, message=exc.message)
+                return Refused("busy", f"the server is busy: {exc.message}; try again later")
+            try:
+                if state.cancelled:
+                    return None  # cancelled while it waited for a worker: nothing happens
+                return await self.reserve_and_run(runtime, values, once, call, state, worker)
+            finally:
+                self.pool.give_back(worker)  # a call that ended before its run was sent
         finally:
             self.running -= 1
             runtime.running -= 1
@@ -157,7 +171,7 @@ class Calls:
         return None
 
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
-                              call: Any, state: CallState) -> CallOutcome:
+                              call: Any, state: CallState, worker: Worker) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state)
@@ -170,7 +184,8 @@ class Calls:
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
-        final = await self.execute_with_recovery(tool, files, resume=False, progress=progress)
+        final = await self.execute_with_recovery(tool, files, resume=False, progress=progress,
+                                                 worker=worker)
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
@@ -195,18 +210,30 @@ class Calls:
         return await self.conclude(tool, files, final)
 
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
-                                    progress: Progress | None = None) -> Ended | StoppedMsg | None:
+                                    progress: Progress | None = None,
+                                    worker: Worker | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
-        internal, or waits for an operator if an op is in doubt."""
+        internal, or waits for an operator if an op is in doubt. So it does
+        when no new worker is ready within the pool's wait. `worker`, if
+        given, is the one the call took before its reservation."""
         deaths = 0
+        how = ""
         while True:
+            lent, worker = worker, None
             try:
-                return await self.execute(tool, files, resume or deaths > 0, progress)
-            except (WorkerLost, ZygoteGone) as lost:
+                return await self.execute(tool, files, resume or deaths > 0, progress, lent)
+            except NoWorker as none:
+                if deaths == 0:
+                    raise  # nothing was tried: a resume at start that cannot begin
+                self.log("no_worker", level="error", run=files.run, tool=tool.name,
+                         message=none.message, deaths=deaths)
+                return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths,
+                                               f"{how}; then {none.message}")
+            except WorkerLost as lost:
                 deaths += 1
-                how = lost.how if isinstance(lost, WorkerLost) else lost.message
-                limit = own_limit(lost.status) if isinstance(lost, WorkerLost) else None
+                how = lost.how
+                limit = own_limit(lost.status)
                 if limit is not None:
                     # Its own limit ended it: deterministic, so resuming it
                     # would only fail the same way again.
@@ -225,9 +252,11 @@ class Calls:
         return from_tool(self.manifest, tool).limits
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
-                      progress: Progress | None = None) -> Ended | StoppedMsg:
-        """Run (or resume) in a worker; `WorkerLost` if the worker died."""
-        worker = await self.pool.checkout()
+                      progress: Progress | None = None,
+                      worker: Worker | None = None) -> Ended | StoppedMsg:
+        """Run (or resume) in `worker`, or in one checked out now; `WorkerLost`
+        if the worker died, `NoWorker` if none was ready."""
+        worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume,
                       secrets=run_secrets(self.secret_names[tool.name]))
@@ -278,13 +307,14 @@ class Calls:
                      message=final.message)
             return Stopped(files.run, final.op, final.message)
         if final is None:
-            # Its workers died before its journal's header was durable: it never started.
+            # No worker made its journal's header durable (they died, or none
+            # came): it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
             await asyncio.to_thread(remove_never_started, files)
             await asyncio.to_thread(self._flush_log, files, "never started")
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
-                     message="every worker died before the run's journal was created")
-            return Failed(files.run, "internal", "the run's workers died before it started")
+                     message="the run never started: no worker created its journal (see above)")
+            return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
         await asyncio.to_thread(self._settle, files, final)

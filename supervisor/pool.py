@@ -1,22 +1,38 @@
 """The supervisor's workers: a zygote that forks them, a ZeroMQ ROUTER they
-connect to, and a few forked ahead of demand (DESIGN.md section 6).
+connect to, and `ahead` of them kept ready (DESIGN.md section 6).
 
-A worker says it is ready with a heartbeat that names no run. `checkout()`
-hands out a ready worker and asks the zygote for a replacement at once, so
-the fork happens on the other core while this call runs. The zygote reports
-every exit; a worker that exits (or stops sending heartbeats) before its run
-ended is reported to whoever waits on it as `WorkerLost`, with how it ended.
+The pool accounts for every fork it asks for: asked (no report yet), then
+each worker by pid, from the zygote's report that it was forked, through its
+states (poolstate.py), to its exit, which the zygote reports for every
+child, one that dies before its first heartbeat included. Whenever fewer
+than `ahead` are on their way or ready, more are asked for at once (so a
+call's replacement is forked on the other core while the call runs); while
+workers keep dying unused, only after a backoff, so a loop killing them
+cannot make the pool spin.
+
+The zygote is watched too. One that dies is started again, after a backoff
+while they keep dying; one that stops answering (fork requests with no
+report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S) is killed
+and so replaced. Only the first zygote, before it ever said ready, is not:
+a program that kills it on import stops the server at start.
+
+A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
+serving, START_WAIT_S before) and gets `NoWorker` when none came. A worker
+that exits (or stops sending heartbeats) before its run ended is reported to
+whoever waits on it as `WorkerLost`, with how it ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import math
 import os
 import signal
 import subprocess
 import time
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -25,34 +41,34 @@ import zmq.asyncio
 from staal.errors import StaalError
 from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pack, unpack
 from staal.records import Record
+from staal.supervisor.poolstate import (
+    HAS_ZYGOTE,
+    POOL_TRANSITIONS,
+    SUPPLY,
+    UNUSED,
+    WATCHED,
+    Backoff,
+    NoWorker,
+    PoolState,
+    Worker,
+    WorkerLost,
+    WorkerState,
+    ZygoteGone,
+)
 from staal.supervisor.zygote import Spawned, spawn
+from staal.transitions import advance
 
 HEARTBEAT_TIMEOUT_S = 15.0
 END_GRACE_S = 5.0
-READY_TIMEOUT_S = 60.0
-
-
-class ZygoteGone(StaalError):
-    """The zygote exited: no worker can be forked until it is started again."""
-
-    kind = "zygote_gone"
-
-
-class WorkerLost(StaalError):
-    """A worker ended before its run did."""
-
-    kind = "worker_lost"
-
-    def __init__(self, pid: int, how: str, status: int | None = None) -> None:
-        super().__init__(f"worker {pid} {how}")
-        self.pid = pid
-        self.how = how
-        # The wait status the zygote reported, when it died (None: it went
-        # silent, or died with the zygote); staal.budgets.own_limit reads it.
-        self.status = status
-
-
-MAX_ZYGOTE_RESPAWNS = 3
+# How long a checkout waits for a worker: before serving, the zygote's own
+# start on a loaded machine; while serving, what a call may wait before it
+# is told the truth (far less than a client's patience).
+START_WAIT_S = 60.0
+CALL_WAIT_S = 10.0
+# A fork takes a millisecond: a zygote that owes an answer this long is stuck.
+ZYGOTE_SILENT_S = 3.0
+ZYGOTE_BOOT_S = 60.0
+WATCH_S = 1.0
 
 
 def _status_of(returncode: int) -> int:
@@ -71,17 +87,6 @@ def describe_exit(status: int) -> str:
     return f"exited with code {os.waitstatus_to_exitcode(status)}"
 
 
-@dataclass
-class Worker:
-    pid: int
-    identity: bytes
-    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
-    run: str | None = None
-    last_seen: float = field(default_factory=time.monotonic)
-    gone: str | None = None
-    ended: bool = False  # its run's end (Ended or StoppedMsg) has arrived
-
-
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
                  ahead: int = 2, log: Callable[..., None] | None = None,
@@ -95,36 +100,123 @@ class Pool:
         self.context = zmq.asyncio.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.workers: dict[bytes, Worker] = {}
-        self.idle: asyncio.Queue[Worker] = asyncio.Queue()
-        self.requested = 0
+        self.state = PoolState.NEW
+        self.serving = False  # set by the server once it serves: the calls' wait applies
         self.zygote: subprocess.Popen | None = None
-        self.tasks: list[asyncio.Task] = []
-        self.closing = False
-        self.serving = False  # set once start-up checks passed: only then respawn
-        self.respawns = 0
         self.zygote_exit = ""
-        self.zygote_gone = asyncio.Event()
+        self.workers: dict[bytes, Worker] = {}
+        self.idle: collections.deque[Worker] = collections.deque()
+        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.asked = 0  # forks asked of this zygote that it has not reported yet
+        # Heartbeats that overtook the zygote's report of their fork, by when.
+        self.heard_early: dict[bytes, float] = {}
+        self.fork_backoff = Backoff(first=0.05, cap=1.0, quiet=5.0)
+        self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
+        self.fork_at = 0.0  # no fork is asked before this (monotonic)
+        self.unused_deaths = 0  # since workers were last ready
+        self.answer_due: float | None = None  # the zygote owes a report by then
+        self.boot_due = math.inf
+        self.timers: set[asyncio.TimerHandle] = set()
+        self.fork_timer: asyncio.TimerHandle | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.reports: asyncio.Task | None = None
 
-    # -- life -----------------------------------------------------------
+    # -- the pool's life ---------------------------------------------------
+
+    def _move(self, event: str) -> None:
+        self.state = advance(POOL_TRANSITIONS, self.state, event)
+        if self.state in (PoolState.FAILED, PoolState.CLOSED):
+            gone = ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
+                              if self.state is PoolState.FAILED else "the worker pool is closed")
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_exception(gone)
+            self.waiters.clear()
 
     async def start(self) -> None:
         self.router.bind(self.endpoint)
-        await self._spawn_zygote()
-        loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self._receive()), loop.create_task(self._watch())]
+        self._spawn()
+        self.tasks = [self._task(self._receive()), self._task(self._watch())]
 
-    async def _spawn_zygote(self) -> None:
-        self.zygote_gone = asyncio.Event()
-        spawned, self.early = self.early, None  # started before the rest of start-up
+    def _task(self, work) -> asyncio.Task:
+        """A task of the pool's own; a bug that ends one is logged, not lost."""
+        task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            self.log("pool_failed", level="error", error=f"{type(error).__name__}: {error}",
+                     traceback="".join(traceback.format_exception(error)))
+
+    def _later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        def fire() -> None:
+            self.timers.discard(handle)
+            callback()
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self.timers.add(handle)
+        return handle
+
+    def _spawn(self) -> None:
+        """Start a zygote (the first time, the one started early) and ask it
+        for the workers the pool lacks."""
+        spawned, self.early = self.early, None
         if spawned is None:
             spawned = spawn(self.manifest, self.endpoint, self.env)
         self.zygote = spawned.process
-        self.reports = asyncio.get_running_loop().create_task(self._reports(spawned.report_fd))
-        self.fork(self.ahead)
+        self.asked = 0
+        self.answer_due = None
+        self.boot_due = time.monotonic() + ZYGOTE_BOOT_S
+        self.heard_early.clear()
+        self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
+        self._replenish()
+
+    def _respawn(self) -> None:
+        if self.state is not PoolState.REPLACING:
+            return  # closed meanwhile
+        self._move("spawn")
+        try:
+            self._spawn()
+        except OSError as exc:
+            self._zygote_died(f"could not be started: {exc}")
+            return
+        self.log("zygote_started", pid=self.zygote.pid)
+
+    def _zygote_up(self) -> None:
+        self._move("up")
+        self.boot_due = math.inf
+        self._owed()
+
+    def _zygote_died(self, how: str) -> None:
+        self.zygote_exit = how
+        self._move("died")
+        self.asked, self.answer_due, self.boot_due = 0, None, math.inf
+        # Its workers die with it (they ask the kernel to), unreported.
+        for worker in list(self.workers.values()):
+            if worker.state is not WorkerState.DRAINING:
+                self._gone(worker, f"died with the zygote, which {how}", strike=False)
+        if self.state is PoolState.CLOSED:
+            return
+        self.log("zygote_exited", level="error", how=how)
+        if self.state is PoolState.REPLACING:
+            delay = self.zygote_backoff.strike(time.monotonic())
+            self.log("zygote_replacing", retry_in_s=delay)
+            self._later(delay, self._respawn)
+
+    def _kill_zygote(self, why: str) -> None:
+        self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
+        self.answer_due, self.boot_due = None, math.inf
+        try:
+            self.zygote.kill()  # its report pipe then ends, and it is replaced
+        except OSError:
+            pass
 
     async def close(self) -> None:
-        self.closing = True
+        self._move("close")
+        for handle in self.timers:
+            handle.cancel()
         if self.zygote is not None and self.zygote.stdin is not None:
             try:
                 self.zygote.stdin.close()
@@ -132,7 +224,7 @@ class Pool:
                 pass
         # Closing the zygote's stdin makes it kill every worker it forked;
         # the server closes only after every call in flight was answered.
-        for task in [*self.tasks, self.reports]:
+        for task in [*self.tasks, *([self.reports] if self.reports else [])]:
             task.cancel()
         if self.zygote is not None:
             try:
@@ -142,44 +234,102 @@ class Pool:
         self.router.close()
         self.context.term()
 
-    def fork(self, count: int = 1) -> None:
-        if self.closing or self.zygote is None or self.zygote.stdin is None:
+    # -- keeping `ahead` workers on their way ----------------------------------
+
+    def _replenish(self) -> None:
+        """Ask for as many forks as keep `ahead` workers on their way or
+        ready; while workers keep dying unused, not before the backoff says."""
+        if self.state not in HAS_ZYGOTE:
             return
-        self.requested += count
+        missing = self.ahead - self.asked - sum(w.state in SUPPLY for w in self.workers.values())
+        if missing <= 0:
+            return
+        wait = self.fork_at - time.monotonic()
+        if wait > 0:
+            if self.fork_timer is None:
+                self.fork_timer = self._later(wait, self._fork_due)
+            return
         try:
-            self.zygote.stdin.write(f"fork {count}\n".encode())
+            self.zygote.stdin.write(f"fork {missing}\n".encode())
             self.zygote.stdin.flush()
         except OSError as exc:
-            self.log("zygote_gone", level="error", error=str(exc))
+            # It is dead: the end of its report pipe says so next.
+            self.log("zygote_unwritable", level="warning", error=str(exc))
+            return
+        self.asked += missing
+        self._owed()
+
+    def _fork_due(self) -> None:
+        self.fork_timer = None
+        self._replenish()
+
+    def _owed(self) -> None:
+        """The zygote answered something: it owes the rest of what was asked
+        within ZYGOTE_SILENT_S from now, if anything."""
+        if self.state is PoolState.UP and self.asked > 0:
+            self.answer_due = time.monotonic() + ZYGOTE_SILENT_S
+        else:
+            self.answer_due = None
 
     # -- handing out workers ------------------------------------------------
 
-    async def _ready(self) -> Worker:
-        """The next ready worker; `ZygoteGone` at once if none can come."""
-        getter = asyncio.ensure_future(self.idle.get())
-        gone = asyncio.ensure_future(self.zygote_gone.wait())
-        try:
-            done, _ = await asyncio.wait({getter, gone}, timeout=READY_TIMEOUT_S,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        if self.zygote_gone.is_set():
-            raise ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above")
-        raise ZygoteGone(f"no worker was ready within {READY_TIMEOUT_S:.0f} s")
+    def _offer(self, worker: Worker) -> None:
+        """An idle worker to the call waiting longest, or to the idle line."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(worker)
+                return
+        self.idle.append(worker)
 
-    async def checkout(self) -> Worker:
-        """A ready worker, for one run; a replacement is forked at once."""
+    async def _take(self, wait_s: float | None) -> Worker:
+        """The next idle worker, waiting at most `wait_s` (by default the
+        serving or start-up bound): `NoWorker`, or `ZygoteGone` at once if
+        none can come."""
+        if wait_s is None:
+            wait_s = CALL_WAIT_S if self.serving else START_WAIT_S
+        deadline = time.monotonic() + wait_s
         while True:
-            worker = await self._ready()
-            if worker.gone is None:
-                self.fork(1)
-                return worker
+            worker = self.idle.popleft() if self.idle else await self._wait(deadline, wait_s)
+            if worker.state is WorkerState.IDLE:
+                return worker  # else it died on its way here: take the next
+
+    async def _wait(self, deadline: float, wait_s: float) -> Worker:
+        if self.state in (PoolState.FAILED, PoolState.CLOSED):
+            raise ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above")
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await asyncio.wait({waiter}, timeout=max(0.0, deadline - time.monotonic()))
+        except asyncio.CancelledError:
+            if waiter.done() and waiter.exception() is None:
+                self._offer(waiter.result())  # handed over just as the call went away
+            waiter.cancel()
+            raise
+        if not waiter.done():
+            waiter.cancel()
+            raise NoWorker(f"no worker was ready within {wait_s:g} s")
+        return waiter.result()
+
+    async def checkout(self, wait_s: float | None = None) -> Worker:
+        """A ready worker, lent for one run (`run`, or `give_back` if the
+        call ends before its run starts); the pool forks its replacement at
+        once. `NoWorker` if none is ready within the wait."""
+        worker = await self._take(wait_s)
+        worker.move("lend")
+        self._replenish()
+        return worker
+
+    def give_back(self, worker: Worker) -> None:
+        """A lent worker whose call ended before its run was sent goes back
+        to the idle line; for any other this does nothing."""
+        if worker.state is WorkerState.LENT:
+            worker.move("give_back")
+            self._offer(worker)
 
     async def check(self, tool: str) -> Checked:
-        worker = await self._ready()
+        worker = await self._take(START_WAIT_S)
+        worker.move("check")
         try:
             check = Check(manifest=str(self.manifest), tool=tool)
             await self.router.send_multipart([worker.identity, pack(check)])
@@ -188,22 +338,25 @@ class Pool:
                 if isinstance(message, Checked):
                     return message
         finally:
-            if worker.gone is None:
-                self.idle.put_nowait(worker)
+            if worker.state is WorkerState.CHECKING:
+                worker.move("checked")
+                self._offer(worker)
 
     async def run(self, worker: Worker, message: Run,
                   on_message: Callable[[Record], None]) -> Ended | StoppedMsg:
         """Send the run and wait for its end; every other message (started,
         print) goes to `on_message`. `WorkerLost` if the worker dies first."""
+        if worker.state is WorkerState.GONE:
+            raise WorkerLost(worker.pid, worker.how)  # it died while lent
+        worker.move("run")
         worker.run = message.run
         worker.last_seen = time.monotonic()
         await self.router.send_multipart([worker.identity, pack(message)])
         while True:
             reply = await self._next(worker)
             if isinstance(reply, (Ended, StoppedMsg)):
-                worker.ended = True
-                if worker.gone is not None:
-                    self.workers.pop(worker.identity, None)  # kept for this message (_lost)
+                if worker.move("end") is WorkerState.GONE:
+                    self.workers.pop(worker.identity, None)  # kept for this message
                 return reply
             on_message(reply)
 
@@ -225,91 +378,123 @@ class Pool:
                 continue
             worker = self.workers.get(identity)
             if worker is None:
-                if not isinstance(message, Heartbeat):
-                    continue
-                worker = Worker(pid=message.pid, identity=identity)
-                self.workers[identity] = worker
-                self.idle.put_nowait(worker)
+                if isinstance(message, Heartbeat):
+                    self.heard_early[identity] = time.monotonic()
                 continue
             worker.last_seen = time.monotonic()
             if isinstance(message, Heartbeat):
+                if worker.state is WorkerState.STARTING:
+                    self._heard(worker)
                 continue
             worker.inbox.put_nowait(message)
 
-    async def _reports(self, fd: int) -> None:
+    def _heard(self, worker: Worker) -> None:
+        worker.move("heard")
+        if self.unused_deaths:
+            self.log("workers_ready_again", unused_deaths=self.unused_deaths)
+            self.unused_deaths = 0
+        self._offer(worker)
+
+    async def _reports(self, fd: int, zygote: subprocess.Popen) -> None:
+        """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
+        and "exit PID STATUS"; then its own end."""
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
         while line := await reader.readline():
             verb, _, rest = line.decode().strip().partition(" ")
-            if verb == "exit":
+            if verb == "ready":
+                self._zygote_up()
+                continue
+            if verb == "forked":
+                self._forked(int(rest))
+            elif verb == "unforked":
+                self.asked = max(0, self.asked - 1)
+                self._died_unused(f"could not be forked (errno {rest})", None)
+            elif verb == "exit":
                 pid_text, _, status = rest.partition(" ")
                 self._exited(int(pid_text), int(status))
-        code = await asyncio.to_thread(self.zygote.wait)
-        self.zygote_exit = describe_exit(_status_of(code))
-        self.zygote_gone.set()
-        # Its workers die with it (they ask the kernel to), unreported.
-        for worker in list(self.workers.values()):
-            self._lost(worker, f"died with the zygote, which {self.zygote_exit}")
-        if not self.closing:
-            self.log("zygote_exited", level="error", how=self.zygote_exit)
-            await self._respawn()
+            self._owed()
+        code = await asyncio.to_thread(zygote.wait)
+        self._zygote_died(describe_exit(_status_of(code)))
 
-    async def _respawn(self) -> None:
-        """While serving, a zygote that died is started again (a few times):
-        calls in flight that wait for a worker get `ZygoteGone` meanwhile."""
-        self.respawns += 1
-        if self.respawns > MAX_ZYGOTE_RESPAWNS or not self.serving:
-            return
-        self.requested = 0
-        await self._spawn_zygote()
+    def _forked(self, pid: int) -> None:
+        self.asked = max(0, self.asked - 1)
+        worker = Worker(pid=pid, identity=f"w{pid}".encode())
+        self.workers[worker.identity] = worker
+        if self.heard_early.pop(worker.identity, None) is not None:
+            self._heard(worker)
 
     def _exited(self, pid: int, status: int) -> None:
         worker = self.workers.get(f"w{pid}".encode())
         if worker is not None:
-            self._lost(worker, describe_exit(status), clean=status == 0, status=status)
+            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
 
-    def _lost(self, worker: Worker, how: str, clean: bool = False,
+    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
               status: int | None = None) -> None:
-        """A worker is gone: whoever waits on its run learns how; an idle one
-        is replaced to keep the pool ahead of demand."""
-        if worker.gone is not None:
-            self.workers.pop(worker.identity, None)
+        """A worker exited: whoever waits on it learns how, and the pool
+        forks what it now lacks."""
+        was = worker.state
+        if was is WorkerState.DRAINING:
             return
-        worker.gone = how
-        if worker.run is not None and clean and not worker.ended:
-            # A worker exits cleanly just after sending its run's end, and the
-            # zygote's report of the exit can overtake that message on its way
-            # through the socket: keep routing to the worker until it arrives,
-            # for a while; an end that never comes is a lost worker.
-            asyncio.get_running_loop().call_later(END_GRACE_S, self._end_overdue, worker, how)
+        if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
+            # Keep routing to it for a while: its run's end is on its way.
+            self._later(END_GRACE_S, lambda: self._end_overdue(worker, how))
             return
+        worker.how = how
         self.workers.pop(worker.identity, None)
-        if worker.run is not None and not clean:
+        if worker in self.idle:
+            self.idle.remove(worker)
+        if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
-        elif worker.run is None and not self.closing:
-            self.fork(1)
+        if was in UNUSED and strike and self.state is not PoolState.CLOSED:
+            self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+        self._replenish()
 
-    async def _watch(self) -> None:
-        """Kill the process group of a worker that stopped sending heartbeats
-        (stuck inside C code holding the interpreter, say)."""
-        while True:
-            await asyncio.sleep(HEARTBEAT_TIMEOUT_S / 3)
-            now = time.monotonic()
-            for worker in list(self.workers.values()):
-                if worker.gone is None and now - worker.last_seen > HEARTBEAT_TIMEOUT_S:
-                    self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run)
-                    self._kill(worker)
+    def _died_unused(self, what: str, pid: int | None) -> None:
+        """A fork that did no good: the next waits for the backoff."""
+        now = time.monotonic()
+        delay = self.fork_backoff.strike(now)
+        self.fork_at = max(self.fork_at, now + delay)
+        self.unused_deaths += 1
+        self.log("worker_died_unused", level="warning", pid=pid, how=what, retry_in_s=delay)
+        self._replenish()
 
     def _end_overdue(self, worker: Worker, how: str) -> None:
-        if not worker.ended:
+        if worker.state is WorkerState.DRAINING:
+            worker.move("overdue")
+            worker.how = how
             self.workers.pop(worker.identity, None)
             worker.inbox.put_nowait(WorkerLost(worker.pid, f"{how} without reporting its run's end"))
 
+    # -- the watch ---------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Once a second: a zygote that stopped answering is killed (and so
+        replaced), and so is the process group of a worker that stopped
+        sending heartbeats (stuck inside C code holding the interpreter, say)."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            now = time.monotonic()
+            if self.state in (PoolState.NEW, PoolState.BOOTING) and now > self.boot_due:
+                self._kill_zygote(f"it did not start within {ZYGOTE_BOOT_S:g} s")
+            elif self.state is PoolState.UP and self.answer_due is not None and now > self.answer_due:
+                self._kill_zygote(f"it answered no fork request for {ZYGOTE_SILENT_S:g} s")
+            for worker in list(self.workers.values()):
+                if (worker.state is not WorkerState.DRAINING and not worker.killed
+                        and now - worker.last_seen > HEARTBEAT_TIMEOUT_S):
+                    self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run,
+                             state=worker.state.value)
+                    self._kill(worker)
+            for identity, when in list(self.heard_early.items()):
+                if now - when > HEARTBEAT_TIMEOUT_S:
+                    del self.heard_early[identity]  # a worker of a zygote that is gone
+
     def _kill(self, worker: Worker) -> None:
+        worker.killed = True
         try:
             os.killpg(worker.pid, signal.SIGKILL)
         except ProcessLookupError:
-            self._lost(worker, "vanished without a report")
+            self._gone(worker, "vanished without a report")
         except PermissionError:
             pass

@@ -1,7 +1,8 @@
 """A hundred concurrent calls through one official SDK client session to a
 write tool without `once`, on a server that runs at most four at a time:
 every call is answered, done or busy; nothing runs twice; the ledger is
-balanced afterwards."""
+balanced afterwards. And a flood while bursts of worker deaths hit the
+pool: every call is still answered, and the pool is whole afterwards."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import anyio
 import pytest
 
 from staal.supervisor.ledger import read_ledger
+from tests.killer import Killer
 from tests.recorder import Recorder
 from tests.servers import WAIT, Site, sdk_session, text_of
 
@@ -145,3 +147,79 @@ def test_with_every_slot_held_a_flood_gets_exactly_that_many_runs_and_busy_for_t
     assert (len(done), len(busy)) == (MAX_RUNS, CALLS - MAX_RUNS)
     assert len(service.seen("POST", "/record")) == MAX_RUNS
     balanced_ledger(site, MAX_RUNS)
+
+
+LOOKUP = """
+from staal.caps import HttpGet
+
+def main(url: str, n: int, get: HttpGet) -> dict:
+    return {"status": get.get(url).status_code}
+"""
+WAVES = 4
+WAVE = 20
+
+
+def test_a_flood_with_bursts_of_worker_deaths_ends_with_every_call_answered(tmp_path, service):
+    # A read, so a run whose worker was killed mid-request is resumed and
+    # sends it again instead of waiting for an operator.
+    service.route("GET", "/lookup", 200, {"found": True})
+    site = Site(tmp_path)
+    site.program("lookup.py", LOOKUP)
+    site.write([{"name": "lookup", "program": "lookup.py",
+                 "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/*"]}}}],
+               max_concurrent_runs=MAX_RUNS)
+    killer = Killer(site.manifest)
+    url = service.base + "/lookup"
+
+    async def scenario():
+        async with sdk_session(site, "auto", read_timeout=WAIT * 4) as session:
+            call = session.client.call_tool
+            assert (await call("lookup", {"url": url, "n": -1})).is_error is False
+            killer.bursts(on_s=0.5, off_s=1.0, bound_s=WAIT * 4)
+            results: list = []
+            try:
+                for wave in range(WAVES):
+                    results += await asyncio.gather(*(
+                        call("lookup", {"url": url, "n": wave * WAVE + n}) for n in range(WAVE)))
+            finally:
+                killer.stop()
+            after = await call("lookup", {"url": url, "n": WAVES * WAVE})
+            return results, after, session
+
+    results, after, session = anyio.run(scenario)
+    assert len(killer.killed) > 0
+    assert len(results) == WAVES * WAVE
+    kinds: Counter = Counter()
+    waiting = set()
+    for result in results:
+        text = text_of(result)
+        if not result.is_error:
+            assert result.structured_content == {"result": {"status": 200}}
+            kinds["done"] += 1
+        elif "busy" in text:
+            assert "try again later" in text, text
+            kinds["busy"] += 1
+        elif (result.structured_content or {}).get("status") == "waiting_for_operator":
+            # Its workers died four times with its read in flight: the
+            # journal cannot say the read did not happen.
+            waiting.add(result.structured_content["run"])
+            kinds["waiting"] += 1
+        else:
+            assert text.startswith("An internal error happened in run "), text
+            kinds["internal"] += 1
+    # After the bursts the pool is whole again.
+    assert after.is_error is False and after.structured_content == {"result": {"status": 200}}
+    # Every call was answered once, each on a whole line.
+    assert session.traffic.errors == []
+    calls = session.traffic.sent_calls()
+    assert len(calls) == WAVES * WAVE + 2
+    assert all(len(session.traffic.received_for(c["id"])) == 1 for c in calls)
+    # Nothing else is held: every other run was settled, or released if it
+    # never started; a busy call reserved nothing.
+    state = read_ledger(site.ledger_path)
+    assert {entry.run for entry in state.unsettled()} == waiting
+    assert all(site.waiting_record(run).exists() for run in waiting)
+    runs = state.runs()
+    assert sum(entry.outcome == "done" for entry in runs) == kinds["done"] + 2
+    assert len(runs) == kinds["done"] + kinds["internal"] + kinds["waiting"] + 2
+    print(f"\n{len(killer.killed)} workers killed; answers: {dict(kinds)}")

@@ -7,9 +7,12 @@ no worker's memory holds another tool's secret (worker/serve.py).
 A fork of this warm process costs about a millisecond; an interpreter start
 costs hundreds. Fork requests arrive on standard input as lines
 ("fork N"), never through a ZeroMQ socket (ZeroMQ contexts do not survive a
-fork: each worker opens its own). The zygote reaps its children and reports
-each exit ("exit PID STATUS") on the report descriptor, so the supervisor
-knows how a worker ended: normally, killed, or by a signal such as SIGSEGV.
+fork: each worker opens its own). On the report descriptor the zygote says
+when it is ready ("ready", its programs loaded), each fork ("forked PID", or
+"unforked ERRNO" when the kernel refused one), and each exit of a child it
+reaped ("exit PID STATUS"), so the supervisor accounts for every fork it
+asked for and knows how a worker ended: normally, killed, or by a signal
+such as SIGSEGV.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class Zygote:
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: self._wake())
+        self.report_line("ready")
         pending = b""
         while True:
             ready, _, _ = select.select([0, self.wake_r], [], [])
@@ -127,7 +131,11 @@ class Zygote:
 
     def fork_worker(self) -> None:
         with confine.broker_section():
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of processes or memory: the pool tries again later
+                self.report_line(f"unforked {exc.errno}")
+                return
         if pid == 0:
             self.become_worker()
         self.children.add(pid)
