@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 
-from staal.protocol.connection import IllegalTransition, advance
 from staal.protocol.dispatch import CallTool, Dispatcher, Result
 from staal.protocol.framing import MAX_LINE, Line
 from staal.protocol.jsonrpc import (
@@ -52,6 +51,7 @@ from staal.protocol.revisions import (
     select_revision,
     unsupported_version,
 )
+from staal.transitions import IllegalTransition, advance
 
 HEADER_MISMATCH = -32020
 MAX_BODY = MAX_LINE
