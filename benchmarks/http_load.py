@@ -8,7 +8,7 @@ tool's result equal to the argument sent. Nothing of an SDK's client is in
 the way, so the same bytes measure every server.
 
     python benchmarks/http_load.py --port P [--path /mcp] --clients 16 --calls 2000
-        --revision 2025-11-25|2026-07-28
+        --revision 2025-11-25|2026-07-28 [--method tools/call|tools/list]
 
 Prints one JSON object: calls, failures (by message), seconds (first request
 written to last answer read) and this process's CPU seconds.
@@ -24,21 +24,22 @@ from collections import Counter
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
+CALL = "tools/call"
+LIST = "tools/list"
 META = {"io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "bench-load", "version": "1"}}
 
 
-def request(path: str, port: int, revision: str, i: int) -> bytes:
-    params: dict[str, object] = {"name": "noop", "arguments": {"x": i}}
+def request(path: str, port: int, revision: str, method: str, i: int) -> bytes:
+    params: dict[str, object] = {"name": "noop", "arguments": {"x": i}} if method == CALL else {}
     headers = [f"POST {path} HTTP/1.1", f"host: 127.0.0.1:{port}",
                "content-type: application/json", "accept: application/json, text/event-stream",
                f"mcp-protocol-version: {revision}"]
     if revision == MODERN:
         params["_meta"] = META
-        headers += ["mcp-method: tools/call", "mcp-name: noop"]
-    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                       "params": params}).encode()
+        headers += [f"mcp-method: {method}"] + (["mcp-name: noop"] if method == CALL else [])
+    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
     headers.append(f"content-length: {len(body)}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
@@ -59,8 +60,9 @@ async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         body += chunk[:-2]
 
 
-def judged(status: int, body: bytes, i: int) -> str | None:
-    """None if the answer is the tool's result i, else what was wrong."""
+def judged(status: int, body: bytes, i: int, method: str) -> str | None:
+    """None if the answer is the tool's result i (or a listing naming the
+    no-op tool), else what was wrong."""
     if status != 200:
         return f"HTTP {status}"
     text = body.decode()
@@ -70,18 +72,21 @@ def judged(status: int, body: bytes, i: int) -> str | None:
     result = message.get("result")
     if result is None:
         return f"error {message.get('error', {}).get('code')}"
+    if method == LIST:
+        return None if any(t["name"] == "noop" for t in result.get("tools", ())) else "no noop listed"
     if result.get("isError") or result.get("structuredContent", {}).get("result") != i:
         return "wrong result"
     return None
 
 
-async def client(port: int, requests: list[tuple[int, bytes]], failures: Counter[str]) -> None:
+async def client(port: int, method: str, requests: list[tuple[int, bytes]],
+                 failures: Counter[str]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for i, data in requests:
             writer.write(data)
             status, body = await read_answer(reader)
-            problem = judged(status, body, i)
+            problem = judged(status, body, i, method)
             if problem is not None:
                 failures[problem] += 1
     finally:
@@ -91,11 +96,12 @@ async def client(port: int, requests: list[tuple[int, bytes]], failures: Counter
 async def load(args: argparse.Namespace) -> dict[str, object]:
     per_client: list[list[tuple[int, bytes]]] = [[] for _ in range(args.clients)]
     for i in range(args.calls):
-        per_client[i % args.clients].append((i, request(args.path, args.port, args.revision, i)))
+        per_client[i % args.clients].append(
+            (i, request(args.path, args.port, args.revision, args.method, i)))
     failures: Counter[str] = Counter()
     cpu = time.process_time()
     started = time.perf_counter()
-    await asyncio.gather(*(client(args.port, chunk, failures) for chunk in per_client))
+    await asyncio.gather(*(client(args.port, args.method, chunk, failures) for chunk in per_client))
     seconds = time.perf_counter() - started
     return {"calls": args.calls, "failures": dict(failures), "seconds": seconds,
             "cpu": time.process_time() - cpu}
@@ -108,6 +114,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--revision", choices=(LEGACY, MODERN), default=MODERN)
+    parser.add_argument("--method", choices=(CALL, LIST), default=CALL)
     print(json.dumps(asyncio.run(load(parser.parse_args()))))
 
 

@@ -14,8 +14,9 @@ The load is `http_load.py`, a process of its own: N keep-alive connections,
 each calling in turn, every answer checked. Both revisions are measured:
 2025-11-25 (no session: neither server mints one) and 2026-07-28 (the
 `_meta` envelope and its mirrored headers). Per round, for each server in
-turn (the order rotates): start it, a warm-up, then for each revision and
-client count one load of --calls calls, the server tree's CPU (user +
+turn (the order rotates): start it, a warm-up, then for each revision one
+load of --calls calls with 1 client, one with 16, and --calls `tools/list`
+requests with 16 (no run: the transport and protocol layers alone), the server tree's CPU (user +
 system, `proctree.py`) measured around it; then SIGTERM. Reports medians
 over rounds, the ratio staal / SDK, and the load average.
 
@@ -44,7 +45,9 @@ from server_contenders import NOOP, SERVERS, bench_dir, write_staal_manifest
 HERE = Path(__file__).resolve().parent
 LOAD = HERE / "http_load.py"
 REVISIONS = ("2025-11-25", "2026-07-28")
-CLIENTS = (1, 16)
+# (clients, method): calls of the no-op tool, and tools/list (no run: what
+# the transport and the protocol layer cost on their own).
+PHASES = ((1, "tools/call"), (16, "tools/call"), (16, "tools/list"))
 START_BOUND_S = 60.0
 
 
@@ -103,9 +106,10 @@ def stop(running: Running) -> None:
     shutil.rmtree(running.directory, ignore_errors=True)
 
 
-def load(port: int, clients: int, calls: int, revision: str) -> dict[str, object]:
+def load(port: int, clients: int, calls: int, revision: str,
+         method: str = "tools/call") -> dict[str, object]:
     out = subprocess.run([sys.executable, str(LOAD), "--port", str(port), "--clients", str(clients),
-                          "--calls", str(calls), "--revision", revision],
+                          "--calls", str(calls), "--revision", revision, "--method", method],
                          capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout)
 
@@ -117,16 +121,16 @@ class Cell:
     failures: dict[str, int] = field(default_factory=dict)
 
 
-def measure(server: str, args: argparse.Namespace, cells: dict[tuple[str, str, int], Cell]) -> None:
+def measure(server: str, args: argparse.Namespace, cells: dict[tuple[str, str, str, int], Cell]) -> None:
     running = start(server)
     try:
         for revision in REVISIONS:
             load(running.port, 16, args.warmup, revision)
-            for clients in CLIENTS:
+            for clients, method in PHASES:
                 before = tree_cpu(running.process.pid)
-                result = load(running.port, clients, args.calls, revision)
+                result = load(running.port, clients, args.calls, revision, method)
                 used = tree_cpu(running.process.pid) - before
-                cell = cells.setdefault((server, revision, clients), Cell())
+                cell = cells.setdefault((server, revision, method, clients), Cell())
                 cell.rates.append(result["calls"] / result["seconds"])
                 cell.cpu_per_call.append(used / result["calls"])
                 for message, count in result["failures"].items():
@@ -135,7 +139,7 @@ def measure(server: str, args: argparse.Namespace, cells: dict[tuple[str, str, i
         stop(running)
 
 
-def report(cells: dict[tuple[str, str, int], Cell], args: argparse.Namespace,
+def report(cells: dict[tuple[str, str, str, int], Cell], args: argparse.Namespace,
            load_before: tuple[float, ...]) -> None:
     from importlib.metadata import version
 
@@ -143,14 +147,16 @@ def report(cells: dict[tuple[str, str, int], Cell], args: argparse.Namespace,
           f"{os.cpu_count()} cores; load average before {load_before[0]:.2f}, after "
           f"{os.getloadavg()[0]:.2f}; Python {sys.version.split()[0]}, mcp {version('mcp')}, "
           f"uvicorn {version('uvicorn')}, uvloop {version('uvloop')}\n")
-    print("| revision | clients | staal calls/s | SDK calls/s | staal / SDK | "
-          "staal CPU ms/call | SDK CPU ms/call |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| revision | request | clients | staal per s | SDK per s | staal / SDK | "
+          "staal CPU ms each | SDK CPU ms each |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for revision in REVISIONS:
-        for clients in CLIENTS:
-            staal, sdk = cells[("staal", revision, clients)], cells[("sdk", revision, clients)]
+        for clients, method in PHASES:
+            staal = cells[("staal", revision, method, clients)]
+            sdk = cells[("sdk", revision, method, clients)]
             s_rate, r_rate = statistics.median(staal.rates), statistics.median(sdk.rates)
-            print(f"| {revision} | {clients} | {s_rate:.0f} | {r_rate:.0f} | {s_rate / r_rate:.2f} | "
+            print(f"| {revision} | {method} | {clients} | {s_rate:.0f} | {r_rate:.0f} | "
+                  f"{s_rate / r_rate:.2f} | "
                   f"{statistics.median(staal.cpu_per_call) * 1e3:.2f} | "
                   f"{statistics.median(sdk.cpu_per_call) * 1e3:.2f} |")
     failed = {key: cell.failures for key, cell in cells.items() if cell.failures}
@@ -164,7 +170,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    cells: dict[tuple[str, str, int], Cell] = {}
+    cells: dict[tuple[str, str, str, int], Cell] = {}
     order = ["staal", "sdk"]
     for round_ in range(args.rounds):
         for server in order[round_ % 2:] + order[:round_ % 2]:
