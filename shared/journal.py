@@ -74,8 +74,16 @@ class OpEntry:
         return self.resolved is not None and self.resolved.happened
 
     @property
+    def is_unanswered_read(self) -> bool:
+        return (self.intent is not None and self.intent.read and self.outcome is None
+                and self.resolved is None)
+
+    @property
     def in_doubt(self) -> bool:
-        return self.intent is not None and self.outcome is None and self.resolved is None
+        """Attempted, with no outcome and no operator's answer, and not safe
+        to send again (a read is sent again instead)."""
+        return (self.intent is not None and self.outcome is None and self.resolved is None
+                and not self.intent.read)
 
     @property
     def param(self) -> str | None:
@@ -269,7 +277,9 @@ class _Builder:
         self.state.stopped = record
 
     def _end(self, line: int, record: End) -> None:
-        if any(not e.settled for e in self.state.ops.values()):
+        # A read with no outcome is the one unsettled op a run may end with:
+        # it changed nothing, and what it read is not needed any more.
+        if any(not e.settled and not e.is_unanswered_read for e in self.state.ops.values()):
             raise self.damaged(line, "an end while an op is unsettled")
         self.state.end = record
 

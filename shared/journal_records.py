@@ -34,7 +34,11 @@ class Header(Record):
 
 @dataclass(frozen=True, slots=True)
 class Intent(Record):
-    """Written before an action; an intent with no outcome is in doubt."""
+    """Written before an action; an intent with no outcome is in doubt,
+    unless the action is a read: safe to send again whatever happened, a
+    read is sent again by a resumed run and never waits for an operator
+    (seed 000: in doubt is "may or may not have happened and cannot safely
+    be sent again")."""
 
     TYPE: ClassVar[str] = "intent"
     op: OpNumber
@@ -44,6 +48,8 @@ class Intent(Record):
     args_sha256: Sha256
     time: TimeMs
     idempotency_key: str | None = None
+    # False for journals written before reads were marked: in doubt, as then.
+    read: bool = False
 
 
 @dataclass(frozen=True, slots=True)

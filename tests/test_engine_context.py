@@ -137,12 +137,15 @@ def journal(tmp_path) -> Path:
 
 
 def in_doubt_journal(journal: Path, clock: FixedClock, resend: str) -> None:
-    """A run that wrote the intent of a POST as op 1 and died during it."""
+    """A run that wrote the intent of a POST as op 1 and died during it: in
+    doubt, unless it is safe to send again whatever happened (resend always)."""
     run = Run(journal, clock)
     with pytest.raises(Crash):
         run.post(Service(journal, raises=Crash()), {"n": 1}, resend=resend)
     run.crash()
-    assert read_journal(journal).in_doubt() == [1]
+    state = read_journal(journal)
+    assert state.ops[1].outcome is None
+    assert state.in_doubt() == ([] if resend == "always" else [1])
 
 
 def resolve(journal: Path, op: int, happened: bool, result: Any = None,
@@ -167,7 +170,9 @@ def test_a_new_action_is_journaled_as_intent_before_it_is_performed_and_outcome_
     assert run.get(service) == {"status": 200, "call": 1}
     assert service.calls == 1
     at_call = service.journal_at_call[0]
-    assert at_call.in_doubt() == [1]  # the intent was durable when the service was called
+    # The intent was written when the service was called; a read, it is never in doubt.
+    assert at_call.ops[1].intent is not None and at_call.ops[1].outcome is None
+    assert at_call.ops[1].intent.read is True and at_call.in_doubt() == []
     assert at_call.ops[1].intent.cap == "net.http.get"
     assert at_call.ops[1].intent.param == "fetch"
     after = read_journal(journal)

@@ -71,6 +71,26 @@ def test_giving_up_with_nothing_in_doubt_ends_the_run_as_internal_with_the_journ
     assert read_journal(files.journal).end.usage == final.usage
 
 
+def test_giving_up_on_a_read_with_no_outcome_fails_the_run_as_internal_and_never_waits(tmp_path):
+    # A GET that every worker died during may have reached the service, but it
+    # is safe to send again: it is not in doubt, and no operator is asked.
+    get = Intent(op=1, param="pay", cap="net.http.get", action="get", args_sha256=SHA, time=2,
+                 read=True)
+    files = journal_of(tmp_path, get)
+    final = give_up(files, ("pay",), 4, "was killed by SIGKILL")
+    assert isinstance(final, Ended) and final.failure.kind == "internal"
+    journal = read_journal(files.journal)
+    assert journal.in_doubt() == [] and journal.stopped is None
+    assert final.usage["pay"].actions == 1
+
+
+def test_an_action_written_before_reads_were_marked_is_still_in_doubt(tmp_path):
+    files = journal_of(tmp_path, Intent(op=1, param="pay", cap="net.http.get", action="get",
+                                        args_sha256=SHA, time=2))
+    final = give_up(files, ("pay",), 4, "was killed by SIGKILL")
+    assert isinstance(final, StoppedMsg) and final.op == 1
+
+
 # -- end to end: the real server, its workers killed during the new attempt ----------------
 
 

@@ -190,6 +190,7 @@ class RunContext:
         self.writer.write(Intent(
             op=op, param=state.param, cap=spec.cap, action=spec.action,
             args_sha256=_args_hash(spec.args), time=self.writer.now(), idempotency_key=key,
+            read=spec.resend == "always",
         ), sync=spec.resend != "always")
         kill_point("worker", "intent")
 
