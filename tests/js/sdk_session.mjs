@@ -92,6 +92,14 @@ async function main() {
   const client = new Client({ name: "staal-tests", version: "1.0.0" }, negotiationOptions());
   const step = (name) => out.steps.push(name);
   const opts = { timeout };
+  // The SDK runs notification handlers a microtask late, so a progress
+  // notification read in the same chunk as its call's answer finds its
+  // handler gone and is reported here instead (with the notification's JSON).
+  out.lateProgress = [];
+  client.onerror = (err) => {
+    const found = /progress notification for an unknown token: (.*)$/.exec(String(err?.message ?? ""));
+    if (found) out.lateProgress.push(JSON.parse(found[1]).params);
+  };
   try {
     step("connect");
     await client.connect(transport, opts);
