@@ -8,6 +8,7 @@ as invalid params, and each read of a record a journaled run in a worker."""
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import anyio
@@ -18,8 +19,15 @@ from mcp.shared.exceptions import MCPError
 from staal.protocol.resources import ENDED_TTL_MS
 from staal.supervisor.ledger import read_ledger
 from tests.http_servers import HttpServer
-from tests.resource_sites import BASE, RECORDS, order_id, orders_collection, resource_site
-from tests.servers import Site, sdk_session
+from tests.resource_sites import (
+    BASE,
+    ORDERS,
+    RECORDS,
+    order_id,
+    orders_collection,
+    resource_site,
+)
+from tests.servers import START_WAIT, Site, sdk_session, server_env, supervisor_command
 
 MODES = ["auto", "legacy", "2026-07-28"]
 INVALID_PARAMS = -32602
@@ -73,6 +81,10 @@ async def explore(client: Any) -> dict[str, Any]:
         "unknown collection": await refusal(read, f"{BASE}/customers"),
         "other server": await refusal(read, "staal://another/runs"),
     }
+    listed = data_of(await client.read_resource(f"{BASE}/runs?limit=200"))["items"]
+    got = next(item["run"] for item in listed if item["tool"] == "@orders.get")
+    (journal,) = (await client.read_resource(f"{BASE}/runs/{got}/journal")).contents
+    seen["get journal"] = journal.text
     with pytest.raises(MCPError) as hidden:
         await client.call_tool("@orders.get", {"id": order_id(1)})
     seen["hidden call"] = hidden.value.error.code
@@ -109,6 +121,13 @@ def check_seen(seen: dict[str, Any], mode: str, site: Site) -> None:
         assert data["uri"].startswith("staal://"), what
     assert "cursor" in seen["refusals"]["forged"][1]
     assert "no-such-order" in seen["refusals"]["unknown record"][1]
+    # A record read's journal shows what it did, and never the values.
+    got = json.loads(seen["get journal"])
+    intent, outcome = got["items"][0], got["items"][1]
+    assert (intent["type"], intent["cap"], intent["action"]) == ("intent", "db.sqlite.read", "query")
+    assert len(intent["args_sha256"]) == 64 and len(outcome["result_sha256"]) == 64
+    # Neither the id it was asked for nor the record it found (its "total").
+    assert "o0007" not in seen["get journal"] and "total" not in seen["get journal"]
     # Every record read was a run of the collection's hidden tools, journaled.
     tools = [entry.tool for entry in read_ledger(site.ledger_path).runs()]
     assert tools.count("@orders.list") == len(pages) + 1  # and the clamped page
@@ -145,3 +164,29 @@ def test_over_http_the_sdk_lists_reads_runs_and_pages_records_through_signed_cur
 
         seen = anyio.run(session)
     check_seen(seen, mode, site)
+
+
+def test_serve_refuses_to_start_when_a_collections_program_holds_a_write_grant(tmp_path):
+    site = resource_site(Site(tmp_path), [orders_collection(
+        grants={"db": {"cap": "db.sqlite.write", "path": "shop.db"}})])
+    done = subprocess.run(supervisor_command(site.manifest), cwd=tmp_path, env=server_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=START_WAIT, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    (refused,) = [json.loads(line) for line in done.stderr.splitlines()
+                  if '"manifest_refused"' in line]
+    (problem,) = refused["problems"]
+    assert problem.startswith("resources[0].grants.db:") and "read capabilities only" in problem
+
+
+def test_serve_refuses_to_start_when_a_collections_entry_takes_other_inputs(tmp_path):
+    site = resource_site(Site(tmp_path))
+    site.program("orders.py", ORDERS.replace("def get_order(id: str", "def get_order(key: str"))
+    done = subprocess.run(supervisor_command(site.manifest), cwd=tmp_path, env=server_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=START_WAIT, check=False)
+    assert done.returncode == 2
+    (failed,) = [json.loads(line) for line in done.stderr.splitlines()
+                 if '"startup_failed"' in line]
+    assert "resources 'orders': its get entry 'get_order' takes key; it must take id" in \
+        failed["message"]
