@@ -82,7 +82,8 @@ async def explore(client: Any) -> dict[str, Any]:
         "other server": await refusal(read, "staal://another/runs"),
     }
     listed = data_of(await client.read_resource(f"{BASE}/runs?limit=200"))["items"]
-    got = next(item["run"] for item in listed if item["tool"] == "@orders.get")
+    # The oldest get: the read of order 7 (newest first).
+    got = [item["run"] for item in listed if item["tool"] == "@orders.get"][-1]
     (journal,) = (await client.read_resource(f"{BASE}/runs/{got}/journal")).contents
     seen["get journal"] = journal.text
     with pytest.raises(MCPError) as hidden:
