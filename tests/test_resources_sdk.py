@@ -127,8 +127,11 @@ def check_seen(seen: dict[str, Any], mode: str, site: Site) -> None:
     intent, outcome = got["items"][0], got["items"][1]
     assert (intent["type"], intent["cap"], intent["action"]) == ("intent", "db.sqlite.read", "query")
     assert len(intent["args_sha256"]) == 64 and len(outcome["result_sha256"]) == 64
-    # Neither the id it was asked for nor the record it found (its "total").
-    assert "o0007" not in seen["get journal"] and "total" not in seen["get journal"]
+    # Its ops show neither the id asked for nor the row found; only its end
+    # holds the run's own result, the record the read was answered with.
+    ops = json.dumps(got["items"][:-1])
+    assert "o0007" not in ops and "total" not in ops
+    assert got["items"][-1]["result"] == {"id": order_id(7), "total": 107}
     # Every record read was a run of the collection's hidden tools, journaled.
     tools = [entry.tool for entry in read_ledger(site.ledger_path).runs()]
     assert tools.count("@orders.list") == len(pages) + 1  # and the clamped page
