@@ -13,6 +13,8 @@ import pytest
 
 from staal.protocol.connection import Connection, Send
 from staal.protocol.cursors import CursorSigner
+from staal.protocol.dispatch import Dispatcher
+from staal.protocol.http import HEADER_MISMATCH, Endpoint, Read
 from staal.protocol.resources import (
     Collection,
     Contents,
@@ -25,6 +27,7 @@ from staal.protocol.resources import (
     RunsPage,
 )
 from staal.protocol.revisions import LEGACY, MODERN
+from tests.test_protocol_http import SETTINGS, answered, body, code_of, head, modern_headers
 from tests.test_protocol_support import (
     SERVER,
     error_code,
@@ -187,3 +190,44 @@ def test_a_cancelled_read_gets_no_answer():
                 "params": {"requestId": 7}})
     assert conn.answer_read(read, Contents({"items": []})) is None
     assert conn.in_flight() == []
+
+
+# -- over Streamable HTTP, sans I/O -------------------------------------------------------
+
+
+def http_endpoint():
+    return Endpoint(Dispatcher(SERVER, [], resources=catalogue()), SETTINGS)
+
+
+@pytest.mark.parametrize("name", [None, f"{BASE}/orders", "=?base64?not base64?="])
+def test_over_http_mcp_name_must_carry_the_uri_being_read(name):
+    params = {"uri": f"{BASE}/runs"}
+    reply = http_endpoint().message(head(**modern_headers("resources/read", name)),
+                                    body("resources/read", params))
+    assert code_of(reply) == (400, HEADER_MISMATCH)
+
+
+@pytest.mark.parametrize("name", [f"{BASE}/runs", f"  {BASE}/runs ",
+                                  "=?base64?" + base64.b64encode(f"{BASE}/runs".encode()).decode()
+                                  + "?="])
+def test_over_http_a_read_named_in_mcp_name_goes_to_the_application_and_is_answered_as_json(name):
+    endpoint = http_endpoint()
+    reply = endpoint.message(head(**modern_headers("resources/read", name)),
+                             body("resources/read", {"uri": f"{BASE}/runs"}))
+    assert isinstance(reply, Read) and reply.read.ref == RunsPage(50)
+    status, message = answered(endpoint.read_response(reply.read, Contents({"items": []})))
+    assert status == 200 and result_of(message, "resources/read", MODERN)["ttlMs"] == 0
+
+
+def test_over_http_an_unknown_resource_is_400_invalid_params_in_2026_and_200_in_2025():
+    endpoint = http_endpoint()
+    uri = f"{BASE}/nothing"
+    modern_reply = endpoint.message(head(**modern_headers("resources/read", uri)),
+                                    body("resources/read", {"uri": uri}))
+    status, message = answered(modern_reply)
+    assert status == 400 and message["error"]["code"] == -32602
+    assert message["error"]["data"] == {"uri": uri}
+    legacy_reply = endpoint.message(head(mcp_protocol_version=LEGACY),
+                                    body("resources/read", {"uri": uri}, envelope=False))
+    status, message = answered(legacy_reply)
+    assert status == 200 and message["error"]["code"] == -32602

@@ -7,6 +7,7 @@ started) nobody."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from staal.clock import SYSTEM_CLOCK
+from staal.journal import JournalWriter
+from staal.journal_records import End, Header, Print, Value
 from staal.protocol.cursors import CursorSigner
 from staal.protocol.jsonrpc import RpcError
 from staal.protocol.resources import ReadResource, ResourceCatalogue
@@ -115,3 +118,34 @@ def test_the_cursor_key_is_made_once_private_and_kept_across_starts(tmp_path):
     key = cursor_key(tmp_path)
     assert len(key) == 32 and cursor_key(tmp_path) == key
     assert (tmp_path / "resources.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_journal_is_read_100_records_a_page_with_hashes_for_values(served, tmp_path):
+    run = served.runs[0]
+    files = RunFiles(tmp_path, "tool0", run)
+    files.folder.mkdir(parents=True)
+    sha = "ab" * 32
+    header = Header(run=run, tool="tool0", program="/srv/secret-path/tool0.py",
+                    program_sha256=sha, config_sha256=sha, inputs_sha256=sha,
+                    runtime="staal 0.1.0", time=1_760_000_000_000)
+    with JournalWriter.create(files.journal, header) as journal:
+        for op in range(1, 131):
+            journal.write(Value(op=op, cap="random.bytes", value=f"secret-{op}",
+                                time=1_760_000_000_000 + op, param="rng"), sync=False)
+        journal.write(Print(seq=1, text="card 4242", time=1_760_000_000_200))
+        journal.write(End(outcome="done", time=1_760_000_000_300, result={"ok": True}))
+    pages, uri = [], f"{BASE}/runs/{run}/journal"
+    while True:
+        page = read(served, uri)
+        pages.append(page)
+        if "nextCursor" not in page.data:
+            break
+        uri = f"{BASE}/runs/{run}/journal?cursor={page.data['nextCursor']}"
+    assert [len(p.data["items"]) for p in pages] == [100, 32]
+    items = [item for p in pages for item in p.data["items"]]
+    assert [i["op"] for i in items if i["type"] == "value"] == list(range(1, 131))
+    assert items[-2] == {"type": "print", "seq": 1, "time": items[-2]["time"]}
+    assert items[-1]["type"] == "end" and items[-1]["result"] == {"ok": True}
+    assert pages[-1].ttl_ms > 0  # ended: it never changes again
+    text = json.dumps([p.data for p in pages])
+    assert "secret" not in text and "4242" not in text  # values, printed text and paths
