@@ -190,26 +190,27 @@ class Connection:
     def answer_call(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any] | None:
         """The answer to `call`, or None if the client cancelled it."""
         _check_outcome_fits(call, outcome)
-        entry = self._entry(call)
-        was = entry.state
-        entry.state = advance(CALL_TRANSITIONS, was, "answer")
-        del self._calls[call.request_id]
-        if was is CallState.CANCELLED:
+        if self._answered_cancelled(call):
             return None
         return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
 
     def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Any] | None:
         """The answer to a resources/read, or None if the client cancelled it."""
-        entry = self._entry(read)
-        was = entry.state
-        entry.state = advance(CALL_TRANSITIONS, was, "answer")
-        del self._calls[read.request_id]
-        if was is CallState.CANCELLED:
+        if self._answered_cancelled(read):
             return None
         result = self.dispatcher.read_result(read, answer)
         if isinstance(result, RpcError):
             return result.to_message(read.request_id)
         return result_message(read.request_id, result.result)
+
+    def _answered_cancelled(self, request: CallTool | ReadResource) -> bool:
+        """Move a request in flight to answered; whether it was cancelled
+        (then nothing more is sent for it)."""
+        entry = self._entry(request)
+        was = entry.state
+        entry.state = advance(CALL_TRANSITIONS, was, "answer")
+        del self._calls[request.request_id]
+        return was is CallState.CANCELLED
 
     def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
         """The notifications/progress for `call`, or None if it asked for no
