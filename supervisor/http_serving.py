@@ -42,7 +42,7 @@ from staal.protocol.http import (
     HttpSettings,
     Read,
 )
-from staal.protocol.jsonrpc import RequestId, RpcError
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.revisions import LEGACY
 from staal.supervisor.calls import CallState
 from staal.supervisor.server import Server, Transport
@@ -174,7 +174,7 @@ class McpApp:
         busy = self.server.busy(self.in_progress)
         if busy is not None:
             await respond(send, self.endpoint.read_response(reply.read,
-                                                            RpcError(-32603, busy.message)))
+                                                            RpcError(INTERNAL_ERROR, busy.message)))
             return
         self.in_progress += 1
         try:

@@ -21,7 +21,7 @@ from staal.fsio import OS_SYNC, write_all
 from staal.journal import read_journal
 from staal.manifest_resources import ENTRY_INPUTS, ResourceDecl
 from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import RpcError
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.resources import (
     ENDED_TTL_MS,
     JOURNAL_PAGE,
@@ -42,7 +42,6 @@ from staal.supervisor.journal_view import header_data, record_data, when
 from staal.supervisor.ledger import RunEntry
 from staal.supervisor.principal import Principal
 
-INTERNAL_ERROR = -32603
 KEY_FILE = "resources.key"
 KEY_SIZE = 32
 # What a run's status may be kept for once it can no longer change.

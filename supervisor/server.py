@@ -26,7 +26,7 @@ from staal.manifest import RUN_STATUS_TOOL, Manifest
 from staal.manifest_resources import is_hidden_tool
 from staal.protocol.cursors import CursorSigner
 from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import RpcError
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.resources import Collection, ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
@@ -121,7 +121,7 @@ class Server:
                      error=f"{type(exc).__name__}: {exc}",
                      traceback="".join(traceback.format_exception(exc)))
             where = f" in run {state.run}" if state.run else ""
-            return RpcError(-32603, f"an internal error happened{where}; the details are in "
+            return RpcError(INTERNAL_ERROR, f"an internal error happened{where}; the details are in "
                             "the server's log, for the operator")
 
     async def recover(self, plan: RecoveryPlan) -> None:

@@ -17,7 +17,7 @@ import orjson
 from staal.killpoints import kill_point
 from staal.protocol.connection import Cancel, Connection, Send
 from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import RpcError
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
 from staal.supervisor.calls import CallState
@@ -83,7 +83,7 @@ class StdioServing:
         """A read counts against the bound on calls in progress: it may be a run."""
         busy = self.server.busy(len(self.tasks))
         if busy is not None:
-            self._answer_read(read, RpcError(-32603, busy.message))
+            self._answer_read(read, RpcError(INTERNAL_ERROR, busy.message))
             return
         state = CallState()
         self.states[read.request_id] = state

@@ -10,6 +10,8 @@ import base64
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from staal.protocol.connection import Connection, Send
 from staal.protocol.cursors import CursorSigner
@@ -27,6 +29,7 @@ from staal.protocol.resources import (
     RunsPage,
 )
 from staal.protocol.revisions import LEGACY, MODERN
+from tests.test_protocol_fuzz import FUZZ, check_answer, json_values
 from tests.test_protocol_http import SETTINGS, answered, body, code_of, head, modern_headers
 from tests.test_protocol_support import (
     SERVER,
@@ -231,3 +234,30 @@ def test_over_http_an_unknown_resource_is_400_invalid_params_in_2026_and_200_in_
                                     body("resources/read", {"uri": uri}, envelope=False))
     status, message = answered(legacy_reply)
     assert status == 200 and message["error"]["code"] == -32602
+
+
+# -- fuzzed ------------------------------------------------------------------------------
+
+URI_PIECES = st.sampled_from([BASE, "staal://", "/", "runs", "orders", RUN, "journal", "?",
+                              "&", "=", "limit", "cursor", "%", "%2F", "#", "é", "-1", "9" * 20])
+uris = st.lists(URI_PIECES, max_size=9).map("".join) | json_values
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(["resources/read", "resources/list",
+                                           "resources/templates/list"]),
+                          st.fixed_dictionaries({}, optional={"uri": uris, "cursor": json_values}),
+                          st.booleans()), min_size=1, max_size=6))
+def test_any_resource_request_gives_a_valid_answer_or_a_read_that_answers_validly(sequence):
+    conn = connection()
+    sent(conn, initialize())
+    for i, (method, params, envelope) in enumerate(sequence):
+        message = (modern if envelope else legacy)(i + 1, method, params)
+        for event in feed(conn, message):
+            if isinstance(event, ReadResource):
+                answer = conn.answer_read(event, Contents({"items": []}))
+                result_of(answer, method, MODERN if envelope else LEGACY)
+            else:
+                assert isinstance(event, Send)
+                check_answer(event.message)
+    assert conn.in_flight() == []
