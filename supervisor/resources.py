@@ -131,11 +131,20 @@ class Resources:
         if ref.after is not None:
             entries = _after(entries, ref.after)
         page = entries[:ref.limit]
-        data: dict[str, Any] = {"items": [_run_item(e) for e in page]}
+        data: dict[str, Any] = {"items": [self._run_item(e) for e in page]}
         if len(entries) > ref.limit:
             last = page[-1]
             data["nextCursor"] = self.catalogue.next_cursor(ref, f"{last.reserved_ms}:{last.run}")
         return Contents(data)
+
+    def _run_item(self, entry: RunEntry) -> dict[str, Any]:
+        """One run as the list shows it: a run waiting for an operator says
+        so (staal_run_status's word for it), any other unsettled one is
+        running; a settled one is its outcome."""
+        if entry.state != "unsettled":
+            return _run_item_fields(entry, entry.outcome)
+        waiting = self.calls.files(entry.tool, entry.run).waiting.exists()
+        return _run_item_fields(entry, "waiting_for_operator" if waiting else "running")
 
     def journal_page(self, read: ReadResource, ref: JournalPage, entry: RunEntry) -> ReadAnswer:
         files = self.calls.files(entry.tool, entry.run)
@@ -249,7 +258,6 @@ def _after(entries: list[RunEntry], position: str) -> list[RunEntry]:
     return [e for e in entries if e.reserved_ms < reserved]
 
 
-def _run_item(entry: RunEntry) -> dict[str, Any]:
-    state = "running" if entry.state == "unsettled" else entry.outcome
+def _run_item_fields(entry: RunEntry, state: str | None) -> dict[str, Any]:
     return {"run": entry.run, "tool": entry.tool, "state": state,
             "reserved": when(entry.reserved_ms), "ended": when(entry.ended_ms)}

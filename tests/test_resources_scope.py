@@ -149,3 +149,12 @@ def test_a_journal_is_read_100_records_a_page_with_hashes_for_values(served, tmp
     assert pages[-1].ttl_ms > 0  # ended: it never changes again
     text = json.dumps([p.data for p in pages])
     assert "secret" not in text and "4242" not in text  # values, printed text and paths
+
+
+def test_a_run_waiting_for_an_operator_is_listed_as_waiting(served, tmp_path):
+    waiting = RunFiles(tmp_path, "tool2", served.runs[2]).waiting
+    waiting.parent.mkdir(parents=True, exist_ok=True)
+    waiting.write_text(json.dumps({"op": 1, "message": "op 1 may or may not have happened"}))
+    states = {i["run"]: i["state"] for i in read(served, f"{BASE}/runs").data["items"]}
+    assert states[served.runs[2]] == "waiting_for_operator"
+    assert states[served.runs[1]] == "done"
