@@ -16,10 +16,10 @@ a malformed part, or a cursor this server did not make is invalid params
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import orjson
 
@@ -174,17 +174,16 @@ class ResourceCatalogue:
         prefix = self.base + "/"
         if not uri.startswith(prefix):
             return unknown_resource(uri, f"this server's resources are under {prefix}")
-        try:
-            parts = urlsplit(uri)
-        except ValueError:
-            return unknown_resource(uri, "not a URI")
-        if parts.fragment:
+        if "#" in uri:
             return unknown_resource(uri, "a resource URI has no fragment")
-        query = _query(parts.query)
+        path_text, _, query_text = uri[len(self.base):].partition("?")
+        query = _query(query_text)
         if isinstance(query, str):
             return unknown_resource(uri, query)
-        path = [unquote(p) for p in parts.path.split("/")[1:]]
-        ref = self._path(path, query)
+        path = [_unquote(p) for p in path_text.split("/")[1:]]
+        if None in path:
+            return unknown_resource(uri, "its path has a malformed %-escape")
+        ref = self._path(path, query)  # type: ignore[arg-type]
         if isinstance(ref, str):
             return unknown_resource(uri, ref)
         return ref
@@ -242,14 +241,35 @@ def _template(uri: str, name: str, description: str) -> dict[str, Any]:
     return {"uriTemplate": uri, "name": name, "description": description, "mimeType": MIME}
 
 
-def _query(text: str) -> dict[str, str] | str:
+_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+MAX_QUERY_FIELDS = 8
+
+
+def _unquote(text: str) -> str | None:
+    """RFC 3986 percent-decoding (UTF-8); None for a stray % or bytes that
+    are not UTF-8. Written here because protocol/ stays clear of urllib."""
+    raw = text.encode()
+    if raw.count(b"%") != len(_ESCAPE.findall(raw)):
+        return None
     try:
-        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text),
-                          max_num_fields=8)
-    except ValueError:
-        return "its query is not key=value pairs joined by &"
+        return _ESCAPE.sub(lambda m: bytes([int(m[1], 16)]), raw).decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _query(text: str) -> dict[str, str] | str:
+    """A query's parameters, each given once, both sides percent-decoded."""
     query: dict[str, str] = {}
-    for key, value in pairs:
+    if not text:
+        return query
+    fields = text.split("&")
+    if len(fields) > MAX_QUERY_FIELDS:
+        return f"its query has more than {MAX_QUERY_FIELDS} parameters"
+    for field in fields:
+        key, equals, value = field.partition("=")
+        key, value = _unquote(key), _unquote(value)
+        if not equals or not key or key is None or value is None:
+            return "its query is not key=value pairs joined by &"
         if key in query:
             return f"query parameter {key[:40]!r} is given twice"
         query[key] = value
@@ -281,6 +301,3 @@ def contents_result(uri: str, contents: Contents) -> dict[str, Any]:
     text = orjson.dumps(contents.data, option=orjson.OPT_SORT_KEYS).decode()
     return {"contents": [{"uri": uri, "mimeType": MIME, "text": text}]}
 
-
-def record_uri(base: str, segment: str, record_id: str) -> str:
-    return f"{base}/{segment}/{quote(record_id, safe='')}"
