@@ -170,27 +170,33 @@ def test_over_http_the_sdk_lists_reads_runs_and_pages_records_through_signed_cur
     check_seen(seen, mode, site)
 
 
+def run_supervisor(site: Site, command: str = "serve") -> subprocess.CompletedProcess:
+    """`staal-supervisor COMMAND MANIFEST` to its end (one that refuses to start)."""
+    serve = supervisor_command(site.manifest)
+    args = [*serve[:-2], command, serve[-1]]
+    return subprocess.run(args, cwd=site.root, env=server_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=START_WAIT, check=False)
+
+
+def logged(done: subprocess.CompletedProcess, event: str) -> dict[str, Any]:
+    (line,) = [json.loads(line) for line in done.stderr.splitlines() if f'"{event}"' in line]
+    return line
+
+
 def test_serve_refuses_to_start_when_a_collections_program_holds_a_write_grant(tmp_path):
     site = resource_site(Site(tmp_path), [orders_collection(
         grants={"db": {"cap": "db.sqlite.write", "path": "shop.db"}})])
-    done = subprocess.run(supervisor_command(site.manifest), cwd=tmp_path, env=server_env(),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=START_WAIT, check=False)
+    done = run_supervisor(site)
     assert done.returncode == 2 and done.stdout == ""
-    (refused,) = [json.loads(line) for line in done.stderr.splitlines()
-                  if '"manifest_refused"' in line]
-    (problem,) = refused["problems"]
+    (problem,) = logged(done, "manifest_refused")["problems"]
     assert problem.startswith("resources[0].grants.db:") and "read capabilities only" in problem
 
 
-def test_serve_refuses_to_start_when_a_collections_entry_takes_other_inputs(tmp_path):
+def test_serve_and_check_refuse_a_collection_whose_entry_takes_other_inputs(tmp_path):
     site = resource_site(Site(tmp_path))
     site.program("orders.py", ORDERS.replace("def get_order(id: str", "def get_order(key: str"))
-    done = subprocess.run(supervisor_command(site.manifest), cwd=tmp_path, env=server_env(),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=START_WAIT, check=False)
-    assert done.returncode == 2
-    (failed,) = [json.loads(line) for line in done.stderr.splitlines()
-                 if '"startup_failed"' in line]
-    assert "resources 'orders': its get entry 'get_order' takes key; it must take id" in \
-        failed["message"]
+    why = "resources 'orders': its get entry 'get_order' takes key; it must take id"
+    served = run_supervisor(site)
+    assert served.returncode == 2 and why in logged(served, "startup_failed")["message"]
+    checked = run_supervisor(site, "check")
+    assert checked.returncode == 2 and why in checked.stderr
