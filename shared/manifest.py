@@ -11,11 +11,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
 from staal.money import Money
 from staal.sizes import Size
+
+if TYPE_CHECKING:
+    from staal.manifest_resources import ResourceDecl
 
 RUN_STATUS_TOOL = "staal_run_status"
 DEFAULT_KEEP_DAYS = 90
@@ -163,8 +167,11 @@ class ModelConfig:
 class Manifest:
     path: Path
     server: ServerConfig
+    # The manifest's tools, then the hidden ones that serve `resources`
+    # (manifest_resources.py: never listed, never callable by name).
     tools: tuple[Tool, ...]
     model: ModelConfig | None = None
+    resources: tuple[ResourceDecl, ...] = ()
 
     def tool(self, name: str) -> Tool | None:
         for tool in self.tools:

@@ -33,13 +33,14 @@ from staal.manifest import (
     Tool,
 )
 from staal.manifest_grants import GrantReader
+from staal.manifest_resources import check_resources, check_server_name
 from staal.manifest_values import ValueReader, show
 from staal.sizes import machine_mib
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-TOP = ("server", "model", "tools")
+TOP = ("server", "model", "tools", "resources")
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
 HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
@@ -134,9 +135,14 @@ class ManifestChecker:
         tools = self.tools(top.get("tools"), server)
         model = self.model(top.get("model"), tools) if "model" in top else None
         self.model_needed(top, tools)
-        if server is None or tools is None:
+        check_server_name(self, server.name if server else None)
+        resources = (check_resources(self, top["resources"])
+                     if "resources" in top else ())
+        if server is None or tools is None or resources is None:
             return None
-        return Manifest(path=self.path, server=server, tools=tuple(tools), model=model)
+        hidden = tuple(t for r in resources for t in (r.get, r.list))
+        return Manifest(path=self.path, server=server, tools=(*tools, *hidden), model=model,
+                        resources=resources)
 
     # -- server ---------------------------------------------------------
 

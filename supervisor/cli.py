@@ -56,6 +56,7 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
     (in a worker): report every problem."""
     import asyncio
 
+    from staal.manifest_resources import is_hidden_tool
     from staal.supervisor.startup import check_manifest
 
     loaded = load_or_exit(manifest)
@@ -66,9 +67,14 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST)
-    names = ", ".join(tool.name for tool in loaded.tools)
-    count = len(loaded.tools)
-    print(f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({names})")
+    tools = [tool.name for tool in loaded.tools if not is_hidden_tool(tool.name)]
+    count = len(tools)
+    line = f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({', '.join(tools)})"
+    if loaded.resources:
+        kept = len(loaded.resources)
+        line += (f"; {kept} collection{'s' if kept != 1 else ''} "
+                 f"({', '.join(r.name for r in loaded.resources)})")
+    print(line)
 
 
 @app.command()

@@ -32,8 +32,17 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from staal.errors import StaalError
 from staal.killpoints import kill_point
 from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import Call, Cancel, Endpoint, Head, HttpCall, HttpResponse, HttpSettings
-from staal.protocol.jsonrpc import RequestId
+from staal.protocol.http import (
+    Call,
+    Cancel,
+    Endpoint,
+    Head,
+    HttpCall,
+    HttpResponse,
+    HttpSettings,
+    Read,
+)
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.revisions import LEGACY
 from staal.supervisor.calls import CallState
 from staal.supervisor.server import Server, Transport
@@ -142,6 +151,8 @@ class McpApp:
             await respond(send, reply.response)
         elif isinstance(reply, Call):
             await self.call(reply.http, client, receive, send)
+        elif isinstance(reply, Read):
+            await self.read(reply, send)
         else:
             await respond(send, reply)
 
@@ -155,6 +166,22 @@ class McpApp:
         try:
             with self._registered(http, key) as state:
                 await CallExchange(self.server, http, state, receive, send).run()
+        finally:
+            self.in_progress -= 1
+
+    async def read(self, reply: Read, send: Send) -> None:
+        """A resources/read, within the bound on calls in progress (it may be a run)."""
+        busy = self.server.busy(self.in_progress)
+        if busy is not None:
+            await respond(send, self.endpoint.read_response(reply.read,
+                                                            RpcError(INTERNAL_ERROR, busy.message)))
+            return
+        self.in_progress += 1
+        try:
+            # No principal until authentication is wired in: the server's own runs.
+            answer = await self.server.read_resource(reply.read, None, CallState())
+            await respond(send, self.endpoint.read_response(reply.read, answer))
+            await self.server.clean_up()
         finally:
             self.in_progress -= 1
 
@@ -377,7 +404,8 @@ async def serve_http(server: Server, sock: socket.socket) -> None:
     stop accepting, answer every call in flight, and return."""
     http = server.manifest.server.http
     settings = settings_for(http.path, http.origins, http.public_url, sock.getsockname()[:2])
-    dispatcher = Dispatcher(server.server_info, server.descriptors)
+    dispatcher = Dispatcher(server.server_info, server.descriptors,
+                            resources=server.resource_catalogue)
     app = McpApp(server, Endpoint(dispatcher, settings))
     limit = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
     config = uvicorn.Config(app, loop="none", http=BoundedHttpTools, lifespan="off",

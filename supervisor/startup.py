@@ -13,6 +13,7 @@ from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.supervisor.calls import ToolRuntime, worst_case
 from staal.supervisor.pool import Pool
+from staal.supervisor.resources import entry_problems
 from staal.supervisor.zygote import runtime_dir, worker_environment
 
 
@@ -44,8 +45,9 @@ async def check_manifest(manifest: Manifest) -> list[str]:
     pool = Pool(manifest.path, directory, worker_environment(manifest), ahead=1)
     try:
         await pool.start()
-        _, problems = await check_tools(manifest, pool)
-        return problems
+        tools, problems = await check_tools(manifest, pool)
+        return problems + entry_problems(manifest.resources,
+                                         {name: t.inputs for name, t in tools.items()})
     except StaalError as exc:  # the zygote could not start: a program that crashes on import
         return [exc.message]
     finally:
