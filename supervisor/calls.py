@@ -30,6 +30,7 @@ from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.runconfig import Limits, from_tool
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import (
     RunFiles,
     append_log,
@@ -123,7 +124,8 @@ class Calls:
 
     # -- a call ---------------------------------------------------------
 
-    async def call_tool(self, call: Any, state: CallState) -> CallOutcome | None:
+    async def call_tool(self, call: Any, state: CallState,
+                        admitted: Admitted = LOCAL) -> CallOutcome | None:
         runtime = self.tools[call.name]
         try:
             values = check_arguments(runtime.inputs, call.arguments, runtime.capabilities)
@@ -353,7 +355,7 @@ class Calls:
 
     # -- staal_run_status ------------------------------------------------------
 
-    def run_status(self, run: str) -> RunStatus:
+    def run_status(self, run: str, admitted: Admitted = LOCAL) -> RunStatus:
         entry = self.ledger.run(run)
         if entry is None:
             return RunStatus(run, "unknown")

@@ -27,6 +27,7 @@ from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.ledger import FileLedger
@@ -141,12 +142,14 @@ class Server:
         return Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
                                "try again later")
 
-    async def outcome_of(self, call: CallTool, state: CallState) -> CallOutcome | None:
-        """A call's outcome through the one pipeline (calls.py); None if it
-        was cancelled before anything was reserved."""
+    async def outcome_of(self, call: CallTool, state: CallState,
+                         admitted: Admitted = LOCAL) -> CallOutcome | None:
+        """A call's outcome through the one pipeline (calls.py), as the
+        caller `admitted` (stdio: the local client); None if it was
+        cancelled before anything was reserved."""
         if call.name == RUN_STATUS_TOOL:
-            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
-        return await self.calls.call_tool(call, state)
+            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"], admitted)
+        return await self.calls.call_tool(call, state, admitted)
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the
