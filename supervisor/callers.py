@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from staal.manifest import Caller, CallerTool, Manifest, RateConfig
+from staal.manifest import Caller, CallerTool, Manifest, QuotaConfig, RateConfig
 from staal.supervisor.principal import AuthRefusal, Principal
+from staal.supervisor.quota import Admission
 
 EVERY_TOOL = CallerTool()
 
@@ -44,9 +45,24 @@ class Admitted:
 
     def tool(self, tool: str) -> CallerTool:
         """How this caller runs `tool` (its grant set and its own quota)."""
-        if self.profile is None:
+        if self.profile is None or tool not in self.profile.tools:
             return EVERY_TOOL
         return self.profile.tools[tool]
+
+    def grants(self, tool: str) -> str | None:
+        """The name of the grant set this caller's runs of `tool` run with."""
+        return self.tool(tool).grants
+
+    def admission(self, tool: str) -> Admission | None:
+        """What the ledger records of this caller with a run of `tool`, and
+        the limits of its own it must fit (None: the local client)."""
+        if self.principal is None:
+            return None
+        allowed = self.tool(tool)
+        rate = self.rate
+        return Admission(caller=self.principal.identity, profile=self.profile_name,
+                         grants=allowed.grants, quota=allowed.quota,
+                         rate=None if rate is None else QuotaConfig(rate.window, calls=rate.calls))
 
 
 LOCAL = Admitted(None, None)
