@@ -129,3 +129,15 @@ def test_a_bad_callers_section_names_the_key(here, change, expected):
     change(data)
     problems = problems_of(here, data)
     assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
+def test_the_example_manifest_with_callers_loads():
+    from staal.manifest import load_manifest
+
+    root = Path(__file__).resolve().parent.parent
+    manifest = load_manifest(root / "examples" / "manifest.callers.json")
+    assert manifest.auth.audience == manifest.server.http.public_url
+    support, finance = manifest.callers
+    assert support.tools["refund_order"].grants == "support"
+    assert manifest.tool("refund_order").grant_set("support")["pay"].each.minor == 2000
+    assert finance.when == ("client_id", "finance-agent")
