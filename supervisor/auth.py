@@ -80,6 +80,12 @@ class Guard:
         principal = await self.authenticator.authenticate(head)
         if isinstance(principal, AuthRefusal):
             return self.refuse(principal)
+        # Whichever presence authenticated it, the scopes this resource requires.
+        missing = [s for s in self.manifest.auth.required_scopes if s not in principal.scopes]
+        if missing:
+            return self.refuse(AuthRefusal(403, "insufficient_scope", "the credential lacks "
+                                           f"the scope this resource requires: {' '.join(missing)}"),
+                               caller=principal.identity)
         admitted = admit(self.manifest, principal)
         if isinstance(admitted, AuthRefusal):
             return self.refuse(admitted, caller=principal.identity)

@@ -151,8 +151,7 @@ def render(report: dict[str, Any]) -> str:
     if not report["quotas"]:
         lines.append("quotas: none")
     for quota in report["quotas"]:
-        window = f"{quota['window_ms'] // 60000} min" if quota["window_ms"] < 3_600_000 else \
-            f"{quota['window_ms'] // 3_600_000} h"
+        window = _window(quota["window_ms"])
         calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
         line = f"quota {quota['tool']}: calls {calls} in the last {window}"
         if "money_limit" in quota:
