@@ -333,6 +333,10 @@ class ManifestChecker:
         cpu = v.optional(obj, "max_cpu", path, lambda x, p: v.duration(x, p, units="smh"))
         profiles = v.optional(obj, "profiles", path,
                               lambda x, p: self.access.profiles(x, p, grants))
+        if quota is not None and quota.money is not None:
+            for set_name, grant_set in (profiles or {}).items():
+                # A run with this set reserves its worst case against the same quota.
+                self.quota_money_bounded(quota.money, f"{path}.profiles.{set_name}", grant_set)
         needed = (name, description, program, entry, grants, net, steps)
         if any(x is None for x in needed) or v.failed(obj, path, "title", "deadline",
                                                         "max_concurrent_runs", "once", "quota",

@@ -141,3 +141,11 @@ def test_the_example_manifest_with_callers_loads():
     assert support.tools["refund_order"].grants == "support"
     assert manifest.tool("refund_order").grant_set("support")["pay"].each.minor == 2000
     assert finance.when == ("client_id", "finance-agent")
+
+
+def test_a_grant_set_under_a_money_quota_must_bound_its_spend_in_the_quotas_currency(here):
+    data = with_callers(seed_example())
+    unbounded = {key: value for key, value in SMALLER.items() if key != "uses"}
+    data["tools"][0]["profiles"]["support"]["pay"] = unbounded
+    (problem,) = problems_of(here, data)
+    assert problem.startswith("tools[0].profiles.support: grant 'pay' has no max and no each with uses")
