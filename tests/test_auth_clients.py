@@ -18,22 +18,12 @@ from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from staal.supervisor.ledger import read_ledger
-from tests.authorization import AuthorizationServer
 from tests.http_servers import HttpServer
 from tests.test_callers_http import callers_site
 from tests.test_client_inspector import EXIT_OK, INSPECTOR
 from tests.test_client_typescript import TIMEOUT, require_node_modules, server_env
 
 MODES = ["auto", "legacy", "2026-07-28"]
-
-
-@pytest.fixture(scope="module")
-def authorization() -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -29,15 +29,6 @@ def main(url: str, get: HttpGet) -> dict:
 METADATA = "https://staal.test/.well-known/oauth-protected-resource/mcp"
 
 
-@pytest.fixture(scope="module")
-def authorization() -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def auth_site(tmp_path, service: Recorder, issuer: str, **auth) -> Site:
     service.route("GET", "/orders/1")
     site = Site(tmp_path)

@@ -40,15 +40,6 @@ def main(text: str) -> dict:
 """
 
 
-@pytest.fixture(scope="module")
-def authorization() -> Iterator[AuthorizationServer]:
-    server = AuthorizationServer()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def callers_site(tmp_path, service: Recorder, issuer: str) -> Site:
     for path in ("/orders/1", "/public/1"):
         service.route("GET", path)
