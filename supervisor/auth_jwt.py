@@ -58,7 +58,7 @@ class KeysUnavailable(Exception):
 
 
 class Jwks:
-    """The issuer's signing keys by `kid`, fetched when first needed and
+    """The issuer's signing keys by `kid`, fetched at start (`load`) and
     again when a token names a kid not among them (one refresh at a time,
     none within REFRESH_COOLDOWN_S of the last)."""
 
