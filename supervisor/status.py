@@ -170,9 +170,9 @@ def _window(ms: int) -> str:
 
 
 def _render_callers(callers: list[dict[str, Any]]) -> list[str]:
-    lines = [""]
-    if not callers:
-        return [*lines, "callers: none"]
+    """Each authenticated caller's use; nothing at all without any (stdio,
+    or HTTP without auth: the report reads as it always has)."""
+    lines = [""] if callers else []
     for caller in callers:
         line = (f"caller {caller['caller']} (profile {caller['profile'] or '-'}): "
                 f"runs {caller['runs']}, unsettled {caller['unsettled_runs']}")
