@@ -29,7 +29,7 @@ from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
-from staal.runconfig import Limits, from_tool
+from staal.runconfig import Limits, config_key, from_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import (
     RunFiles,
@@ -281,7 +281,7 @@ class Calls:
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
-                      secrets=run_secrets(self.secret_names[tool.name]))
+                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]))
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 
         def on_message(reply: Any) -> None:

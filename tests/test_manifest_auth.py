@@ -149,3 +149,17 @@ def test_a_grant_set_under_a_money_quota_must_bound_its_spend_in_the_quotas_curr
     data["tools"][0]["profiles"]["support"]["pay"] = unbounded
     (problem,) = problems_of(here, data)
     assert problem.startswith("tools[0].profiles.support: grant 'pay' has no max and no each with uses")
+
+
+def test_a_grant_sets_secrets_are_handed_to_its_runs_and_kept_from_every_worker(here, monkeypatch):
+    from staal.supervisor.zygote import secret_names, worker_environment
+
+    data = with_callers(seed_example())
+    support = data["tools"][0]["profiles"]["support"]["pay"]
+    support["needs"] = {**support["needs"], "key": {"env": "STRIPE_SUPPORT_KEY"}}
+    monkeypatch.setenv("STRIPE_SUPPORT_KEY", "sk_support_zq4")
+    manifest = check(data, here / "manifest.json")
+    names = secret_names(manifest)
+    assert names["refund_order"] == ("STRIPE_SECRET_KEY",)
+    assert names["refund_order:support"] == ("STRIPE_SUPPORT_KEY",)
+    assert "sk_support_zq4" not in worker_environment(manifest).values()
