@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
@@ -114,10 +114,23 @@ class Tool:
     max_memory: Size | None = None
     max_wait: Duration | None = None
     max_cpu: Duration | None = None
+    # Alternative grant sets a caller profile may pick by name (`callers`,
+    # `"grants": "<name>"`); each names the same parameters as `grants`.
+    profiles: Mapping[str, Mapping[str, Grant]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def grant_set(self, profile: str | None) -> Mapping[str, Grant]:
+        """The grants a run of this tool runs with: its own, or the named
+        alternative set (chosen by the caller's profile, never the request)."""
+        return self.grants if profile is None else self.profiles[profile]
 
     def all_grants(self) -> Iterator[Grant]:
         for grant in self.grants.values():
             yield from grant.walk()
+        for grants in self.profiles.values():
+            for grant in grants.values():
+                yield from grant.walk()
 
     def can_reach_model(self) -> bool:
         return any(g.cap == MODEL_CAP for g in self.all_grants())
@@ -153,6 +166,71 @@ class ServerConfig:
         return None if self.keep_days is None else Duration.of_days(self.keep_days)
 
 
+Presence = Literal["bearer", "provider"]
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialConfig:
+    """`auth.credential` (seed 002's credential presence): a bearer token
+    (the default), or the operator's verifier program, which sees each
+    request's head and names the headers that carry its credential."""
+
+    presence: Presence = "bearer"
+    program: Path | None = None
+    entry: str | None = None
+    # Lower-case names of the headers carrying the credential: removed before
+    # the MCP layer sees a request, as Authorization always is.
+    headers: tuple[str, ...] = ()
+
+
+DEFAULT_ALGORITHMS = ("RS256", "ES256")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """`auth`: the OAuth 2.1 protected resource (issue 14). `audience` is
+    always checked (it defaults to server.http.public_url); `jwks_url` None
+    means "from the issuer's metadata" (RFC 8414)."""
+
+    issuer: str
+    audience: str
+    jwks_url: str | None = None
+    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
+    required_scopes: tuple[str, ...] = ()
+    credential: CredentialConfig = CredentialConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class RateConfig:
+    """A caller's rate limit: at most `calls` runs per `window`."""
+
+    calls: int
+    window: Duration
+
+
+@dataclass(frozen=True, slots=True)
+class CallerTool:
+    """What a caller profile allows of one tool: the grant set it runs with
+    (None: the tool's own `grants`) and the caller's own quota on it."""
+
+    grants: str | None = None
+    quota: QuotaConfig | None = None
+
+
+WhenKey = Literal["scope", "client_id", "sub"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A caller profile (`callers[i]`): the first whose `when` matches a
+    principal decides the tools it sees and may call, and how each runs."""
+
+    name: str
+    when: tuple[WhenKey, str]
+    tools: Mapping[str, CallerTool]
+    rate: RateConfig | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     provider: str
@@ -172,6 +250,9 @@ class Manifest:
     tools: tuple[Tool, ...]
     model: ModelConfig | None = None
     resources: tuple[ResourceDecl, ...] = ()
+    auth: AuthConfig | None = None
+    # None: no `callers` section (every authenticated caller may call every tool).
+    callers: tuple[Caller, ...] | None = None
 
     def tool(self, name: str) -> Tool | None:
         for tool in self.tools:

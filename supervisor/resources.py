@@ -37,6 +37,7 @@ from staal.protocol.resources import (
     unknown_resource,
 )
 from staal.protocol.results import Done, Refused, shape_run_status
+from staal.supervisor.callers import Admitted
 from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.journal_view import header_data, record_data, when
 from staal.supervisor.ledger import RunEntry
@@ -80,17 +81,14 @@ def visible(entry: RunEntry, principal: Principal | None) -> bool:
     """Whether `principal` may see run `entry`: the one decision every runs
     resource goes through.
 
-    None is stdio, or HTTP served without authentication: the server's one
-    local client, whose runs are all of them. An authenticated caller sees
-    only the runs it owns: once the ledger records a run's owner (the
-    principal's `identity`, a SHA-256), this must compare that owner with
-    `principal.identity`. Until then no run records an owner, so an
-    authenticated caller sees none: hidden is the safe side to be wrong on."""
+    A run is its caller's: the ledger's reserve records the SHA-256 of the
+    caller's identity (issue 14), None for the local client (stdio, or HTTP
+    served without authentication). The same rule as `staal_run_status`
+    (`Calls.run_status`): another caller's run is as unknown as one that
+    never existed."""
     if entry.state == "released":
         return False  # it never started: there is nothing to see
-    if principal is None:
-        return True
-    return getattr(entry, "owner", None) == principal.identity
+    return entry.caller == (None if principal is None else principal.identity)
 
 
 class Resources:
@@ -100,22 +98,23 @@ class Resources:
         self.catalogue = catalogue
         self.collections = {c.name: c for c in collections}
 
-    async def read(self, read: ReadResource, principal: Principal | None,
+    async def read(self, read: ReadResource, admitted: Admitted,
                    state: CallState) -> ReadAnswer:
         ref = read.ref
         if isinstance(ref, (RecordItem, RecordsPage)):
-            return await self.records(read, state)
-        return await asyncio.to_thread(self._runs_resource, read, principal)
+            return await self.records(read, state, admitted)
+        return await asyncio.to_thread(self._runs_resource, read, admitted)
 
-    def _runs_resource(self, read: ReadResource, principal: Principal | None) -> ReadAnswer:
+    def _runs_resource(self, read: ReadResource, admitted: Admitted) -> ReadAnswer:
         ref = read.ref
+        principal = admitted.principal
         if isinstance(ref, RunsPage):
             return self.runs_page(ref, principal)
         entry = self.calls.ledger.run(ref.run)
         if entry is None or not visible(entry, principal):
             return unknown_resource(read.uri, f"no run {ref.run} of yours is known here")
         if isinstance(ref, RunItem):
-            status = self.calls.run_status(ref.run)
+            status = self.calls.run_status(ref.run, admitted)
             data = shape_run_status(status).structured
             return Contents(data, ENDED_TTL_MS if status.status in ENDED else 0)
         return self.journal_page(read, ref, entry)
@@ -167,7 +166,8 @@ class Resources:
 
     # -- an operator's records ---------------------------------------------------
 
-    async def records(self, read: ReadResource, state: CallState) -> ReadAnswer:
+    async def records(self, read: ReadResource, state: CallState,
+                      admitted: Admitted) -> ReadAnswer:
         ref = read.ref
         decl = self.collections[ref.segment]
         if isinstance(ref, RecordItem):
@@ -177,7 +177,8 @@ class Resources:
             # known without a page that comes back empty.
             tool, arguments = decl.list, {"after": ref.after, "limit": ref.limit + 1}
         call = CallTool(read.request_id, tool.name, arguments, read.revision)
-        outcome = await self.calls.call_tool(call, state)
+        # The caller's own run (its rate counts it; it lists it among its runs).
+        outcome = await self.calls.call_tool(call, state, admitted)
         if not isinstance(outcome, Done):
             return _read_failed(read.uri, outcome)
         if isinstance(ref, RecordItem):

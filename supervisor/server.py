@@ -31,6 +31,7 @@ from staal.protocol.resources import Collection, ReadAnswer, ReadResource, Resou
 from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.ledger import FileLedger
@@ -38,7 +39,6 @@ from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
-from staal.supervisor.principal import Principal
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
@@ -110,12 +110,12 @@ class Server:
         self.resource_catalogue = ResourceCatalogue(server.name, collections, CursorSigner(key))
         self.resources = Resources(self.calls, self.resource_catalogue, self.manifest.resources)
 
-    async def read_resource(self, read: ReadResource, principal: Principal | None,
+    async def read_resource(self, read: ReadResource, admitted: Admitted,
                             state: CallState) -> ReadAnswer:
         """A resources/read's answer; an unexpected error is logged and
         answered as an internal error, naming the run if one was reserved."""
         try:
-            return await self.resources.read(read, principal, state)
+            return await self.resources.read(read, admitted, state)
         except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
             self.log("read_failed", level="error", run=state.run,
                      error=f"{type(exc).__name__}: {exc}",
@@ -177,12 +177,14 @@ class Server:
         return Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
                                "try again later")
 
-    async def outcome_of(self, call: CallTool, state: CallState) -> CallOutcome | None:
-        """A call's outcome through the one pipeline (calls.py); None if it
-        was cancelled before anything was reserved."""
+    async def outcome_of(self, call: CallTool, state: CallState,
+                         admitted: Admitted = LOCAL) -> CallOutcome | None:
+        """A call's outcome through the one pipeline (calls.py), as the
+        caller `admitted` (stdio: the local client); None if it was
+        cancelled before anything was reserved."""
         if call.name == RUN_STATUS_TOOL:
-            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
-        return await self.calls.call_tool(call, state)
+            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"], admitted)
+        return await self.calls.call_tool(call, state, admitted)
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the

