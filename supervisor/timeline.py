@@ -85,8 +85,8 @@ def timeline(journal: Path, run: str, tool: str) -> Timeline:
 def _event(record: object, start: int) -> Event | None:
     if isinstance(record, Intent):
         read = ", a read" if record.read else ""
-        return Event("op", f"op {record.op}: {record.param} {record.action}",
-                     f"through {record.cap}{read}; no outcome yet", record.time - start, None,
+        return Event("op", f"op {record.op}: {record.action} via {record.param!r}",
+                     f"{record.cap}{read}; no outcome yet", record.time - start, None,
                      op=record.op)
     if isinstance(record, Value):
         return Event("value", f"op {record.op}: {record.cap}", "a value, journaled",
