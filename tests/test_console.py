@@ -268,3 +268,25 @@ def test_a_listen_address_that_is_not_loopback_is_refused_unless_allowed(tmp_pat
     assert parse_listen("[::1]:8090", allow_remote=False) == ("::1", 8090)
     with pytest.raises(ListenRefused, match="expected HOST:PORT"):
         parse_listen("8090", allow_remote=False)
+
+
+def test_beside_a_running_server_the_console_takes_no_lock_and_shows_the_server_running(tmp_path):
+    (tmp_path / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
+    manifest = write_manifest(tmp_path, [tool("noop", "noop.py", quota={"window": "10m", "calls": 9})])
+    with start(manifest) as served:
+        assert served.call("noop", {"n": 1})["isError"] is False
+        lock = (tmp_path / "journals" / "server.lock").read_bytes()
+        process, url = _start_console(manifest)
+        try:
+            status, page = _get(url)
+            assert status == 200
+            assert f"server running, pid {served.process.pid}" in page
+            (figure,) = having(page, "data-quota")
+            assert figure.attrs["data-calls"] == "1"
+            assert served.call("noop", {"n": 2})["isError"] is False  # the server goes on serving
+            assert having(_get(url)[1], "data-quota")[0].attrs["data-calls"] == "2"  # read afresh
+        finally:
+            process.terminate()
+            process.wait(timeout=READY_S)
+        assert (tmp_path / "journals" / "server.lock").read_bytes() == lock
+        assert served.close() == 0
