@@ -17,7 +17,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 from staal.manifest import Manifest
 from staal.supervisor.console_data import BadQuery, WaitingRun, find_run, overview
@@ -82,7 +82,7 @@ class Console:
             except BadQuery as exc:
                 return 400, error_page(400, str(exc))
         if path.startswith("/runs/") and path.count("/") == 2:
-            return self.run(unquote(path.removeprefix("/runs/")))
+            return self.run(path.removeprefix("/runs/"))  # uvicorn gives the path decoded
         return 404, error_page(404, f"no page at {path}: the overview is at /, a run at /runs/<run id>")
 
     def run(self, run_id: str) -> tuple[int, str]:

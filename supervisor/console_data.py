@@ -69,6 +69,7 @@ class Overview:
     runs: tuple[RunRow, ...]
     matched: int
     query: str
+    now_ms: int
 
 
 def check_query(query: str) -> str:
@@ -99,7 +100,7 @@ def overview(manifest: Manifest, query: str = "") -> Overview:
     quotas = tuple(_chart(state, quota, now) for quota in report["quotas"])
     server = report["server"]
     return Overview(server["running"], server["pid"], manifest.server.journals, waiting, quotas,
-                    tuple(matched[:RUNS_SHOWN]), len(matched), query)
+                    tuple(matched[:RUNS_SHOWN]), len(matched), query, now)
 
 
 def find_run(manifest: Manifest, run_id: str) -> RunRow | None:

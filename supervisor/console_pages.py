@@ -55,13 +55,9 @@ def error_page(status: int, message: str) -> str:
 def overview_page(data: Overview) -> str:
     server = (f"server running, pid {data.pid}" if data.running else "server not running")
     parts = [f"<h1>staal console</h1><p class=muted>{esc(server)}; journals "
-             f"<code>{esc(data.journals)}</code>; read only, as of {esc(when(_now(data)))}</p>",
+             f"<code>{esc(data.journals)}</code>; read only, as of {esc(when(data.now_ms))}</p>",
              _waiting_section(data.waiting), _quota_section(data.quotas), _runs_section(data)]
     return page("staal console", "".join(parts))
-
-
-def _now(data: Overview) -> int | None:
-    return data.quotas[0].now_ms if data.quotas else None
 
 
 def _waiting_section(waiting: tuple[WaitingRun, ...]) -> str:
