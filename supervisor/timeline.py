@@ -4,7 +4,8 @@ an operator's answer and the end, in the journal's order.
 
 What a page may show is chosen here: no argument values (the journal holds
 only their hash), no results (a result may repeat an argument or a secret
-a service echoed); failures by kind and message, prints as printed.
+a service echoed), an action's failure by its kind alone; the stop and the
+end with their messages (the caller was given them too), prints as printed.
 """
 
 from __future__ import annotations
@@ -113,8 +114,11 @@ def _closed(opened: Event, outcome: OutcomeRecord, start: int) -> Event:
     if outcome.ok:
         detail = opened.detail.replace("no outcome yet", "done")
     else:
+        # The kind only: an action's message may quote its URL or the service's
+        # answer, which may hold an argument (supervisor/journal_view.py on main
+        # leaves it out for the same reason); the run's end says what it told the caller.
         failure = outcome.failure
-        said = f"failed: {failure.kind}: {failure.message}" if failure else "failed"
+        said = f"failed: {failure.kind}" if failure else "failed"
         detail = opened.detail.replace("no outcome yet", said)
     return Event("op", opened.label, detail, opened.start_ms, outcome.time - start,
                  op=opened.op, ok=outcome.ok)

@@ -40,7 +40,7 @@ def test_an_op_answered_as_not_having_happened_and_attempted_again_is_two_bars(t
         ("value", 1, 1, 1, True), ("op", 2, 10, 30, False), ("stop", 2, 20, 20, None),
         ("answer", 2, 30, 30, False), ("op", 2, 40, 55, False), ("end", None, 60, 60, False)]
     assert "answered: it did not happen" in line.events[1].detail
-    assert line.events[4].detail.endswith("failed: action: 402 card declined")
+    assert line.events[4].detail.endswith("failed: action")  # its message may quote a URL
     assert line.events[5].detail == "action: declined" and line.span_ms == 60
 
 
