@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.supervisor.console_data import BadQuery, WaitingRun, find_run, overview
 from staal.supervisor.console_pages import error_page, overview_page, run_page
@@ -75,6 +76,14 @@ class Console:
         await _answer(send, status, body if scope["method"] == "GET" else "")
 
     def route(self, path: str, query_string: str) -> tuple[int, str]:
+        try:
+            return self._route(path, query_string)
+        except (StaalError, OSError) as exc:
+            # A damaged ledger is the server's to report at its start; the
+            # console says what it could not read rather than a bare 500.
+            return 500, error_page(500, f"cannot read the journal directory: {exc}")
+
+    def _route(self, path: str, query_string: str) -> tuple[int, str]:
         if path == "/":
             query = parse_qs(query_string).get("q", [""])[0]
             try:

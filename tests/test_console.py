@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pytest
 
 from staal.manifest import load_manifest
-from staal.supervisor.console import ListenRefused, parse_listen
+from staal.supervisor.console import Console, ListenRefused, parse_listen
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import read_ledger
 from tests.chromium import chromium, dump_dom, png_pixels, screenshot
@@ -299,3 +299,17 @@ def test_beside_a_running_server_the_console_takes_no_lock_and_shows_the_server_
             process.wait(timeout=READY_S)
         assert (tmp_path / "journals" / "server.lock").read_bytes() == lock
         assert served.close() == 0
+
+
+def test_a_damaged_ledger_is_a_page_that_names_the_line_and_a_run_page_says_so_too(tmp_path):
+    (tmp_path / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
+    manifest = load_manifest(write_manifest(tmp_path, [tool("noop", "noop.py")]))
+    (tmp_path / "journals").mkdir()
+    (tmp_path / "journals" / "server.ledger").write_text('{"not": "an event"}\n{}\n')
+    console = Console(manifest)
+    for path in ("/", "/runs/0123456789abcdef0123456789abcdef"):
+        status, page = console.route(path, "")
+        assert status == 500
+        (error,) = having(page, "data-error")
+        assert error.text.startswith("cannot read the journal directory: ")
+        assert "server.ledger line 1" in error.text
