@@ -22,7 +22,7 @@ h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
 table{border-collapse:collapse}td,th{padding:.2em .7em;border-bottom:1px solid #dde;text-align:left}
 code{background:#f1f2f6;padding:.1em .3em;border-radius:3px;word-break:break-all}
 .waiting{border-left:4px solid #d08a00;padding:.3em .8em;margin:.5em 0;background:#fff8e8}
-.muted{color:#667}a{color:#2050b0}td:first-child{white-space:nowrap}
+.muted{color:#667}a{color:#2050b0}td:first-child{white-space:nowrap}pre{white-space:pre-wrap;margin:.3em 0}
 """
 COLOURS = {"op": "#3a6fd8", "value": "#7a8599", "print": "#2f9e6f", "stop": "#d08a00",
            "answer": "#8a4fd8", "end": "#1d2330"}
@@ -195,4 +195,10 @@ def _event_row(index: int, event: Event) -> str:
     ok = "" if event.ok is None else f" data-ok={'yes' if event.ok else 'no'}"
     op = "" if event.op is None else f" data-op={event.op}"
     return (f"<tr data-event={index} data-kind={event.kind}{op}{ok}><td>{esc(until)}</td>"
-            f"<td>{esc(event.label)}</td><td data-detail>{esc(event.detail)}</td></tr>")
+            f"<td>{esc(event.label)}</td><td data-detail>{esc(event.detail)}{_frames(event)}</td></tr>")
+
+
+def _frames(event: Event) -> str:
+    if not event.traceback:
+        return ""
+    return f"<pre data-traceback>{esc(chr(10).join(event.traceback))}</pre>"

@@ -17,6 +17,7 @@ from typing import Literal
 from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.outcomes import format_frames
 
 EventKind = Literal["op", "value", "print", "stop", "answer", "end"]
 
@@ -34,6 +35,9 @@ class Event:
     end_ms: int | None
     op: int | None = None
     ok: bool | None = None
+    # Where the program failed, for the end of a run it ended: its own frames
+    # as Python prints them, secrets already redacted in the journal.
+    traceback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,9 @@ def _event(record: object, start: int) -> Event | None:
     if isinstance(record, End):
         failure = record.failure
         detail = "" if failure is None else f"{failure.kind}: {failure.message}"
+        frames = tuple(format_frames(failure.traceback)) if failure is not None else ()
         return Event("end", f"end: {record.outcome}", detail, record.time - start,
-                     record.time - start, ok=record.outcome == "done")
+                     record.time - start, ok=record.outcome == "done", traceback=frames)
     return None
 
 

@@ -191,6 +191,15 @@ def test_an_answered_runs_timeline_shows_the_stop_the_operators_answer_and_the_e
     assert "it happened" in rows[2].text and rows[3].attrs["data-ok"] == "yes"
 
 
+def test_a_failed_runs_page_shows_where_the_program_failed(runs):
+    status, page = _get(f"{runs.url}runs/{runs.failed}")
+    assert status == 200
+    (end,) = [r for r in having(page, "data-event", "tr") if r.attrs["data-kind"] == "end"]
+    assert end.attrs["data-ok"] == "no" and "the shop is closed" in end.text
+    (frames,) = having(page, "data-traceback")
+    assert "raise ValueError('the shop is closed')" in frames.text
+
+
 def test_a_waiting_runs_page_shows_the_op_in_doubt_and_its_resolve_command(runs):
     status, page = _get(f"{runs.url}runs/{runs.waiting}")
     assert status == 200
