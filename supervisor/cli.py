@@ -106,6 +106,26 @@ def status(
     print(json.dumps(report, indent=2) if as_json else render(report))
 
 
+@app.command()
+def console(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    listen: str = typer.Option("127.0.0.1:8090", help="HOST:PORT to serve the pages at."),
+    allow_remote: bool = typer.Option(
+        False, "--allow-remote", help="Allow a --listen address that is not loopback."),
+) -> None:
+    """A read-only web page of waiting runs, quotas, recent runs and each run's
+    timeline, beside a running server."""
+    from staal.supervisor.console import ListenRefused, parse_listen, serve_console
+
+    loaded = load_or_exit(manifest)
+    try:
+        host, port = parse_listen(listen, allow_remote)
+    except ListenRefused as exc:
+        print(f"staal-supervisor console: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
+    raise typer.Exit(serve_console(loaded, host, port))
+
+
 def main() -> None:
     serving_main()
 
