@@ -7,10 +7,10 @@ not yet expired is never deleted, whatever its age."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from staal.fsio import FS
 from staal.manifest import Manifest
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import Compaction, Ledger, RunEntry
@@ -32,7 +32,7 @@ def expired(entry: RunEntry, keep_ms: int | None, now_ms: int) -> bool:
 
 def _unlink(path: Path) -> None:
     try:
-        os.unlink(path)
+        FS.unlink(path)
     except FileNotFoundError:
         pass
 
