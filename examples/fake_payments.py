@@ -62,11 +62,12 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
   fault, as a fresh service would (a power-loss test puts the service back
   to how it was at each crash point, on the same port).
 
-With `--record FILE`, each refund made appends a line
-`{"op": "mark", "what": "refund", "key": KEY, "body": BODY}` to FILE, in one
-O_APPEND write before it is answered: the power-loss test records the
+With `--record FILE`, each refund POST under a new key appends a line
+`{"op": "mark", "what": "post", "key": KEY, "body": BODY}` to FILE as it
+arrives, and each refund made `{"op": "mark", "what": "refund", ...}` before
+it is answered, each in one O_APPEND write: the power-loss test records the
 server's file operations in the same file, and so knows which refunds the
-service had made by each one.
+service had received and made by each one.
 """
 
 from __future__ import annotations
@@ -333,9 +334,9 @@ class Service:
             return self.wait(query)
         return error(404, "invalid_request_error", f"no control {method} {path}")
 
-    def record_refund(self, key: str | None, body: bytes) -> None:
+    def record(self, what: str, key: str | None, body: bytes) -> None:
         if self.recording is not None:
-            line = json.dumps({"pid": os.getpid(), "op": "mark", "what": "refund", "key": key,
+            line = json.dumps({"pid": os.getpid(), "op": "mark", "what": what, "key": key,
                                "body": body.decode("utf-8", "replace")})
             os.write(self.recording, (line + "\n").encode())
 
@@ -486,6 +487,8 @@ class Handler(BaseHTTPRequestHandler):
             replay, refused = service.begin(key, self.command, path, params)
             if refused is not None:
                 return self.answer(refused)
+        if replay is None and self.command == "POST":
+            service.record("post", key, body)
         kind, hold_s = service.take_fault(path)
         if kind in ("hang", "hang_close"):
             service.hold(path, hold_s)
@@ -502,7 +505,7 @@ class Handler(BaseHTTPRequestHandler):
         if key and replay is None:
             service.finish(key, answer)
         if replay is None and self.command == "POST" and answer.status == 200:
-            service.record_refund(key, body)
+            service.record("refund", key, body)
         if kind == "fail_after":
             return self.fail()
         if kind == "close_after":
@@ -529,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--key", required=True, help="the secret key clients must send")
-    parser.add_argument("--record", help="append a line to this file for each refund made")
+    parser.add_argument("--record", help="append a line to this file for each refund received and made")
     args = parser.parse_args(argv)
     server = serve(args.port, args.key, args.host, args.record)
     print(server.server_address[1], flush=True)

@@ -38,7 +38,9 @@ How it works (`tests/powerloss/`):
   durable reach the disk in order, so a crash keeps some first part of them.
 - **States.** A power loss may come after any recorded operation. At each such crash
   point every combination above is built: every name change prefix, with every file
-  as durable, every file as written, and each file alone in each of its versions. The
+  as durable, every file as written, and each file alone in each of its versions; and
+  where the service had received a refund it had not made yet, each state twice: with
+  the refund never made, and made for nobody (the power went, not the service). The
   same bytes with the same refunds made at the service are tried once.
 - **Trying a state.** The journal directory is made to hold exactly that state, the
   fake service is put back to what it had done by then (the refunds it had made are
@@ -78,8 +80,6 @@ NOTES = """
 - Writes reaching the disk out of order within a file, or a torn write leaving
   garbage rather than a cut: the logs' reader treats only a short last line as torn,
   and ext4's ordered mode does not reorder appends.
-- A refund the service received but had not made when the power went: the crash
-  matrix's "refund held" row covers a request that outlives its worker.
 - The server's first start on an empty directory: each scenario starts from a
   directory a server has already used.
 """

@@ -3,12 +3,13 @@ real server started on each (docs/power-loss.md).
 
 A crash may come after any recorded operation. At each such point the disk
 model (`disk.py`) gives the states the disk could be in, and the recording
-says which refunds the fake service had made and which answers the client
-had received by then. States that are byte for byte the same, with the
-same refunds made, are tried once (with every answer any of them had). For
-each: the directory is made to hold exactly that state, the service put
-back to what it had done, the real server started on it, and the call
-repeated through the official client; then `judge` checks the rules.
+says which refunds the fake service had made (or had received, and may make
+for nobody) and which answers the client had received by then. States that
+are byte for byte the same, with the same refunds made, are tried once
+(with every answer any of them had). For each: the directory is made to
+hold exactly that state, the service put back to what it had done, the
+real server started on it, and the call repeated through the official
+client; then `judge` checks the rules.
 """
 
 from __future__ import annotations
@@ -76,24 +77,33 @@ def candidates(ctx: Context, snapshot: Disk) -> tuple[list[Candidate], int]:
     found: dict[tuple[State, tuple[Refund, ...]], Candidate] = {}
     points = 0
 
+    received: list[Refund] = []  # POSTs the service has, and has not answered yet
+
     def crash_here() -> None:
         nonlocal points
         points += 1
+        made = {refund.key for refund in refunds}
+        in_flight = tuple(r for r in received if r.key not in made)
+        # The service may finish a refund it received for nobody: the power
+        # went, not the service (as the crash matrix's "refund held").
+        worlds = {tuple(refunds), tuple(refunds) + in_flight}
         for state in snapshot.crash_states():
-            key = (state, tuple(refunds))
-            candidate = found.setdefault(key, Candidate(state, tuple(refunds)))
-            candidate.answers |= answers
-            if not candidate.points or candidate.points[-1] != points:
-                candidate.points.append(points)
+            for world in worlds:
+                candidate = found.setdefault((state, world), Candidate(state, world))
+                candidate.answers |= answers
+                if not candidate.points or candidate.points[-1] != points:
+                    candidate.points.append(points)
 
     crash_here()
     for op in during:
         if _is(op, "end"):
             break
-        # A refund made or an answer received changes what a crash now
-        # must keep, though not the disk.
+        # A refund received or made, or an answer received, changes what a
+        # crash now must keep, though not the disk.
         if _is(op, "refund"):
             refunds.append(Refund(op["key"], op["body"]))
+        elif _is(op, "post"):
+            received.append(Refund(op["key"], op["body"]))
         elif _is(op, "answered"):
             answers.add((op["refund"], tuple(op["runs"])))
         elif op["op"] == "mark" or not snapshot.apply(op):
