@@ -26,9 +26,12 @@ from staal.errors import StaalError
 from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.supervisor.files import find_journals
 from staal.supervisor.ledger import LEDGER_FILE, read_ledger
+from staal.supervisor.lockfile import ServerLock
 from tests.crash.harness import ANSWERED, REFUND_OP
 from tests.powerloss.disk import Disk, State, write_state
 from tests.powerloss.scenarios import Context, Scenario, refund_of
+
+LOCK_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,10 @@ def service_refunds(ctx: Context, offset: int) -> list[Refund]:
 
 
 def try_state(scenario: Scenario, ctx: Context, candidate: Candidate) -> Outcome:
+    if ctx.journals.exists():
+        # The last state's server is gone (the client waits for its exit),
+        # but the lock says so for certain: no process still writes here.
+        ServerLock.acquire(ctx.journals, LOCK_WAIT_S).release()
     write_state(candidate.state, ctx.journals)
     offset = ctx.recording.stat().st_size
     restore_service(ctx, candidate.refunds)
