@@ -28,8 +28,8 @@ How it works (`tests/powerloss/`):
   `tests/test_fs_layer.py`). With `STAAL_TEST_FS_RECORD` naming a file, each process
   appends every operation to it as it returns (create, write with its bytes, truncate,
   fsync, rename, unlink, mkdir, directory fsync), in the order they happened; the fake
-  payment service marks there each refund it makes, and the test each answer its
-  client receives.
+  payment service marks there each refund request it receives and each refund it
+  makes, and the test each answer its client receives.
 - **The disk model** (`disk.py`, after ALICE, OSDI 2014, for an ordered-metadata file
   system such as ext4). A file's bytes are durable up to its last fsync; what was
   written after it is lost, kept, or kept in part: cut at the end of each write (a
