@@ -58,6 +58,16 @@ Test controls, under `/_control/`, no key needed, loopback clients only:
   waits until at least N requests to P arrived / are held / were handled to
   their end / N refunds exist, then answers 200; 408 if that did not happen
   within T ms (default 10000).
+- `POST /_control/reset`: forgets every intent, refund, request, key and
+  fault, as a fresh service would (a power-loss test puts the service back
+  to how it was at each crash point, on the same port).
+
+With `--record FILE`, each refund POST under a new key appends a line
+`{"op": "mark", "what": "post", "key": KEY, "body": BODY}` to FILE as it
+arrives, and each refund made `{"op": "mark", "what": "refund", ...}` before
+it is answered, each in one O_APPEND write: the power-loss test records the
+server's file operations in the same file, and so knows which refunds the
+service had received and made by each one.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ import base64
 import hmac
 import ipaddress
 import json
+import os
 import re
 import secrets
 import socket
@@ -145,6 +156,7 @@ class Service:
     faults: dict[str, list] = field(default_factory=dict)  # path -> [kind, times, hold_ms]
     held: dict[str, int] = field(default_factory=dict)
     releases: int = 0
+    recording: int | None = None  # --record's descriptor
 
     # -- the API ---------------------------------------------------------
 
@@ -307,6 +319,12 @@ class Service:
                     return invalid(f"a fault has a path, a kind ({', '.join(FAULTS)}) and times")
                 self.faults[data["path"]] = [kind, times, data.get("hold_ms", DEFAULT_HOLD_MS)]
                 return Answer(200, {"ok": True})
+            if (method, path) == ("POST", "/_control/reset"):
+                for table in (self.intents, self.charges, self.keys, self.faults, self.held):
+                    table.clear()
+                self.refunds.clear()
+                self.requests.clear()
+                return Answer(200, {"ok": True})
             if (method, path) == ("POST", "/_control/release"):
                 self.releases += 1
                 self.held.clear()
@@ -315,6 +333,12 @@ class Service:
         if (method, path) == ("GET", "/_control/wait"):
             return self.wait(query)
         return error(404, "invalid_request_error", f"no control {method} {path}")
+
+    def record(self, what: str, key: str | None, body: bytes) -> None:
+        if self.recording is not None:
+            line = json.dumps({"pid": os.getpid(), "op": "mark", "what": what, "key": key,
+                               "body": body.decode("utf-8", "replace")})
+            os.write(self.recording, (line + "\n").encode())
 
     def add_intent(self, data: dict) -> Answer:
         amount, currency = data.get("amount"), data.get("currency", "usd")
@@ -463,6 +487,8 @@ class Handler(BaseHTTPRequestHandler):
             replay, refused = service.begin(key, self.command, path, params)
             if refused is not None:
                 return self.answer(refused)
+        if replay is None and self.command == "POST":
+            service.record("post", key, body)
         kind, hold_s = service.take_fault(path)
         if kind in ("hang", "hang_close"):
             service.hold(path, hold_s)
@@ -478,6 +504,8 @@ class Handler(BaseHTTPRequestHandler):
         answer = replay or endpoint()
         if key and replay is None:
             service.finish(key, answer)
+        if replay is None and self.command == "POST" and answer.status == 200:
+            service.record("refund", key, body)
         if kind == "fail_after":
             return self.fail()
         if kind == "close_after":
@@ -488,8 +516,12 @@ class Handler(BaseHTTPRequestHandler):
         self.answer(error(500, "api_error", "An unknown error occurred", saved=False))
 
 
-def serve(port: int, key: str, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    handler = type("BoundHandler", (Handler,), {"service": Service(key=key)})
+def serve(port: int, key: str, host: str = "127.0.0.1",
+          record: str | None = None) -> ThreadingHTTPServer:
+    recording = None if record is None else os.open(
+        record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    service = Service(key=key, recording=recording)
+    handler = type("BoundHandler", (Handler,), {"service": service})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
@@ -500,8 +532,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--key", required=True, help="the secret key clients must send")
+    parser.add_argument("--record", help="append a line to this file for each refund received and made")
     args = parser.parse_args(argv)
-    server = serve(args.port, args.key, args.host)
+    server = serve(args.port, args.key, args.host, args.record)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever()

@@ -22,7 +22,7 @@ import orjson
 
 from staal.canonical import canonical_json
 from staal.errors import LogDamaged, LogExists, StaalError
-from staal.fsio import OS_SYNC, Syncer, make_private_dir, write_all
+from staal.fsio import FS, OS_SYNC, Syncer, make_private_dir
 
 LOG_FILE_MODE = 0o600
 _CREATE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_WRONLY | os.O_CLOEXEC
@@ -109,7 +109,7 @@ class AppendLog:
         make_private_dir(target.parent, syncer)
         line = None if first is None else canonical_json(first) + b"\n"
         try:
-            fd = os.open(target, _CREATE_FLAGS, LOG_FILE_MODE)
+            fd = FS.open(target, _CREATE_FLAGS, LOG_FILE_MODE)
         except FileExistsError:
             raise LogExists(f"{target} already exists") from None
         try:
@@ -119,7 +119,7 @@ class AppendLog:
             if created is not None:
                 created()
             if line is not None:
-                write_all(fd, line)
+                FS.write(fd, line)
             syncer.sync_file(fd)
             syncer.sync_dir(target.parent)
         except BaseException:
@@ -140,11 +140,11 @@ class AppendLog:
         line is cut off so the next append starts on a line boundary.
         """
         target = Path(path)
-        fd = os.open(target, _OPEN_FLAGS)
+        fd = FS.open(target, _OPEN_FLAGS)
         try:
             read = _read_fd(fd, os.fspath(target), decode)
             if read.torn_bytes:
-                os.ftruncate(fd, read.valid_bytes)
+                FS.truncate(fd, read.valid_bytes)
             # The previous writer may have died between write and fsync (its
             # bytes then live only in the page cache) or before syncing the
             # directory; the caller is about to act on what it read, so make
@@ -196,7 +196,7 @@ class AppendLog:
         with self._lock:
             self._check_usable()
             try:
-                write_all(self._fd, line)
+                FS.write(self._fd, line)
                 if sync:
                     self._syncer.sync_file(self._fd)
                 self._unsynced = not sync

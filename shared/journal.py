@@ -22,7 +22,7 @@ from pathlib import Path
 from staal.appendlog import AppendLog, read_log
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import LogDamaged
-from staal.fsio import OS_SYNC
+from staal.fsio import FS
 from staal.journal_records import (
     JOURNAL,
     End,
@@ -169,8 +169,8 @@ def discard_unstarted(path: str | Path) -> bool:
     path = Path(path)
     if not path.exists() or journal_started(path):
         return False
-    path.unlink()
-    OS_SYNC.sync_dir(path.parent)
+    FS.unlink(path)
+    FS.sync_dir(path.parent)
     return True
 
 

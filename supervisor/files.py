@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from staal.fsio import OS_SYNC, Syncer, make_private_dir, write_all
+from staal.fsio import FS, OS_SYNC, Syncer, make_private_dir
 from staal.ids import is_run_id
 from staal.journal import discard_unstarted
 
@@ -67,12 +67,12 @@ def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:
     False if the file already exists (it is kept as first written)."""
     make_private_dir(path.parent, syncer)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = FS.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         return False
     try:
         os.fchmod(fd, 0o600)
-        write_all(fd, data)
+        FS.write(fd, data)
         syncer.sync_file(fd)
     finally:
         os.close(fd)
@@ -86,7 +86,7 @@ def write_inputs(files: RunFiles, arguments: dict[str, Any]) -> None:
 
 def remove_inputs(files: RunFiles) -> None:
     try:
-        os.unlink(files.inputs)
+        FS.unlink(files.inputs)
     except FileNotFoundError:
         pass
 
@@ -103,9 +103,9 @@ def remove_never_started(files: RunFiles) -> bool:
 def append_log(files: RunFiles, line: bytes) -> None:
     """A run's own log: for people, not authoritative, so not fsync'd."""
     make_private_dir(files.folder)
-    fd = os.open(files.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = FS.open(files.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        write_all(fd, line)
+        FS.write(fd, line)
     finally:
         os.close(fd)
 
@@ -119,7 +119,7 @@ def make_run_folders(journals: Path, tools: list[str], syncer: Syncer = OS_SYNC)
         for first in range(256):
             folder = base / f"{first:02x}"
             if not folder.is_dir():
-                os.mkdir(folder, 0o700)
+                FS.mkdir(folder, 0o700)
                 os.chmod(folder, 0o700)
                 made = True
         if made:

@@ -28,7 +28,7 @@ from staal.appendlog import AppendLog, read_log
 from staal.canonical import canonical_json
 from staal.clock import Clock
 from staal.errors import LogDamaged, RecordError, StaalError
-from staal.fsio import OS_SYNC, Syncer, write_all
+from staal.fsio import FS, OS_SYNC, Syncer
 from staal.ids import new_run_id
 from staal.killpoints import kill_point
 from staal.ledger_records import LEDGER, Release, Reserve, Settle
@@ -334,7 +334,7 @@ class FileLedger:
             raise
         kill_point("supervisor", "compact.synced")
         try:
-            os.replace(temp, self._path)
+            FS.replace(temp, self._path)
             kill_point("supervisor", "compact.renamed")
             self._syncer.sync_dir(self._path.parent)
             kill_point("supervisor", "compact.done")
@@ -383,10 +383,10 @@ def _check_held(calls: int, money: tuple[Money, ...], what: str) -> None:
 
 
 def _write_synced(path: Path, data: bytes, syncer: Syncer) -> None:
-    fd = os.open(path, _TEMP_FLAGS, 0o600)
+    fd = FS.open(path, _TEMP_FLAGS, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        write_all(fd, data)
+        FS.write(fd, data)
         kill_point("supervisor", "compact.written")
         syncer.sync_file(fd)
     finally:
@@ -395,7 +395,7 @@ def _write_synced(path: Path, data: bytes, syncer: Syncer) -> None:
 
 def _unlink_if_there(path: Path) -> None:
     try:
-        os.unlink(path)
+        FS.unlink(path)
     except FileNotFoundError:
         pass
 

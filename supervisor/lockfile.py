@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from staal.errors import StaalError
-from staal.fsio import OS_SYNC, Syncer, make_private_dir
+from staal.fsio import FS, OS_SYNC, Syncer, make_private_dir
 
 LOCK_FILE = "server.lock"
 LOCK_FILE_MODE = 0o600
@@ -95,11 +95,11 @@ class ServerLock:
 
 def _open_lock_file(path: Path) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, LOCK_FILE_MODE)
+        fd = FS.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, LOCK_FILE_MODE)
     except FileExistsError:
         # Never removed once made: unlinking a lock file lets two processes
         # lock two different files of the same name.
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        return FS.open(path, os.O_RDWR | os.O_CLOEXEC)
     os.fchmod(fd, LOCK_FILE_MODE)
     return fd
 
@@ -136,8 +136,8 @@ def _lock_within(fd: int, path: Path, wait_s: float,
 def _write_holder(fd: int) -> None:
     """Our pid in the file, for the message a waiting server gives. Not
     synced: after a crash the lock is free whatever the file says."""
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    FS.truncate(fd, 0)
+    FS.write(fd, f"{os.getpid()}\n".encode(), 0)
 
 
 def _read_holder(fd: int) -> str | None:

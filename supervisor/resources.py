@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from staal.errors import LogDamaged, StaalError
-from staal.fsio import OS_SYNC, write_all
+from staal.fsio import FS
 from staal.journal import read_journal
 from staal.manifest_resources import ENTRY_INPUTS, ResourceDecl
 from staal.protocol.dispatch import CallTool
@@ -59,7 +59,7 @@ def cursor_key(journals: Path) -> bytes:
     across restarts; never logged, never sent."""
     path = journals / KEY_FILE
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = FS.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         key = path.read_bytes()
         if len(key) != KEY_SIZE:
@@ -69,11 +69,11 @@ def cursor_key(journals: Path) -> bytes:
         return key
     key = os.urandom(KEY_SIZE)
     try:
-        write_all(fd, key)
-        OS_SYNC.sync_file(fd)
+        FS.write(fd, key)
+        FS.sync_file(fd)
     finally:
         os.close(fd)
-    OS_SYNC.sync_dir(journals)
+    FS.sync_dir(journals)
     return key
 
 

@@ -7,10 +7,10 @@ not yet expired is never deleted, whatever its age."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from staal.fsio import FS
 from staal.manifest import Manifest
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import Compaction, Ledger, RunEntry
@@ -32,7 +32,7 @@ def expired(entry: RunEntry, keep_ms: int | None, now_ms: int) -> bool:
 
 def _unlink(path: Path) -> None:
     try:
-        os.unlink(path)
+        FS.unlink(path)
     except FileNotFoundError:
         pass
 
@@ -41,7 +41,7 @@ def sweep(manifest: Manifest, ledger: Ledger) -> Sweep:
     journals = manifest.server.journals
     keep = manifest.server.keep
     now = ledger.now_ms()
-    deleted = []
+    deleted, folders = [], set()
     for entry in ledger.runs():
         if expired(entry, keep.ms if keep else None, now):
             files = RunFiles(journals, entry.tool, entry.run)
@@ -49,6 +49,13 @@ def sweep(manifest: Manifest, ledger: Ledger) -> Sweep:
                 _unlink(files.log)
                 _unlink(files.journal)
                 deleted.append(entry.run)
+                folders.add(files.folder)
+    # Compaction may drop these runs from the ledger, durably; a removal not
+    # yet durable could then bring a journal back after a power loss, with
+    # no reservation, and the server would refuse to start
+    # (docs/power-loss.md). So the removals are made durable first.
+    for folder in sorted(folders):
+        FS.sync_dir(folder)
 
     def files_kept(entry: RunEntry) -> bool:
         files = RunFiles(journals, entry.tool, entry.run)

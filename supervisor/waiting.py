@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from staal.clock import SYSTEM_CLOCK
+from staal.fsio import FS
 from staal.supervisor.files import RunFiles, write_durably
 
 NOTIFY_TIMEOUT_S = 60
@@ -52,7 +53,7 @@ class Waiting:
 
     def remove(self, files: RunFiles) -> None:
         try:
-            os.unlink(files.waiting)
+            FS.unlink(files.waiting)
         except FileNotFoundError:
             pass
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from staal.manifest import Manifest
 
-KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE")
+# The crash tests' switches: kill points, and the file-system recording
+# (staal.fsio) the power-loss enumeration replays.
+KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE", "STAAL_TEST_FS_RECORD")
 
 
 @dataclass

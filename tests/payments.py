@@ -26,10 +26,11 @@ WAIT = 10.0
 
 
 class Payments:
-    def __init__(self, key: str | None = None) -> None:
+    def __init__(self, key: str | None = None, record: Path | None = None) -> None:
         self.key = key or "sk_test_" + secrets.token_hex(12)
         self.process = subprocess.Popen(
-            [sys.executable, str(FAKE), "--port", "0", "--key", self.key],
+            [sys.executable, str(FAKE), "--port", "0", "--key", self.key,
+             *(["--record", str(record)] if record else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             self.port = int(self._first_line())
@@ -65,6 +66,9 @@ class Payments:
         if hold_ms is not None:
             body["hold_ms"] = hold_ms
         self._control("POST", "faults", json=body)
+
+    def reset(self) -> None:
+        self._control("POST", "reset")
 
     def release(self) -> None:
         self._control("POST", "release")

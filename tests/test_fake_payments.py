@@ -3,6 +3,7 @@ refunds, idempotency and the faults tests use to put an action in doubt."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -333,3 +334,33 @@ def test_a_fault_lasts_for_the_number_of_requests_it_was_set_for(payments):
 def test_waiting_for_what_never_comes_is_answered_408_in_bounded_time(payments):
     answer = payments.client.get("/_control/wait", params={"requests": 1, "timeout_ms": 50})
     assert answer.status_code == 408
+
+
+# -- the power-loss test's controls -------------------------------------------------
+
+
+def test_reset_forgets_every_intent_refund_request_and_key(payments):
+    intent = payments.intent()
+    assert refund(payments, key="k1", payment_intent=intent["id"], amount=100).status_code == 200
+    payments.reset()
+    assert payments.refunds() == [] and payments.requests() == []
+    again = payments.intent(id=intent["id"])
+    # The key is forgotten too: the same key makes a new refund.
+    assert refund(payments, key="k1", payment_intent=again["id"], amount=100).status_code == 200
+    assert len(payments.refunds()) == 1
+
+
+def test_with_record_it_marks_each_new_refund_post_as_it_arrives_and_each_refund_made(tmp_path):
+    recording = tmp_path / "recording.jsonl"
+    service = Payments(record=recording)
+    try:
+        intent = service.intent()
+        for _ in range(2):  # the second is answered from the key: no new mark
+            refund(service, key="k1", payment_intent=intent["id"], amount=100)
+        refund(service, key="k2", payment_intent=intent["id"], amount=10**9)  # refused
+    finally:
+        service.stop()
+    marks = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert [(m["op"], m["what"], m["key"]) for m in marks] == [
+        ("mark", "post", "k1"), ("mark", "refund", "k1"), ("mark", "post", "k2")]
+    assert marks[1]["body"] == f"payment_intent={intent['id']}&amount=100"

@@ -65,7 +65,8 @@ __all__ = [
 
 # Environment variables `scrub_environment` always keeps: the tools' search
 # path, and the crash-kill harness's switches (DESIGN.md section 7).
-ALWAYS_KEPT = frozenset({"PATH", "STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE"})
+ALWAYS_KEPT = frozenset({"PATH", "STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE",
+                         "STAAL_TEST_FS_RECORD"})
 
 _OUT = "; the broker is the only way out"
 

@@ -219,10 +219,12 @@ def gone(pidfd: int, timeout: float) -> bool:
 
 
 async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments: dict,
-               meanwhile: Callable[[Server], Any] | None = None) -> dict[str, Any]:
+               meanwhile: Callable[[Server], Any] | None = None,
+               answered: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """One server process, one call: {"seen": ANSWERED, ...the answer} or
     {"seen": what else}. `meanwhile` runs in a thread while the call is in
-    flight; what it returns is under "meanwhile"."""
+    flight; what it returns is under "meanwhile". `answered` is given the
+    answer as soon as it arrives, before the server is stopped."""
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -249,6 +251,8 @@ async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments
                         seen = {"seen": ANSWERED, "is_error": result.is_error,
                                 "structured": result.structured_content,
                                 "text": result.content[0].text if result.content else ""}
+                        if answered is not None:
+                            answered(seen)
                     if helper is not None:
                         seen["meanwhile"] = await helper
                     return seen
