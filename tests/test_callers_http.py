@@ -20,7 +20,7 @@ from staal.supervisor.principal import Principal
 from tests.authorization import AUDIENCE, AuthorizationServer
 from tests.http_servers import HttpServer
 from tests.recorder import Recorder
-from tests.servers import Site
+from tests.servers import SERVER_NAME, Site
 
 LOOKUP = """
 from staal.caps import HttpGet
@@ -235,3 +235,34 @@ def test_status_shows_each_callers_use_by_hash_and_profile(http, site, authoriza
                            check=False).stdout
     assert f"caller {desk} (profile support): runs 1" in human
     assert "desk-1" not in done.stdout + human  # the identity itself is never kept
+
+
+# -- runs as resources are the caller's own ------------------------------------------------------
+
+
+def test_a_callers_runs_as_resources_are_its_own_and_anothers_are_unknown(http, authorization):
+    mine, theirs = support(http, authorization, "desk-1"), support(http, authorization, "desk-2")
+    assert mine.result("refund", {"order": "C3"})["isError"] is False
+    (entry,) = runs(http)
+    base = f"staal://{SERVER_NAME}/runs"
+
+    def read(caller: As, uri: str) -> httpx.Response:
+        return http.modern("resources/read", {"uri": uri}, headers=caller.headers)
+
+    def items(caller: As) -> list[str]:
+        answer = read(caller, base)
+        assert answer.status_code == 200, answer.text
+        data = json.loads(answer.json()["result"]["contents"][0]["text"])
+        return [item["run"] for item in data["items"]]
+
+    assert items(mine) == [entry.run] and items(theirs) == []
+    own = read(mine, f"{base}/{entry.run}")
+    assert own.status_code == 200 and entry.run in own.text
+    for uri in (f"{base}/{entry.run}", f"{base}/{entry.run}/journal"):
+        refused = read(theirs, uri)
+        # Answered exactly as a run that does not exist: its existence is not revealed.
+        assert refused.json()["error"]["code"] == -32602, refused.text
+        nobody = read(theirs, uri.replace(entry.run, "f" * 32))
+        assert refused.json()["error"]["message"].replace(entry.run, "R") == \
+            nobody.json()["error"]["message"].replace("f" * 32, "R")
+    assert len(runs(http)) == 1  # reading ran nothing
