@@ -55,7 +55,7 @@ def test_the_python_sdk_with_a_bearer_token_lists_and_calls_as_its_caller(http, 
 def test_the_python_sdk_without_a_token_is_refused_and_nothing_runs(http):
     with pytest.raises(Exception):  # noqa: B017 - the SDK's own error for an HTTP error status
         sdk_session(http.url, "auto", {})
-    assert http.stderr.events("auth_refused", status=401)
+    http.stderr.wait_event("auth_refused", status=401)  # logged as it was refused
     assert read_ledger(http.site.ledger_path).runs() == ()
 
 

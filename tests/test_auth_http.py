@@ -182,6 +182,9 @@ def test_a_new_signing_key_is_fetched_once_and_its_tokens_accepted(tmp_path, ser
             token = authorization.token("a")
             assert header_of(token)["kid"] == new != old
             assert lookup(http, service, "modern", bearer(token)).status_code == 200
+            # The log line is written before the answer; the reader may not have it yet.
+            http.stderr.wait_for(lambda line: "jwks_fetched" in line and new in line,
+                                 what="the refresh that found the new key")
             fetched = http.stderr.events("jwks_fetched")
             assert [sorted(e["kids"]) for e in fetched] == [[old], sorted([old, new])]
             # A kid it has never seen, within the cooldown: refused, and no
