@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
@@ -133,6 +134,32 @@ class HttpConfig:
     public_url: str | None = None
 
 
+DEFAULT_VERIFY_TIMEOUT_MS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialConfig:
+    """`auth.credential`: how a request presents its credential. "bearer"
+    (the default): an `Authorization: Bearer` token. "provider": every
+    request's head goes to the operator's verifier program (`program`,
+    `entry`), in its own confined process, which sees only the `headers`
+    named here; they are taken out of the request before the MCP layer
+    sees it. `timeout_ms` bounds each request's verification."""
+
+    presence: Literal["bearer", "provider"] = "bearer"
+    program: Path | None = None
+    entry: str = "verify"
+    headers: tuple[str, ...] = ()
+    timeout_ms: int = DEFAULT_VERIFY_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """`auth`: who may call the tools over HTTP (issue 14)."""
+
+    credential: CredentialConfig = CredentialConfig()
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     name: str
@@ -165,6 +192,7 @@ class Manifest:
     server: ServerConfig
     tools: tuple[Tool, ...]
     model: ModelConfig | None = None
+    auth: AuthConfig | None = None
 
     def tool(self, name: str) -> Tool | None:
         for tool in self.tools:

@@ -32,6 +32,7 @@ from staal.manifest import (
     ServerConfig,
     Tool,
 )
+from staal.manifest_auth import AuthReader
 from staal.manifest_grants import GrantReader
 from staal.manifest_values import ValueReader, show
 from staal.sizes import machine_mib
@@ -39,7 +40,7 @@ from staal.sizes import machine_mib
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-TOP = ("server", "model", "tools")
+TOP = ("server", "model", "tools", "auth")
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
 HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
@@ -124,6 +125,7 @@ class ManifestChecker:
         self.path = path
         self.values = ValueReader(base_dir=path.parent)
         self.grants = GrantReader(self.values)
+        self.auth = AuthReader(self.values, self.program)
 
     def manifest(self, data: Any) -> Manifest | None:
         v = self.values
@@ -134,9 +136,10 @@ class ManifestChecker:
         tools = self.tools(top.get("tools"), server)
         model = self.model(top.get("model"), tools) if "model" in top else None
         self.model_needed(top, tools)
-        if server is None or tools is None:
+        auth = self.auth.auth(top["auth"]) if "auth" in top else None
+        if server is None or tools is None or ("auth" in top and auth is None):
             return None
-        return Manifest(path=self.path, server=server, tools=tuple(tools), model=model)
+        return Manifest(path=self.path, server=server, tools=tuple(tools), model=model, auth=auth)
 
     # -- server ---------------------------------------------------------
 

@@ -31,11 +31,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from staal.errors import StaalError
 from staal.killpoints import kill_point
+from staal.protocol import credentials
 from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Call, Cancel, Endpoint, Head, HttpCall, HttpResponse, HttpSettings
 from staal.protocol.jsonrpc import RequestId
 from staal.protocol.revisions import LEGACY
 from staal.supervisor.calls import CallState
+from staal.supervisor.principal import AuthRefusal
 from staal.supervisor.server import Server, Transport
 
 # The end of a cancelled 2025-11-25 call's POST: accepted, with no answer in it.
@@ -127,6 +129,11 @@ class McpApp:
         if refused is not None:
             await respond(send, refused)
             return
+        authenticated = await self.authenticated(head)
+        if isinstance(authenticated, HttpResponse):
+            await respond(send, authenticated)
+            return
+        head = authenticated
         body = await read_body(receive, self.endpoint.settings.max_body)
         if body is None:
             return  # the client went away before its message was whole
@@ -144,6 +151,18 @@ class McpApp:
             await self.call(reply.http, client, receive, send)
         else:
             await respond(send, reply)
+
+    async def authenticated(self, head: Head) -> Head | HttpResponse:
+        """Issue 14: before the body is read, the request's credential is
+        judged; refused, it is answered here, and nothing is parsed or run.
+        Admitted, the MCP layer gets the head without the credential headers."""
+        authenticator = self.server.authenticator
+        if authenticator is None:
+            return head
+        verdict = await authenticator.authenticate(head)
+        if isinstance(verdict, AuthRefusal):
+            return credentials.refused(verdict.status, verdict.error, verdict.description)
+        return credentials.without_credentials(head, authenticator.credential.headers)
 
     async def call(self, http: HttpCall, client: str, receive: Receive, send: Send) -> None:
         busy = self.server.busy(self.in_progress)

@@ -17,6 +17,7 @@ import shutil
 import signal
 import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import staal
 from staal.clock import SYSTEM_CLOCK
@@ -37,6 +38,7 @@ from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
+from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
@@ -53,6 +55,8 @@ class Server:
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        # Who may call over HTTP (issue 14): None serves without authentication.
+        self.authenticator: ProviderAuthenticator | None = None
 
     # -- start-up ---------------------------------------------------------
 
@@ -74,6 +78,7 @@ class Server:
                          ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
                          early=self.early)
         await self.pool.start()
+        self.authenticator = await start_authenticator(self.manifest, self.runtime_dir, self.log)
         tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
@@ -125,6 +130,8 @@ class Server:
 
     async def close(self) -> None:
         self.waiting.stopping.set()
+        if self.authenticator is not None:
+            await self.authenticator.close()
         await self.pool.close()
         self.ledger.close()
         self.lock.release()
@@ -177,6 +184,20 @@ class Server:
 Transport = Callable[[Server], Awaitable[None]]
 
 
+async def start_authenticator(manifest: Manifest, directory: Path,
+                              log: Log) -> ProviderAuthenticator | None:
+    """The operator's verifier (`auth.credential.presence` "provider"),
+    started and loaded, or the start refused naming its manifest key."""
+    if manifest.auth is None or manifest.auth.credential.presence != "provider":
+        return None
+    authenticator = ProviderAuthenticator(manifest, directory, worker_environment(manifest), log)
+    try:
+        await authenticator.start()
+    except VerifierRefused as exc:
+        raise StartupFailed(exc.message) from None
+    return authenticator
+
+
 async def serve(manifest: Manifest, transport: Transport, log: Log,
                 early: Spawned | None = None) -> int:
     """Start the server, serve with `transport` until it ends, close."""
@@ -185,6 +206,8 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
         await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        if server.authenticator is not None:
+            await server.authenticator.close()
         if hasattr(server, "pool"):
             await server.pool.close()
         elif early is not None:

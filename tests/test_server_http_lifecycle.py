@@ -37,6 +37,7 @@ class HeldServer:
 
     manifest = SimpleNamespace(server=SimpleNamespace(max_concurrent_runs=1))
     busy = Server.busy
+    authenticator = None  # served without authentication
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
