@@ -113,9 +113,10 @@ def serve_from_argv(argv: list[str]) -> int | None:
 
 def main() -> None:
     """The `staal-supervisor` console script."""
-    from staal.private_memory import keep_memory_private
+    from staal.private_memory import forget_first_environment, keep_memory_private
 
     keep_memory_private()  # it holds every tool's secrets: in its environment since its exec
+    forget_first_environment()  # and /proc/<pid>/environ would show them, dumpable or not
     code = serve_from_argv(sys.argv[1:])
     if code is not None:
         sys.exit(code)

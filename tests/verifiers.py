@@ -69,10 +69,11 @@ def peek(pids):
         for pid in pids:
             for what in ("environ", "mem"):
                 try:
-                    with open(f"/proc/{{pid}}/{{what}}", "rb"):
-                        seen[f"{{pid}}/{{what}}"] = "opened"
-                except PermissionError:
-                    seen[f"{{pid}}/{{what}}"] = "denied"
+                    with open(f"/proc/{{pid}}/{{what}}", "rb") as other:
+                        held = b"SECRET" in other.read()
+                    seen[f"{{pid}}/{{what}}"] = "read: a secret" if held else "read: no secret"
+                except OSError as refused:
+                    seen[f"{{pid}}/{{what}}"] = type(refused).__name__
     return seen
 '''
 
