@@ -17,7 +17,6 @@ import shutil
 import signal
 import traceback
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import staal
 from staal.clock import SYSTEM_CLOCK
@@ -37,7 +36,7 @@ from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.retention import DAY_S, sweep
-from staal.supervisor.startup import check_tools
+from staal.supervisor.startup import check_tools, start_authenticator
 from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -78,7 +77,10 @@ class Server:
                          ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
                          early=self.early)
         await self.pool.start()
-        self.authenticator = await start_authenticator(self.manifest, self.runtime_dir, self.log)
+        try:
+            self.authenticator = await start_authenticator(self.manifest, self.runtime_dir, self.log)
+        except VerifierRefused as exc:
+            raise StartupFailed(exc.message) from None
         tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
@@ -183,19 +185,6 @@ class Server:
 
 Transport = Callable[[Server], Awaitable[None]]
 
-
-async def start_authenticator(manifest: Manifest, directory: Path,
-                              log: Log) -> ProviderAuthenticator | None:
-    """The operator's verifier (`auth.credential.presence` "provider"),
-    started and loaded, or the start refused naming its manifest key."""
-    if manifest.auth is None or manifest.auth.credential.presence != "provider":
-        return None
-    authenticator = ProviderAuthenticator(manifest, directory, worker_environment(manifest), log)
-    try:
-        await authenticator.start()
-    except VerifierRefused as exc:
-        raise StartupFailed(exc.message) from None
-    return authenticator
 
 
 async def serve(manifest: Manifest, transport: Transport, log: Log,

@@ -78,7 +78,10 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
 
     try:
         address = Address.parse(http)
-        if not address.loopback and not insecure_no_auth:
+        # Authentication on this branch is the operator's verifier (the bearer
+        # presence's Authenticator comes with issue 14's JWT side).
+        authenticated = loaded.auth is not None and loaded.auth.credential.presence == "provider"
+        if not address.loopback and not insecure_no_auth and not authenticated:
             raise HttpRefused(
                 f"--http {http}: listening beyond this machine needs authentication, which this "
                 "manifest does not configure; listen on a loopback address (127.0.0.1), or pass "

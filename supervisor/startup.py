@@ -3,16 +3,20 @@ checked and each tool's config validated with placeholder inputs, in a
 worker, since the supervisor never imports operator code. `serve` runs it
 before answering anything; `staal-supervisor check` runs the same check and
 reports the same problems, so a manifest `check` calls valid is one `serve`
-starts on."""
+starts on. So it is for the operator's verifier (`auth.credential`
+"provider"): loaded in its own process, or refused naming its key."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.supervisor.calls import ToolRuntime, worst_case
 from staal.supervisor.pool import Pool
+from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.zygote import runtime_dir, worker_environment
 
 
@@ -38,16 +42,38 @@ async def check_tools(manifest: Manifest, pool: Pool) -> tuple[dict[str, ToolRun
 
 
 async def check_manifest(manifest: Manifest) -> list[str]:
-    """What `serve` would refuse at start about the tools, found in a pool
-    of its own that is gone again when this returns."""
+    """What `serve` would refuse at start about the tools (and the
+    verifier), found in a pool of its own that is gone again when this returns."""
     directory = runtime_dir()
     pool = Pool(manifest.path, directory, worker_environment(manifest), ahead=1)
     try:
-        await pool.start()
-        _, problems = await check_tools(manifest, pool)
-        return problems
-    except StaalError as exc:  # the zygote could not start: a program that crashes on import
-        return [exc.message]
+        try:
+            await pool.start()
+            _, problems = await check_tools(manifest, pool)
+        except StaalError as exc:  # the zygote could not start: a program that crashes on import
+            problems = [exc.message]
+        return problems + await verifier_problems(manifest, directory)
     finally:
         await pool.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+async def verifier_problems(manifest: Manifest, directory: Path) -> list[str]:
+    try:
+        authenticator = await start_authenticator(manifest, directory, lambda *_, **__: None)
+    except VerifierRefused as exc:
+        return [exc.message]
+    if authenticator is not None:
+        await authenticator.close()
+    return []
+
+async def start_authenticator(manifest: Manifest, directory: Path,
+                              log: Callable[..., None]) -> ProviderAuthenticator | None:
+    """The operator's verifier (`auth.credential.presence` "provider"),
+    started with its program loaded; `VerifierRefused` naming its manifest
+    key if it did not load. None without one."""
+    if manifest.auth is None or manifest.auth.credential.presence != "provider":
+        return None
+    authenticator = ProviderAuthenticator(manifest, directory, worker_environment(manifest), log)
+    await authenticator.start()
+    return authenticator

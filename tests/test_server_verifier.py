@@ -219,3 +219,28 @@ def test_an_admitted_requests_credential_headers_are_gone_before_the_mcp_layer_r
     assert "x-api-key" not in seen.headers and "mcp-method" in seen.headers
     assert key not in repr(seen)
     assert os.environ.get("X_API_KEY") is None
+
+
+def test_check_refuses_a_manifest_whose_verifier_does_not_load_as_serve_would(tmp_path):
+    site = verifier_site(Site(tmp_path), new_key(), source="def check(request):\n    return {}\n")
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "check", str(site.manifest)],
+                          capture_output=True, text=True, timeout=START_WAIT, check=False)
+    assert done.returncode == 2
+    assert f"auth.credential.entry: {tmp_path / 'verify.py'} has no function 'verify'" in done.stderr
+    (tmp_path / "good").mkdir()
+    good = verifier_site(Site(tmp_path / "good"), new_key())
+    valid = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "check", str(good.manifest)],
+                           capture_output=True, text=True, timeout=START_WAIT, check=False)
+    assert valid.returncode == 0, valid.stderr
+
+
+def test_with_a_verifier_the_server_may_listen_beyond_loopback_and_still_refuses_without_a_key(
+        tmp_path):
+    site = verifier_site(Site(tmp_path), new_key())
+    with HttpServer(site, address="0.0.0.0:0") as http:
+        port = http.url.rsplit(":", 1)[1].split("/")[0]
+        http.url = f"http://127.0.0.1:{port}/mcp"
+        refused = echo(http)
+        assert http.terminate() == 0
+    assert refused.status_code == 401
+    assert site.journal_files() == []
