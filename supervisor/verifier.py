@@ -207,6 +207,7 @@ class ProviderAuthenticator:
     async def close(self) -> None:
         """Stop the verifier with the server: SIGTERM, then SIGKILL after CLOSE_WAIT_S."""
         self._move("close")
+        self.up.set()  # whoever still waits for a verifier wakes to learn there is none
         for handle in self.timers:
             handle.cancel()
         proc = self.current

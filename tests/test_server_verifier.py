@@ -68,6 +68,14 @@ def assert_nowhere(site: Site, http: HttpServer, *values: str) -> None:
         assert value not in status
 
 
+def still_verifying(pid: int, site: Site) -> bool:
+    """Whether `pid` is still a verifier of this site (not a reused pid)."""
+    try:
+        return str(site.manifest) in psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        return False
+
+
 def verifier_of(http: HttpServer) -> psutil.Process:
     (verifier,) = [p for p in psutil.Process(http.process.pid).children()
                    if "staal.worker.verifier" in p.cmdline()]
@@ -102,7 +110,7 @@ def test_over_http_a_request_without_the_verifiers_key_is_refused_before_anythin
 def test_over_http_a_verifier_that_fails_or_hangs_refuses_with_503_runs_nothing_and_is_replaced(
         tmp_path):
     key = new_key()
-    site = verifier_site(Site(tmp_path), key)
+    site = verifier_site(Site(tmp_path), key, timeout_ms=1000)
     with HttpServer(site) as http:
         first = verifier_of(http).pid
         raised = echo(http, **{"x-api-key": key, "x-verifier-mode": "mode-raise"})
@@ -110,7 +118,8 @@ def test_over_http_a_verifier_that_fails_or_hangs_refuses_with_503_runs_nothing_
         hung = echo(http, **{"x-api-key": key, "x-verifier-mode": "mode-hang"})
         assert reserves(site) == 1 and len(site.journal_files()) == 1  # only the printing one ran
         after = echo(http, **{"x-api-key": key})
-        assert verifier_of(http).pid != first
+        last = verifier_of(http).pid
+        assert last != first
         assert http.terminate() == 0
     assert (raised.status_code, raised.json()["error"]) == (503, "temporarily_unavailable")
     assert raised.headers["retry-after"] == "1"
@@ -126,7 +135,7 @@ def test_over_http_a_verifier_that_fails_or_hangs_refuses_with_503_runs_nothing_
     assert killed["pid"] == first
     assert_nowhere(site, http, key)
     # Stopped with the server: no verifier process is left.
-    assert not psutil.pid_exists(first)
+    assert not still_verifying(first, site) and not still_verifying(last, site)
 
 
 def test_a_server_whose_verifier_does_not_load_refuses_to_start_naming_the_program(tmp_path):

@@ -142,7 +142,7 @@ def test_a_raise_garbage_or_a_refused_action_refuses_with_503_and_the_next_reque
 
 def test_a_hung_or_killed_verifier_refuses_with_503_is_replaced_and_the_next_request_is_served(
         tmp_path):
-    site = verifier_site(Site(tmp_path), KEY)
+    site = verifier_site(Site(tmp_path), KEY, timeout_ms=1000)
     logged = Logged(tmp_path / "log.jsonl")
     gate = tmp_path / "gate"
     os.mkfifo(gate)

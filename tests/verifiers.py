@@ -99,6 +99,6 @@ def verifier_site(site: Site, good_key: str, tools: list[dict[str, Any]] | None 
     site.write([{"name": "echo", "program": "echo.py"}, *(tools or [])])
     data = json.loads(site.manifest.read_text())
     data["auth"] = {"credential": {"presence": "provider", "program": "verify.py",
-                                   "headers": HEADERS, "timeout_ms": 1000, **credential}}
+                                   "headers": HEADERS, "timeout_ms": 10_000, **credential}}
     site.manifest.write_text(json.dumps(data, indent=2))
     return site
