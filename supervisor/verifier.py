@@ -261,7 +261,7 @@ class ProviderAuthenticator:
         credentials = credential_values(head, names)
         if self.in_flight >= MAX_IN_FLIGHT:
             answer: Verified | Failure = Failure(
-                "internal", f"more than {MAX_IN_FLIGHT} requests are waiting for the verifier")
+                "internal", f"{MAX_IN_FLIGHT} requests are already waiting for the verifier")
         else:
             self.in_flight += 1
             try:

@@ -121,11 +121,11 @@ def test_a_raise_garbage_or_a_refused_action_refuses_with_503_and_the_next_reque
     async def scenario(auth: ProviderAuthenticator) -> list:
         pid = auth.current.process.pid
         verdicts = [await auth.authenticate(head(KEY, mode)) for mode in
-                    ("mode-raise", "mode-garbage", "mode-object", "mode-environ", None)]
+                    ("mode-raise", "mode-garbage", "mode-object", "mode-environ", "mode-hog", None)]
         return [*verdicts, auth.current.process.pid == pid]
 
     *failed, served, same = with_authenticator(site, scenario, logged)
-    assert [(v.status, v.error) for v in failed] == [(503, "temporarily_unavailable")] * 4
+    assert [(v.status, v.error) for v in failed] == [(503, "temporarily_unavailable")] * 5
     assert isinstance(served, Principal)
     assert same  # an answer that failed is the verifier's, not its process's: it carries on
     messages = [(e["kind"], e["message"]) for e in logged.events("verifier_failed")]
@@ -136,6 +136,7 @@ def test_a_raise_garbage_or_a_refused_action_refuses_with_503_and_the_next_reque
         ("value", "the verifier returned a value of type 'object', which is not JSON"),
         ("capability", "a tool may not read a process's environment (open of '/proc/self/environ'); "
                        "secrets reach a tool only through its capabilities"),
+        ("budget", "the verifier ran out of its 256 MiB of memory"),
     ]
     assert KEY not in logged.path.read_text()
 
@@ -177,6 +178,29 @@ def test_a_hung_or_killed_verifier_refuses_with_503_is_replaced_and_the_next_req
         ("deadline", "the verifier did not answer within 1000 ms"),
         ("internal", "the verifier process was killed by SIGKILL"),
     ]
+
+
+def test_past_64_requests_in_flight_a_request_is_refused_at_once_never_queued(tmp_path):
+    site = verifier_site(Site(tmp_path), KEY)
+    logged = Logged(tmp_path / "log.jsonl")
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+
+    async def scenario(auth: ProviderAuthenticator) -> tuple:
+        held = asyncio.ensure_future(auth.authenticate(head(KEY, f"mode-gate:{gate}")))
+        writer = await asyncio.wait_for(asyncio.to_thread(os.open, gate, os.O_WRONLY), WAIT)
+        # Tasks run in the order they were made, each counting itself in flight
+        # before it first waits: 63 more fill the bound, the 64th finds it full.
+        queued = [asyncio.ensure_future(auth.authenticate(head(KEY))) for _ in range(63)]
+        over = await asyncio.ensure_future(auth.authenticate(head(KEY)))
+        os.close(writer)  # the held one is answered, then the rest in turn
+        return over, await held, await asyncio.gather(*queued)
+
+    over, held, queued = with_authenticator(site, scenario, logged)
+    assert over.status == 503
+    assert isinstance(held, Principal) and all(isinstance(v, Principal) for v in queued)
+    (failed,) = logged.events("verifier_failed")
+    assert failed["message"] == "64 requests are already waiting for the verifier"
 
 
 PROBLEMS = [

@@ -41,6 +41,8 @@ def verify(request):
     if mode.startswith("mode-gate:"):
         with open(mode.removeprefix("mode-gate:"), "rb") as gate:
             gate.read()
+    if mode == "mode-hog":
+        hog = bytearray(1024 * 1024 * 1024)  # past the verifier's memory bound
     if mode == "mode-print":
         print("the key is", key)
     if mode == "mode-environ":
