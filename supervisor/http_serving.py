@@ -155,14 +155,16 @@ class McpApp:
     async def authenticated(self, head: Head) -> Head | HttpResponse:
         """Issue 14: before the body is read, the request's credential is
         judged; refused, it is answered here, and nothing is parsed or run.
-        Admitted, the MCP layer gets the head without the credential headers."""
+        Admitted, the MCP layer gets the head without the credential headers
+        (and without Authorization, whichever presence reads it)."""
         authenticator = self.server.authenticator
         if authenticator is None:
             return head
         verdict = await authenticator.authenticate(head)
         if isinstance(verdict, AuthRefusal):
             return credentials.refused(verdict.status, verdict.error, verdict.description)
-        return credentials.without_credentials(head, authenticator.credential.headers)
+        return credentials.without_credentials(
+            head, (*authenticator.credential.headers, credentials.AUTHORIZATION))
 
     async def call(self, http: HttpCall, client: str, receive: Receive, send: Send) -> None:
         busy = self.server.busy(self.in_progress)
