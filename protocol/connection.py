@@ -40,6 +40,7 @@ from staal.protocol.jsonrpc import (
     result_message,
 )
 from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope
+from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, RunStatus
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import ToolDescriptor
@@ -63,7 +64,7 @@ class Cancel:
     request_id: RequestId
 
 
-Event = Send | CallTool | Cancel
+Event = Send | CallTool | ReadResource | Cancel
 
 
 # -- states and their transitions ---------------------------------------
@@ -98,7 +99,7 @@ CALL_TRANSITIONS: Mapping[tuple[CallState, str], CallState] = {
 class _InFlight:
     __slots__ = ("call", "state")
 
-    def __init__(self, call: CallTool) -> None:
+    def __init__(self, call: CallTool | ReadResource) -> None:
         self.call = call
         self.state = CallState.RUNNING
 
@@ -115,9 +116,10 @@ class Connection:
         instructions: str | None = None,
         ttl_ms: int = DEFAULT_TTL_MS,
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
+        resources: ResourceCatalogue | None = None,
     ) -> None:
         self.dispatcher = Dispatcher(server_info, tools, instructions=instructions, ttl_ms=ttl_ms,
-                                     cache_scope=cache_scope)
+                                     cache_scope=cache_scope, resources=resources)
         self._phase = Phase.AWAITING_INITIALIZE
         self._calls: dict[RequestId, _InFlight] = {}
         self._reader = LineReader()
@@ -126,7 +128,7 @@ class Connection:
     def initialized(self) -> bool:
         return self._phase is Phase.INITIALIZED
 
-    def in_flight(self) -> list[CallTool]:
+    def in_flight(self) -> list[CallTool | ReadResource]:
         return [entry.call for entry in self._calls.values()]
 
     # -- incoming -------------------------------------------------------
@@ -170,7 +172,8 @@ class Connection:
                                          self.initialized)
         if isinstance(answer, RpcError):
             return [Send(answer.to_message(request.id))]
-        if isinstance(answer, CallTool):
+        if isinstance(answer, (CallTool, ReadResource)):
+            # A read is in flight as a call is: it may be a run, and cancelled.
             self._calls[request.id] = _InFlight(answer)
             return [answer]
         return [Send(result_message(request.id, answer.result))]
@@ -187,13 +190,27 @@ class Connection:
     def answer_call(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any] | None:
         """The answer to `call`, or None if the client cancelled it."""
         _check_outcome_fits(call, outcome)
-        entry = self._entry(call)
-        was = entry.state
-        entry.state = advance(CALL_TRANSITIONS, was, "answer")
-        del self._calls[call.request_id]
-        if was is CallState.CANCELLED:
+        if self._answered_cancelled(call):
             return None
         return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
+
+    def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Any] | None:
+        """The answer to a resources/read, or None if the client cancelled it."""
+        if self._answered_cancelled(read):
+            return None
+        result = self.dispatcher.read_result(read, answer)
+        if isinstance(result, RpcError):
+            return result.to_message(read.request_id)
+        return result_message(read.request_id, result.result)
+
+    def _answered_cancelled(self, request: CallTool | ReadResource) -> bool:
+        """Move a request in flight to answered; whether it was cancelled
+        (then nothing more is sent for it)."""
+        entry = self._entry(request)
+        was = entry.state
+        entry.state = advance(CALL_TRANSITIONS, was, "answer")
+        del self._calls[request.request_id]
+        return was is CallState.CANCELLED
 
     def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
         """The notifications/progress for `call`, or None if it asked for no
@@ -205,14 +222,14 @@ class Connection:
             return None
         return notification_message("notifications/progress", params)
 
-    def _entry(self, call: CallTool) -> _InFlight:
+    def _entry(self, call: CallTool | ReadResource) -> _InFlight:
         entry = self._calls.get(call.request_id)
         if entry is None or entry.call is not call:
             return _answered(call)
         return entry
 
 
-def _answered(call: CallTool) -> _InFlight:
+def _answered(call: CallTool | ReadResource) -> _InFlight:
     """A call no longer in flight is in the answered state, where nothing more
     can happen to it."""
     entry = _InFlight(call)

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from staal.protocol.jsonrpc import RequestId, RpcError
+from staal.protocol.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 from staal.protocol.legacy import LegacyHandler
 from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
+from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue, contents_result
 from staal.protocol.results import CallOutcome, shape_outcome
 from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
@@ -38,7 +39,11 @@ class Result:
     result: dict[str, Any]
 
 
-Answer = Result | RpcError | CallTool
+Answer = Result | RpcError | CallTool | ReadResource
+RESOURCE_METHODS = frozenset({"resources/list", "resources/templates/list", "resources/read"})
+# What resources/list and resources/templates/list may be kept for: the runs
+# among them are the caller's own, and a restarted server may list others.
+LISTING_CACHE = (0, "private")
 
 
 class Dispatcher:
@@ -50,6 +55,7 @@ class Dispatcher:
         instructions: str | None = None,
         ttl_ms: int = DEFAULT_TTL_MS,
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
+        resources: ResourceCatalogue | None = None,
     ) -> None:
         catalogue = ToolCatalogue(tools)
         self.legacy = LegacyHandler(catalogue, server_info, instructions)
@@ -57,6 +63,11 @@ class Dispatcher:
             LEGACY: self.legacy,
             MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
         }
+        self.resources = resources
+        if resources is not None:
+            for handler in self._handlers.values():
+                handler.capabilities = {**handler.capabilities,
+                                        "resources": {"subscribe": False, "listChanged": False}}
 
     def initialize(self, params: dict[str, Any]) -> Result | RpcError:
         """initialize is answered at any time, with or without a `_meta`
@@ -76,12 +87,40 @@ class Dispatcher:
 
     def in_revision(self, revision: str, request_id: RequestId, method: str,
                     params: dict[str, Any]) -> Answer:
+        if method in RESOURCE_METHODS and self.resources is not None:
+            return self._resource(revision, request_id, method, params)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
             return reply
         if isinstance(reply, CallRequest):
             return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token)
         return Result(reply)
+
+    def _resource(self, revision: str, request_id: RequestId, method: str,
+                  params: dict[str, Any]) -> Result | RpcError | ReadResource:
+        """resources/read is the application's to answer (read_result); the
+        listings are fixed, and on one page."""
+        assert self.resources is not None
+        if method == "resources/read":
+            ref = self.resources.reference(params.get("uri"))
+            if isinstance(ref, RpcError):
+                return ref
+            return ReadResource(request_id, params["uri"], ref, revision)
+        if params.get("cursor") is not None:
+            return RpcError(INVALID_PARAMS, f"{method} lists everything on one page: there is "
+                            "no cursor")
+        if method == "resources/list":
+            body = {"resources": self.resources.resources()}
+        else:
+            body = {"resourceTemplates": self.resources.templates()}
+        return Result(self._handlers[revision].cached(body, *LISTING_CACHE))
+
+    def read_result(self, read: ReadResource, answer: ReadAnswer) -> Result | RpcError:
+        """The answer to a resources/read, as its revision writes it."""
+        if isinstance(answer, RpcError):
+            return answer
+        body = contents_result(read.uri, answer)
+        return Result(self._handlers[read.revision].cached(body, answer.ttl_ms, answer.cache_scope))
 
     def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any]:
         """The result a call is answered with, as its revision writes it."""

@@ -42,6 +42,7 @@ from staal.protocol.jsonrpc import (
     read_message,
     result_message,
 )
+from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
 from staal.protocol.revisions import (
     LEGACY,
@@ -62,7 +63,7 @@ NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
 _B64_START, _B64_END = "=?base64?", "?="
 
 __all__ = ["HEADER_MISMATCH", "MAX_BODY", "Call", "Cancel", "Endpoint", "Head", "HttpCall",
-           "HttpResponse", "HttpSettings", "Reply"]
+           "HttpResponse", "HttpSettings", "Read", "Reply"]
 
 
 # -- what goes in and out ------------------------------------------------------------
@@ -125,7 +126,14 @@ class Cancel:
     response: HttpResponse
 
 
-Reply = HttpResponse | Call | Cancel
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A resources/read to answer; `Endpoint.read_response` writes its answer."""
+
+    read: ReadResource
+
+
+Reply = HttpResponse | Call | Cancel | Read
 
 
 def _json_response(status: int, message: dict[str, Any] | None,
@@ -254,10 +262,17 @@ class Endpoint:
     def _mismatched(request_id: RequestId, why: str) -> HttpResponse:
         return _refused(400, HEADER_MISMATCH, f"Header mismatch: {why}", request_id)
 
+    def read_response(self, read: ReadResource, answer: ReadAnswer) -> HttpResponse:
+        """The answer to a resources/read, as JSON (a read reports no progress)."""
+        return self._answer(read.revision, read.request_id,
+                            self.dispatcher.read_result(read, answer))  # type: ignore[return-value]
+
     def _answer(self, revision: str, request_id: RequestId,
-                answer: Result | RpcError | CallTool) -> Reply:
+                answer: Result | RpcError | CallTool | ReadResource) -> Reply:
         if isinstance(answer, CallTool):
             return Call(HttpCall(self.dispatcher, answer))
+        if isinstance(answer, ReadResource):
+            return Read(answer)
         if isinstance(answer, Result):
             return _json_response(200, result_message(request_id, answer.result))
         return _json_response(_status_of(revision, answer), answer.to_message(request_id))

@@ -23,6 +23,8 @@ class LegacyHandler:
         self._catalogue = catalogue
         self._server_info = server_info
         self._instructions = instructions
+        # The dispatcher adds "resources" when it serves them.
+        self.capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
 
     def initialize(self, params: dict[str, Any]) -> dict[str, Any] | RpcError:
         """The handshake's answer; the connection is initialized once it is given."""
@@ -31,7 +33,7 @@ class LegacyHandler:
             return RpcError(INVALID_PARAMS, problem)
         result: dict[str, Any] = {
             "protocolVersion": negotiated_version(params["protocolVersion"]),
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": self.capabilities,
             "serverInfo": self._server_info.to_wire(),
         }
         if self._instructions is not None:
@@ -51,6 +53,10 @@ class LegacyHandler:
 
     def call_result(self, result: ToolResult) -> dict[str, Any]:
         return result.to_wire()
+
+    def cached(self, body: dict[str, Any], ttl_ms: int, cache_scope: str) -> dict[str, Any]:
+        """A listing or read result: this revision has no caching fields."""
+        return body
 
     def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Any]:
         return {"progressToken": token, "progress": value, "message": message}

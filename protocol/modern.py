@@ -40,6 +40,8 @@ class ModernHandler:
         self._server_info = server_info
         self._instructions = instructions
         self._cache = {"ttlMs": ttl_ms, "cacheScope": cache_scope}
+        # The dispatcher adds "resources" when it serves them.
+        self.capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
 
     def handle(self, method: str, params: dict[str, Any]) -> Reply:
         if method == "server/discover":
@@ -57,13 +59,17 @@ class ModernHandler:
     def call_result(self, result: ToolResult) -> dict[str, Any]:
         return self._complete(result.to_wire())
 
+    def cached(self, body: dict[str, Any], ttl_ms: int, cache_scope: str) -> dict[str, Any]:
+        """A listing or read result with how long, and for whom, it may be kept."""
+        return self._complete({**body, "ttlMs": ttl_ms, "cacheScope": cache_scope})
+
     def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Any]:
         return {"progressToken": token, "progress": value, "message": message}
 
     def _discovery(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "supportedVersions": list(SUPPORTED_VERSIONS),
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": self.capabilities,
             "serverInfo": self._server_info.to_wire(),
         }
         if self._instructions is not None:

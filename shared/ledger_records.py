@@ -33,6 +33,12 @@ class Reserve(Record):
     # The run's worst-case spend, one amount per currency.
     money: tuple[Money, ...] = field(default_factory=tuple)
     once: OnceHold | None = None
+    # Who called (issue 14): the SHA-256 of the caller's identity, never the
+    # identity; its caller profile's name; the tool's grant set the run runs
+    # with (None: the tool's own grants). All None for the local client.
+    caller: Sha256 | None = None
+    profile: str | None = None
+    grants: str | None = None
 
     def __post_init__(self) -> None:
         check_one_per_currency(self.money, "money")

@@ -11,12 +11,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from staal.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.durations import Duration
 from staal.money import Money
 from staal.sizes import Size
+
+if TYPE_CHECKING:
+    from staal.manifest_resources import ResourceDecl
 
 RUN_STATUS_TOOL = "staal_run_status"
 DEFAULT_KEEP_DAYS = 90
@@ -111,10 +114,23 @@ class Tool:
     max_memory: Size | None = None
     max_wait: Duration | None = None
     max_cpu: Duration | None = None
+    # Alternative grant sets a caller profile may pick by name (`callers`,
+    # `"grants": "<name>"`); each names the same parameters as `grants`.
+    profiles: Mapping[str, Mapping[str, Grant]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def grant_set(self, profile: str | None) -> Mapping[str, Grant]:
+        """The grants a run of this tool runs with: its own, or the named
+        alternative set (chosen by the caller's profile, never the request)."""
+        return self.grants if profile is None else self.profiles[profile]
 
     def all_grants(self) -> Iterator[Grant]:
         for grant in self.grants.values():
             yield from grant.walk()
+        for grants in self.profiles.values():
+            for grant in grants.values():
+                yield from grant.walk()
 
     def can_reach_model(self) -> bool:
         return any(g.cap == MODEL_CAP for g in self.all_grants())
@@ -154,13 +170,6 @@ class CredentialConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class AuthConfig:
-    """`auth`: who may call the tools over HTTP (issue 14)."""
-
-    credential: CredentialConfig = CredentialConfig()
-
-
-@dataclass(frozen=True, slots=True)
 class ServerConfig:
     name: str
     journals: Path
@@ -174,6 +183,59 @@ class ServerConfig:
     @property
     def keep(self) -> Duration | None:
         return None if self.keep_days is None else Duration.of_days(self.keep_days)
+
+
+DEFAULT_ALGORITHMS = ("RS256", "ES256")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """`auth`: who may call the tools over HTTP (issue 14). With a bearer
+    token, the OAuth 2.1 protected resource: `issuer` and `audience` are
+    always set and checked (`audience` defaults to server.http.public_url);
+    `jwks_url` None means "from the issuer's metadata" (RFC 8414). With
+    presence "provider" the operator's verifier checks the credential
+    itself: issuer, audience, JWKS and algorithms are None and unused (a
+    principal's issuer is the verifier's to name). `required_scopes` hold
+    for both."""
+
+    issuer: str | None = None
+    audience: str | None = None
+    jwks_url: str | None = None
+    algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
+    required_scopes: tuple[str, ...] = ()
+    credential: CredentialConfig = CredentialConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class RateConfig:
+    """A caller's rate limit: at most `calls` runs per `window`."""
+
+    calls: int
+    window: Duration
+
+
+@dataclass(frozen=True, slots=True)
+class CallerTool:
+    """What a caller profile allows of one tool: the grant set it runs with
+    (None: the tool's own `grants`) and the caller's own quota on it."""
+
+    grants: str | None = None
+    quota: QuotaConfig | None = None
+
+
+WhenKey = Literal["scope", "client_id", "sub"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A caller profile (`callers[i]`): the first whose `when` matches a
+    principal decides the tools it sees and may call, and how each runs."""
+
+    name: str
+    when: tuple[WhenKey, str]
+    tools: Mapping[str, CallerTool]
+    rate: RateConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +252,14 @@ class ModelConfig:
 class Manifest:
     path: Path
     server: ServerConfig
+    # The manifest's tools, then the hidden ones that serve `resources`
+    # (manifest_resources.py: never listed, never callable by name).
     tools: tuple[Tool, ...]
     model: ModelConfig | None = None
+    resources: tuple[ResourceDecl, ...] = ()
     auth: AuthConfig | None = None
+    # None: no `callers` section (every authenticated caller may call every tool).
+    callers: tuple[Caller, ...] | None = None
 
     def tool(self, name: str) -> Tool | None:
         for tool in self.tools:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,22 +33,23 @@ from staal.manifest import (
     ServerConfig,
     Tool,
 )
-from staal.manifest_auth import AuthReader
+from staal.manifest_auth import AuthChecker
 from staal.manifest_grants import GrantReader
+from staal.manifest_resources import check_resources, check_server_name
 from staal.manifest_values import ValueReader, show
 from staal.sizes import machine_mib
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-TOP = ("server", "model", "tools", "auth")
+TOP = ("server", "model", "tools", "resources", "auth", "callers")
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
 HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
     "max_concurrent_runs", "once", "quota", "max_steps", "max_memory", "max_wait",
-    "max_cpu",
+    "max_cpu", "profiles",
 )
 NET = ("timeout_ms", "connect_timeout_ms")
 ONCE = ("by", "keep")
@@ -125,7 +127,7 @@ class ManifestChecker:
         self.path = path
         self.values = ValueReader(base_dir=path.parent)
         self.grants = GrantReader(self.values)
-        self.auth = AuthReader(self.values, self.program)
+        self.access = AuthChecker(self.values, self.grants, self.program)
 
     def manifest(self, data: Any) -> Manifest | None:
         v = self.values
@@ -136,10 +138,22 @@ class ManifestChecker:
         tools = self.tools(top.get("tools"), server)
         model = self.model(top.get("model"), tools) if "model" in top else None
         self.model_needed(top, tools)
-        auth = self.auth.auth(top["auth"]) if "auth" in top else None
-        if server is None or tools is None or ("auth" in top and auth is None):
+        check_server_name(self, server.name if server else None)
+        resources = (check_resources(self, top["resources"])
+                     if "resources" in top else ())
+        auth = self.access.auth(top["auth"], server) if "auth" in top else None
+        callers = None
+        if "callers" in top:
+            callers = self.access.callers(top["callers"], tools, self.quota)
+            if "auth" not in top:
+                v.add("callers", "needs the auth section: a caller is chosen by its "
+                      "authenticated identity")
+        if (server is None or tools is None or resources is None
+                or v.failed(top, "", "auth", "callers")):
             return None
-        return Manifest(path=self.path, server=server, tools=tuple(tools), model=model, auth=auth)
+        hidden = tuple(t for r in resources for t in (r.get, r.list))
+        return Manifest(path=self.path, server=server, tools=(*tools, *hidden), model=model,
+                        resources=resources, auth=auth, callers=callers)
 
     # -- server ---------------------------------------------------------
 
@@ -323,16 +337,23 @@ class ManifestChecker:
                             lambda x, p: v.size(x, p, MIN_MEMORY_MIB, machine_mib()))
         wait = v.optional(obj, "max_wait", path, lambda x, p: v.duration(x, p, units="smh"))
         cpu = v.optional(obj, "max_cpu", path, lambda x, p: v.duration(x, p, units="smh"))
+        profiles = v.optional(obj, "profiles", path,
+                              lambda x, p: self.access.profiles(x, p, grants))
+        if quota is not None and quota.money is not None:
+            for set_name, grant_set in (profiles or {}).items():
+                # A run with this set reserves its worst case against the same quota.
+                self.quota_money_bounded(quota.money, f"{path}.profiles.{set_name}", grant_set)
         needed = (name, description, program, entry, grants, net, steps)
         if any(x is None for x in needed) or v.failed(obj, path, "title", "deadline",
                                                         "max_concurrent_runs", "once", "quota",
-                                                        "max_memory", "max_wait", "max_cpu"):
+                                                        "max_memory", "max_wait", "max_cpu",
+                                                        "profiles"):
             return None
         return Tool(
             name=name, title=title, description=description, program=program, entry=entry,
             grants=grants, net=net, deadline=deadline, max_concurrent_runs=limit,
             once=once, quota=quota, max_steps=steps, max_memory=memory, max_wait=wait,
-            max_cpu=cpu,
+            max_cpu=cpu, profiles=profiles or MappingProxyType({}),
         )
 
     def program(self, value: Any, path: str) -> Path | None:

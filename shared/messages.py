@@ -35,6 +35,9 @@ class Run(Record):
     inputs: str
     resume: bool = False
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The tool's grant set the run runs with (`tools[i].profiles`, chosen by
+    # the caller's profile); None: the tool's own grants.
+    grants: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

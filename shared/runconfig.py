@@ -128,8 +128,15 @@ def _model_to_json(model: ModelConfig) -> dict[str, Any]:
     return data
 
 
-def from_tool(manifest: Manifest, tool: Tool) -> RunConfig:
-    """The run config a manifest tool's calls run under."""
+def config_key(tool: str, grants: str | None = None) -> str:
+    """The name a worker knows a run config by: the tool's, and with one of
+    its alternative grant sets `tool:set` (a tool name never holds a colon)."""
+    return tool if grants is None else f"{tool}:{grants}"
+
+
+def from_tool(manifest: Manifest, tool: Tool, grants: str | None = None) -> RunConfig:
+    """The run config a manifest tool's calls run under, with its own
+    grants or the alternative set named `grants`."""
     deadline = tool.deadline.ms if tool.deadline is not None else None
     cpu = max(DEFAULT_CPU_MS, 2 * deadline) if deadline else DEFAULT_CPU_MS
     cpu = tool.max_cpu.ms if tool.max_cpu is not None else cpu
@@ -139,7 +146,7 @@ def from_tool(manifest: Manifest, tool: Tool) -> RunConfig:
         tool=tool.name,
         program=tool.program,
         entry=tool.entry,
-        grants=tool.grants,
+        grants=tool.grant_set(grants),
         net=tool.net,
         limits=Limits(deadline_ms=deadline, max_steps=tool.max_steps, cpu_ms=cpu,
                       memory_mib=memory, wait_ms=wait),

@@ -29,7 +29,8 @@ from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
-from staal.runconfig import Limits, from_tool
+from staal.runconfig import Limits, config_key, from_tool
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import (
     RunFiles,
     append_log,
@@ -37,7 +38,15 @@ from staal.supervisor.files import (
     remove_never_started,
     write_inputs,
 )
-from staal.supervisor.ledger import Different, Existing, Ledger, OverQuota, RunEntry, once_request
+from staal.supervisor.ledger import (
+    Admission,
+    Different,
+    Existing,
+    Ledger,
+    OverQuota,
+    RunEntry,
+    once_request,
+)
 from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.outcomes import (
     answer_of_journal,
@@ -69,11 +78,12 @@ class ToolRuntime:
         return tuple(self.tool.grants)
 
 
-def worst_case(tool: Tool) -> tuple[Money, ...]:
-    """One run's worst-case spend, per currency: over its money grants, max,
-    or each times uses (seed 000 section 6)."""
+def worst_case(tool: Tool, grants: str | None = None) -> tuple[Money, ...]:
+    """One run's worst-case spend, per currency: over the money grants of
+    its grant set, max, or each times uses (seed 000 section 6)."""
     totals: dict[str, Money] = {}
-    for grant in tool.all_grants():
+    walked = (inner for grant in tool.grant_set(grants).values() for inner in grant.walk())
+    for grant in walked:
         if not grant.spec.money:
             continue
         worst = grant.worst_case()
@@ -123,13 +133,14 @@ class Calls:
 
     # -- a call ---------------------------------------------------------
 
-    async def call_tool(self, call: Any, state: CallState) -> CallOutcome | None:
+    async def call_tool(self, call: Any, state: CallState,
+                        admitted: Admitted = LOCAL) -> CallOutcome | None:
         runtime = self.tools[call.name]
         try:
             values = check_arguments(runtime.inputs, call.arguments, runtime.capabilities)
         except InputError as exc:
             return Refused("arguments", exc.message)
-        once = once_request(runtime.tool, values)
+        once = once_request(runtime.tool, values, admitted.identity)
         if once is not None:
             holder = await asyncio.to_thread(self.ledger.once_holder, runtime.tool.name, once.key)
             if holder is not None:
@@ -152,7 +163,8 @@ class Calls:
             try:
                 if state.cancelled:
                     return None  # cancelled while it waited for a worker: nothing happens
-                return await self.reserve_and_run(runtime, values, once, call, state, worker)
+                return await self.reserve_and_run(runtime, values, once, call, state, worker,
+                                                  admitted)
             finally:
                 self.pool.give_back(worker)  # a call that ended before its run was sent
         finally:
@@ -171,29 +183,34 @@ class Calls:
         return None
 
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
-                              call: Any, state: CallState, worker: Worker) -> CallOutcome:
+                              call: Any, state: CallState, worker: Worker,
+                              admitted: Admitted = LOCAL) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
-        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state)
+        admission = admitted.admission(tool.name)
+        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state,
+                                         admission)
         if isinstance(result, Existing):
             return self.answer_earlier(result.entry, once.args)
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
-            return Refused("quota", quota_text(tool, result))
+            return Refused("quota", quota_text(tool, result, admission))
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.execute_with_recovery(tool, files, resume=False, progress=progress,
-                                                 worker=worker)
+                                                 worker=worker, grants=admitted.grants(tool.name))
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
-                          state: CallState) -> Any:
+                          state: CallState, admission: Admission | None) -> Any:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
-        result = self.ledger.reserve_call(tool.name, tool.quota, 1, runtime.worst_case, once)
+        money = runtime.worst_case if admission is None or admission.grants is None \
+            else worst_case(tool, admission.grants)
+        result = self.ledger.reserve_call(tool.name, tool.quota, 1, money, once, admission)
         if isinstance(result, (Existing, Different, OverQuota)):
             return result
         state.run = result.run
@@ -206,12 +223,15 @@ class Calls:
         """Recovery at start: resume an unfinished or waiting run to its end
         (or to a stop), then settle it as a call would."""
         tool = self.manifest.tool(files.tool)
-        final = await self.execute_with_recovery(tool, files, resume=True)
+        entry = self.ledger.run(files.run)
+        grants = None if entry is None else entry.grants  # the grant set it was reserved with
+        final = await self.execute_with_recovery(tool, files, resume=True, grants=grants)
         return await self.conclude(tool, files, final)
 
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
                                     progress: Progress | None = None,
-                                    worker: Worker | None = None) -> Ended | StoppedMsg | None:
+                                    worker: Worker | None = None,
+                                    grants: str | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
         internal, or waits for an operator if an op is in doubt. So it does
@@ -222,7 +242,7 @@ class Calls:
         while True:
             lent, worker = worker, None
             try:
-                return await self.execute(tool, files, resume or deaths > 0, progress, lent)
+                return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants)
             except NoWorker as none:
                 if deaths == 0:
                     raise  # nothing was tried: a resume at start that cannot begin
@@ -253,13 +273,15 @@ class Calls:
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None,
-                      worker: Worker | None = None) -> Ended | StoppedMsg:
-        """Run (or resume) in `worker`, or in one checked out now; `WorkerLost`
-        if the worker died, `NoWorker` if none was ready."""
+                      worker: Worker | None = None,
+                      grants: str | None = None) -> Ended | StoppedMsg:
+        """Run (or resume) in `worker`, or in one checked out now, with the
+        tool's grant set `grants` (None: its own); `WorkerLost` if the worker
+        died, `NoWorker` if none was ready."""
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
-                      inputs=str(files.inputs), resume=resume,
-                      secrets=run_secrets(self.secret_names[tool.name]))
+                      inputs=str(files.inputs), resume=resume, grants=grants,
+                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]))
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 
         def on_message(reply: Any) -> None:
@@ -353,9 +375,11 @@ class Calls:
 
     # -- staal_run_status ------------------------------------------------------
 
-    def run_status(self, run: str) -> RunStatus:
+    def run_status(self, run: str, admitted: Admitted = LOCAL) -> RunStatus:
+        """How the caller's own run stands; another caller's is unknown (its
+        existence is not revealed)."""
         entry = self.ledger.run(run)
-        if entry is None:
+        if entry is None or entry.caller != admitted.identity:
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting)
 
@@ -390,10 +414,15 @@ def failure_fields(failure: Failure | None) -> dict[str, Any]:
     return fields
 
 
-def quota_text(tool: Tool, over: OverQuota) -> str:
+def quota_text(tool: Tool, over: OverQuota, admission: Admission | None = None) -> str:
     import datetime
 
-    window = tool.quota.window.text if tool.quota else "?"
+    whose = {"tool": f"tool '{tool.name}' is over its quota",
+             "caller": f"this caller is over its quota on tool '{tool.name}'",
+             "rate": "this caller is over its rate limit"}[over.scope]
+    limit = tool.quota if admission is None or over.scope == "tool" else \
+        (admission.rate if over.scope == "rate" else admission.quota)
+    window = limit.window.text if limit is not None else "?"
     if over.frees_at_ms is None:
         when = "this call alone needs more than the whole quota"
     else:
@@ -403,7 +432,7 @@ def quota_text(tool: Tool, over: OverQuota) -> str:
         used = f"{over.in_use} of {over.limit} calls per {window} are used"
     else:
         used = f"{over.in_use} of {over.limit} per {window} is held or spent"
-    return f"tool '{tool.name}' is over its quota: {used}; {when}"
+    return f"{whose}: {used}; {when}"
 
 
 

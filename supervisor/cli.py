@@ -56,6 +56,7 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
     (in a worker): report every problem."""
     import asyncio
 
+    from staal.manifest_resources import is_hidden_tool
     from staal.supervisor.startup import check_manifest
 
     loaded = load_or_exit(manifest)
@@ -66,9 +67,14 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST)
-    names = ", ".join(tool.name for tool in loaded.tools)
-    count = len(loaded.tools)
-    print(f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({names})")
+    tools = [tool.name for tool in loaded.tools if not is_hidden_tool(tool.name)]
+    count = len(tools)
+    line = f"{loaded.path}: valid: {count} tool{'s' if count != 1 else ''} ({', '.join(tools)})"
+    if loaded.resources:
+        kept = len(loaded.resources)
+        line += (f"; {kept} collection{'s' if kept != 1 else ''} "
+                 f"({', '.join(r.name for r in loaded.resources)})")
+    print(line)
 
 
 @app.command()
@@ -98,6 +104,26 @@ def status(
 
     report = collect(load_or_exit(manifest))
     print(json.dumps(report, indent=2) if as_json else render(report))
+
+
+@app.command()
+def console(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    listen: str = typer.Option("127.0.0.1:8090", help="HOST:PORT to serve the pages at."),
+    allow_remote: bool = typer.Option(
+        False, "--allow-remote", help="Allow a --listen address that is not loopback."),
+) -> None:
+    """A read-only web page of waiting runs, quotas, recent runs and each run's
+    timeline, beside a running server."""
+    from staal.supervisor.console import ListenRefused, parse_listen, serve_console
+
+    loaded = load_or_exit(manifest)
+    try:
+        host, port = parse_listen(listen, allow_remote)
+    except ListenRefused as exc:
+        print(f"staal-supervisor console: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
+    raise typer.Exit(serve_console(loaded, host, port))
 
 
 def main() -> None:

@@ -31,13 +31,25 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from staal.errors import StaalError
 from staal.killpoints import kill_point
-from staal.protocol import credentials
 from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import Call, Cancel, Endpoint, Head, HttpCall, HttpResponse, HttpSettings
-from staal.protocol.jsonrpc import RequestId
+from staal.protocol.http import (
+    Call,
+    Cancel,
+    Endpoint,
+    Head,
+    HttpCall,
+    HttpResponse,
+    HttpSettings,
+    Read,
+)
+from staal.protocol.http_auth import without_headers
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.revisions import LEGACY
+from staal.protocol.tools import ToolDescriptor
+from staal.supervisor.auth import Guard
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import CallState
-from staal.supervisor.principal import AuthRefusal
+from staal.supervisor.principal import Authenticator, Lifecycle
 from staal.supervisor.server import Server, Transport
 
 # The end of a cancelled 2025-11-25 call's POST: accepted, with no answer in it.
@@ -111,76 +123,106 @@ def _with_port(name: str, port: int) -> str:
 # -- the ASGI application --------------------------------------------------------------
 
 
+LegacyKey = tuple[str, str | None, RequestId]
+
+
 class McpApp:
-    def __init__(self, server: Server, endpoint: Endpoint) -> None:
+    """`endpoints`: one per caller profile (by name; None: every tool), each
+    listing and calling only that profile's tools; `guard`: the `auth`
+    check every request passes first (None: no `auth` section)."""
+
+    def __init__(self, server: Server, endpoints: dict[str | None, Endpoint],
+                 guard: Guard | None = None) -> None:
         self.server = server
-        self.endpoint = endpoint
+        self.endpoints = endpoints
+        self.endpoint = next(iter(endpoints.values()))
+        self.guard = guard
         self.in_progress = 0
         # 2025-11-25 calls in flight, for notifications/cancelled: by the
-        # client's address and the call's id (no session tells clients apart).
-        self.legacy: dict[tuple[str, RequestId], CallState] = {}
+        # client's address, its caller identity and the call's id (no
+        # session tells clients apart).
+        self.legacy: dict[LegacyKey, CallState] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         head = Head.of(scope["method"], scope["path"],
                        ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]))
-        refused = self.endpoint.head(head)
-        if refused is not None:
-            await respond(send, refused)
+        passed = await self.admit(head)
+        if isinstance(passed, HttpResponse):
+            await respond(send, passed)
             return
-        authenticated = await self.authenticated(head)
-        if isinstance(authenticated, HttpResponse):
-            await respond(send, authenticated)
-            return
-        head = authenticated
+        head, admitted = passed
+        endpoint = self.endpoints[admitted.profile_name]
         body = await read_body(receive, self.endpoint.settings.max_body)
         if body is None:
             return  # the client went away before its message was whole
         if isinstance(body, HttpResponse):
             await respond(send, body)
             return
-        reply = self.endpoint.message(head, body)
+        reply = endpoint.message(head, body)
         client = (scope.get("client") or ("?", 0))[0]
         if isinstance(reply, Cancel):
-            state = self.legacy.get((client, reply.request_id))
+            state = self.legacy.get((client, admitted.identity, reply.request_id))
             if state is not None:
                 state.cancelled = True
             await respond(send, reply.response)
         elif isinstance(reply, Call):
-            await self.call(reply.http, client, receive, send)
+            await self.call(reply.http, (client, admitted.identity, reply.http.call.request_id),
+                            admitted, receive, send)
+        elif isinstance(reply, Read):
+            await self.read(reply, endpoint, admitted, send)
         else:
             await respond(send, reply)
 
-    async def authenticated(self, head: Head) -> Head | HttpResponse:
-        """Issue 14: before the body is read, the request's credential is
-        judged; refused, it is answered here, and nothing is parsed or run.
-        Admitted, the MCP layer gets the head without the credential headers
-        (and without Authorization, whichever presence reads it)."""
-        authenticator = self.server.authenticator
-        if authenticator is None:
-            return head
-        verdict = await authenticator.authenticate(head)
-        if isinstance(verdict, AuthRefusal):
-            return credentials.refused(verdict.status, verdict.error, verdict.description)
-        return credentials.without_credentials(
-            head, (*authenticator.credential.headers, credentials.AUTHORIZATION))
+    async def admit(self, head: Head) -> tuple[Head, Admitted] | HttpResponse:
+        """The head the MCP layer sees (no credential header) and who sent
+        it, or the response that ends the request: the resource's metadata,
+        a refusal by the head alone, or a 401 or 403 of the guard."""
+        if self.guard is not None:
+            metadata = self.guard.metadata(head)
+            if metadata is not None:
+                return metadata
+        refused = self.endpoint.head(head)
+        if refused is not None:
+            return refused
+        if self.guard is None:
+            return without_headers(head, ()), LOCAL
+        passed = await self.guard.check(head)
+        if isinstance(passed, HttpResponse):
+            return passed
+        return passed.head, passed.admitted
 
-    async def call(self, http: HttpCall, client: str, receive: Receive, send: Send) -> None:
+    async def call(self, http: HttpCall, key: LegacyKey, admitted: Admitted, receive: Receive,
+                   send: Send) -> None:
         busy = self.server.busy(self.in_progress)
         if busy is not None:
             await respond(send, http.answer(busy))
             return
         self.in_progress += 1
-        key = (client, http.call.request_id)
         try:
             with self._registered(http, key) as state:
-                await CallExchange(self.server, http, state, receive, send).run()
+                await CallExchange(self.server, http, state, admitted, receive, send).run()
+        finally:
+            self.in_progress -= 1
+
+    async def read(self, reply: Read, endpoint: Endpoint, admitted: Admitted, send: Send) -> None:
+        """A resources/read, within the bound on calls in progress (it may be a run)."""
+        busy = self.server.busy(self.in_progress)
+        if busy is not None:
+            await respond(send, endpoint.read_response(reply.read,
+                                                       RpcError(INTERNAL_ERROR, busy.message)))
+            return
+        self.in_progress += 1
+        try:
+            answer = await self.server.read_resource(reply.read, admitted, CallState())
+            await respond(send, endpoint.read_response(reply.read, answer))
+            await self.server.clean_up()
         finally:
             self.in_progress -= 1
 
     @contextlib.contextmanager
-    def _registered(self, http: HttpCall, key: tuple[str, RequestId]) -> Iterator[CallState]:
+    def _registered(self, http: HttpCall, key: LegacyKey) -> Iterator[CallState]:
         state = CallState()
         legacy = http.call.revision == LEGACY and key not in self.legacy
         if legacy:
@@ -197,11 +239,12 @@ class CallExchange:
     stream (head, progress, keep-alives, result); the client closing it is
     watched throughout."""
 
-    def __init__(self, server: Server, http: HttpCall, state: CallState, receive: Receive,
-                 send: Send) -> None:
+    def __init__(self, server: Server, http: HttpCall, state: CallState, admitted: Admitted,
+                 receive: Receive, send: Send) -> None:
         self.server = server
         self.http = http
         self.state = state
+        self.admitted = admitted
         self.receive = receive
         self.send = send
         self.outgoing: asyncio.Queue[bytes] = asyncio.Queue()
@@ -215,7 +258,7 @@ class CallExchange:
             self.state.progress = lambda value, text: self._queue(self.http.progress(text, value))
         pumping = asyncio.ensure_future(self._pump()) if streaming else None
         try:
-            outcome = await self.server.outcome_of(call, self.state)
+            outcome = await self.server.outcome_of(call, self.state, self.admitted)
         except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
             outcome = self.server.internal_failure(call, self.state, exc)
         try:
@@ -393,13 +436,38 @@ def listen(address: Address) -> socket.socket:
     return sock
 
 
-async def serve_http(server: Server, sock: socket.socket) -> None:
+def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, Endpoint]:
+    """One endpoint per caller profile, listing only the profile's tools (a
+    tool outside it is unknown to it, so its existence is not revealed);
+    None's lists every tool (no `callers` section, or no `auth`)."""
+    def endpoint(tools: list[ToolDescriptor]) -> Endpoint:
+        return Endpoint(Dispatcher(server.server_info, tools,
+                                   resources=server.resource_catalogue), settings)
+
+    endpoints = {None: endpoint(server.descriptors)}
+    for caller in server.manifest.callers or ():
+        endpoints[caller.name] = endpoint([d for d in server.descriptors if d.name in caller.tools])
+    return endpoints
+
+
+async def serve_http(server: Server, sock: socket.socket,
+                     authenticator: Authenticator | None = None) -> None:
     """Serve the MCP endpoint on `sock` until the server is stopping, then
     stop accepting, answer every call in flight, and return."""
     http = server.manifest.server.http
     settings = settings_for(http.path, http.origins, http.public_url, sock.getsockname()[:2])
-    dispatcher = Dispatcher(server.server_info, server.descriptors)
-    app = McpApp(server, Endpoint(dispatcher, settings))
+    guard = None if authenticator is None else Guard(server.manifest, authenticator, server.log)
+    if isinstance(authenticator, Lifecycle):
+        await authenticator.start()
+    try:
+        await _serve_app(server, sock, McpApp(server, endpoints_for(server, settings), guard))
+    finally:
+        if isinstance(authenticator, Lifecycle):
+            await authenticator.close()
+
+
+async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
+    http = server.manifest.server.http
     limit = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
     config = uvicorn.Config(app, loop="none", http=BoundedHttpTools, lifespan="off",
                             log_config=None, access_log=False, server_header=False,
@@ -420,8 +488,8 @@ async def _stop_when(server: Server, uv: uvicorn.Server) -> None:
     uv.should_exit = True
 
 
-def over_http(sock: socket.socket) -> Transport:
+def over_http(sock: socket.socket, authenticator: Authenticator | None = None) -> Transport:
     async def serve(server: Server) -> None:
-        await serve_http(server, sock)
+        await serve_http(server, sock, authenticator)
 
     return serve

@@ -36,6 +36,7 @@ from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.outcomes import Outcome
 from staal.supervisor.quota import (
+    Admission,
     Compaction,
     Different,
     Existing,
@@ -53,6 +54,7 @@ from staal.supervisor.quota import (
 
 __all__ = [
     "LEDGER_FILE",
+    "Admission",
     "Compaction",
     "Different",
     "Existing",
@@ -97,7 +99,8 @@ class Ledger(Protocol):
         ...
 
     def reserve_call(self, tool: str, quota: QuotaConfig | None, calls: int,
-                     money: tuple[Money, ...], once: OnceRequest | None) -> ReserveResult: ...
+                     money: tuple[Money, ...], once: OnceRequest | None,
+                     admission: Admission | None = None) -> ReserveResult: ...
 
     def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry: ...
 
@@ -205,17 +208,21 @@ class FileLedger:
     # -- writing --------------------------------------------------------------
 
     def reserve_call(self, tool: str, quota: QuotaConfig | None, calls: int,
-                     money: tuple[Money, ...], once: OnceRequest | None) -> ReserveResult:
-        """Find the run holding `once`'s key, check `quota`, or reserve a new
-        run; all under one lock, and answered only once durable."""
+                     money: tuple[Money, ...], once: OnceRequest | None,
+                     admission: Admission | None = None) -> ReserveResult:
+        """Find the run holding `once`'s key, check `quota` (and the
+        caller's own limits, `admission`), or reserve a new run; all under
+        one lock, and answered only once durable."""
         _check_held(calls, money, "money")
         with self._lock:
             self._commit.check_usable()
             now = self._stamp()
             result = self._decide(tool, quota, calls, money, once, now)
+            if result is None and admission is not None:
+                result = self._state.over_admission(tool, admission, calls, tuple(money), now)
             if result is None:
                 event = Reserve(run=new_run_id(), tool=tool, time=now, calls=calls,
-                                money=tuple(money), once=once)
+                                money=tuple(money), once=once, **_recorded(admission))
                 entry, seq = self._append(event)
                 result = Reserved(entry.run, now, entry)
             else:
@@ -358,6 +365,13 @@ class FileLedger:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _recorded(admission: Admission | None) -> dict[str, str | None]:
+    """What a reserve records of its caller: who (a hash), its profile, its grant set."""
+    if admission is None:
+        return {}
+    return {"caller": admission.caller, "profile": admission.profile, "grants": admission.grants}
 
 
 def _check_held(calls: int, money: tuple[Money, ...], what: str) -> None:

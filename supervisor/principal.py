@@ -14,12 +14,12 @@ takes `Principal | None`, and None means "the local client".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from staal.canonical import canonical_json, sha256_hex
 from staal.protocol.http import Head
 
-__all__ = ["AuthRefusal", "Authenticator", "Principal"]
+__all__ = ["AuthRefusal", "Authenticator", "Lifecycle", "Principal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +63,14 @@ class Authenticator(Protocol):
     verifier program (in its own confined worker process)."""
 
     async def authenticate(self, head: Head) -> Principal | AuthRefusal: ...
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """An authenticator with something to start before the first request
+    (the issuer's keys, a verifier's worker) and to let go of at the end;
+    the HTTP server calls both when it has them."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from staal.canonical import arguments_hash, once_key
+from staal.canonical import arguments_hash, canonical_json, once_key, sha256_hex
 from staal.errors import StaalError
 from staal.ledger_records import OnceHold, Release, Reserve, Settle
 from staal.manifest import QuotaConfig, Tool
@@ -29,6 +29,9 @@ from staal.outcomes import Outcome
 
 RunState = Literal["unsettled", "settled", "released"]
 QuotaKind = Literal["calls", "money"]
+# Whose limit: the tool's own quota, the caller's quota on the tool, or the
+# caller's rate over all its calls.
+QuotaScope = Literal["tool", "caller", "rate"]
 
 
 class LedgerBug(StaalError):
@@ -53,6 +56,9 @@ class RunEntry:
     ended_ms: int | None = None
     outcome: Outcome | None = None
     charged: tuple[Money, ...] = ()
+    caller: str | None = None
+    profile: str | None = None
+    grants: str | None = None
 
     @property
     def unsettled(self) -> bool:
@@ -94,6 +100,7 @@ class OverQuota:
     in_use: int | Money
     needed: int | Money
     frees_at_ms: int | None
+    scope: QuotaScope = "tool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +170,33 @@ class Compaction:
 OnceRequest = OnceHold
 
 
-def once_request(tool: Tool, arguments: Mapping[str, Any]) -> OnceRequest | None:
+def once_request(tool: Tool, arguments: Mapping[str, Any],
+                 caller: str | None = None) -> OnceRequest | None:
     """A call's once identity, from the arguments as the runtime read them
-    (defaults filled in), or None for a tool without once."""
+    (defaults filled in), or None for a tool without once. The key is the
+    caller's own (`caller`: its identity's SHA-256): the same order from two
+    callers is two operations; None (the local client) keys as version 1 did."""
     if tool.once is None:
         return None
     keep = tool.once.keep
-    return OnceHold(key=once_key(tool.name, arguments, tool.once.by),
-                    args=arguments_hash(arguments), keep_ms=None if keep is None else keep.ms)
+    key = once_key(tool.name, arguments, tool.once.by)
+    if caller is not None:
+        key = sha256_hex(canonical_json([caller, key]))
+    return OnceHold(key=key, args=arguments_hash(arguments),
+                    keep_ms=None if keep is None else keep.ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A caller's share of a reservation (issue 14): who it is (the SHA-256
+    of its identity), its profile and the grant set the run runs with, which
+    the reserve records; its quota on the tool and its rate, which it must fit."""
+
+    caller: str
+    profile: str | None = None
+    grants: str | None = None
+    quota: QuotaConfig | None = None
+    rate: QuotaConfig | None = None
 
 
 ReserveResult = Reserved | Existing | Different | OverQuota
@@ -188,9 +214,11 @@ class LedgerState:
     _order: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # (tool, once key) -> the latest run reserved with that key.
     _keys: dict[tuple[str, str], str] = field(default_factory=dict)
-    # tool -> its runs' reserve times and ids, in ledger order (so sorted).
-    _times: dict[str, list[int]] = field(default_factory=dict)
-    _ids: dict[str, list[str]] = field(default_factory=dict)
+    # Window key -> its runs' reserve times and ids, in ledger order (so
+    # sorted). A tool's key is its name; a caller's `("caller", hash)`; a
+    # caller's on one tool `("caller", hash, tool)`.
+    _times: dict[WindowKey, list[int]] = field(default_factory=dict)
+    _ids: dict[WindowKey, list[str]] = field(default_factory=dict)
 
     # -- changing it ------------------------------------------------------
 
@@ -200,10 +228,12 @@ class LedgerState:
         self.check(event)
         if isinstance(event, Reserve):
             entry = RunEntry(event.run, event.tool, event.time, event.calls, event.money,
-                             event.once)
+                             event.once, caller=event.caller, profile=event.profile,
+                             grants=event.grants)
             self._order[event.run] = (self.events, None)
-            self._times.setdefault(event.tool, []).append(event.time)
-            self._ids.setdefault(event.tool, []).append(event.run)
+            for key in window_keys(event.tool, event.caller):
+                self._times.setdefault(key, []).append(event.time)
+                self._ids.setdefault(key, []).append(event.run)
             if event.once is not None:
                 self._keys[(event.tool, event.once.key)] = event.run
         else:
@@ -249,22 +279,24 @@ class LedgerState:
         entry = self._runs.get(run_id) if run_id is not None else None
         return entry if entry is not None and entry.holds_key(now_ms) else None
 
-    def in_window(self, tool: str, window_ms: int, now_ms: int) -> list[RunEntry]:
-        """`tool`'s runs reserved at or after `now_ms - window_ms`, oldest first."""
-        times = self._times.get(tool, [])
+    def in_window(self, key: WindowKey, window_ms: int, now_ms: int) -> list[RunEntry]:
+        """The runs of `key` (a tool's name, or a caller's key: `window_keys`)
+        reserved at or after `now_ms - window_ms`, oldest first."""
+        times = self._times.get(key, [])
         start = bisect.bisect_left(times, now_ms - window_ms)
-        return [self._runs[r] for r in self._ids[tool][start:]] if times else []
+        return [self._runs[r] for r in self._ids[key][start:]] if times else []
 
-    def over_quota(self, tool: str, quota: QuotaConfig, calls: int, money: tuple[Money, ...],
-                   now_ms: int) -> OverQuota | None:
-        """Why reserving `calls` and `money` now would exceed `quota`, or None."""
+    def over_quota(self, key: WindowKey, quota: QuotaConfig, calls: int, money: tuple[Money, ...],
+                   now_ms: int, scope: QuotaScope = "tool") -> OverQuota | None:
+        """Why reserving `calls` and `money` now would exceed `quota` over
+        the runs of `key`, or None."""
         window = quota.window.ms
-        entries = self.in_window(tool, window, now_ms)
+        entries = self.in_window(key, window, now_ms)
         if quota.calls is not None:
             used = [(e.reserved_ms, e.calls_used()) for e in entries]
             refused = _refusal(used, calls, quota.calls, window)
             if refused is not None:
-                return OverQuota("calls", quota.calls, refused[0], calls, refused[1])
+                return OverQuota("calls", quota.calls, refused[0], calls, refused[1], scope)
         if quota.money is not None:
             currency = quota.money.currency
             used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
@@ -272,12 +304,27 @@ class LedgerState:
             refused = _refusal(used, need, quota.money.minor, window)
             if refused is not None:
                 return OverQuota("money", quota.money, Money.from_minor(refused[0], currency),
-                                 Money.from_minor(need, currency), refused[1])
+                                 Money.from_minor(need, currency), refused[1], scope)
         return None
 
-    def quota_use(self, tool: str, quota: QuotaConfig, now_ms: int) -> QuotaUse:
+    def over_admission(self, tool: str, admission: Admission, calls: int,
+                       money: tuple[Money, ...], now_ms: int) -> OverQuota | None:
+        """Why the caller's own limits refuse this reservation: its rate
+        over all its calls, then its quota on this tool; or None."""
+        if admission.rate is not None:
+            refused = self.over_quota(caller_key(admission.caller), admission.rate, calls, (),
+                                      now_ms, "rate")
+            if refused is not None:
+                return refused
+        if admission.quota is not None:
+            return self.over_quota(caller_key(admission.caller, tool), admission.quota, calls,
+                                   money, now_ms, "caller")
+        return None
+
+    def quota_use(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> QuotaUse:
+        tool = key if isinstance(key, str) else key[-1]
         window = quota.window.ms
-        entries = self.in_window(tool, window, now_ms)
+        entries = self.in_window(key, window, now_ms)
         calls = [(e.reserved_ms, e.calls_used()) for e in entries]
         held = charged = None
         money_frees = None
@@ -335,7 +382,24 @@ def _ended(entry: RunEntry, event: Settle | Release) -> RunEntry:
 
 def _reserve_of(entry: RunEntry) -> Reserve:
     return Reserve(run=entry.run, tool=entry.tool, time=entry.reserved_ms, calls=entry.calls,
-                   money=entry.money, once=entry.once)
+                   money=entry.money, once=entry.once, caller=entry.caller,
+                   profile=entry.profile, grants=entry.grants)
+
+
+WindowKey = str | tuple[str, ...]
+
+
+def caller_key(caller: str, tool: str | None = None) -> WindowKey:
+    """The window key of a caller's runs, or of its runs of one tool."""
+    return ("caller", caller) if tool is None else ("caller", caller, tool)
+
+
+def window_keys(tool: str, caller: str | None) -> tuple[WindowKey, ...]:
+    """Every window a run counts in: its tool's, and its caller's (all its
+    calls, and its calls of that tool)."""
+    if caller is None:
+        return (tool,)
+    return (tool, caller_key(caller), caller_key(caller, tool))
 
 
 def _end_of(entry: RunEntry) -> Settle | Release:

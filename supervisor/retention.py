@@ -54,5 +54,25 @@ def sweep(manifest: Manifest, ledger: Ledger) -> Sweep:
         files = RunFiles(journals, entry.tool, entry.run)
         return files.journal.exists() or files.log.exists()
 
-    windows = {tool.name: tool.quota.window.ms for tool in manifest.tools if tool.quota}
-    return Sweep(tuple(deleted), ledger.compact(files_kept, windows))
+    return Sweep(tuple(deleted), ledger.compact(files_kept, quota_windows(manifest)))
+
+
+def quota_windows(manifest: Manifest) -> dict[str, int]:
+    """Each tool's longest window its runs count in: its quota's, a caller
+    profile's quota on it, or a caller's rate (every tool its profile
+    allows), so compaction never drops a run a limit still counts."""
+    windows: dict[str, int] = {}
+
+    def count(tool: str, ms: int) -> None:
+        windows[tool] = max(windows.get(tool, 0), ms)
+
+    for tool in manifest.tools:
+        if tool.quota is not None:
+            count(tool.name, tool.quota.window.ms)
+    for caller in manifest.callers or ():
+        for name, allowed in caller.tools.items():
+            if allowed.quota is not None:
+                count(name, allowed.quota.window.ms)
+            if caller.rate is not None:
+                count(name, caller.rate.window.ms)
+    return windows

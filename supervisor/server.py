@@ -23,11 +23,16 @@ from staal.clock import SYSTEM_CLOCK
 from staal.errors import StaalError
 from staal.fsio import make_private_dir
 from staal.manifest import RUN_STATUS_TOOL, Manifest
+from staal.manifest_resources import is_hidden_tool
+from staal.protocol.cursors import CursorSigner
 from staal.protocol.dispatch import CallTool
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
+from staal.protocol.resources import Collection, ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
-from staal.supervisor.calls import Calls, CallState
+from staal.supervisor.callers import LOCAL, Admitted
+from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
@@ -35,9 +40,9 @@ from staal.supervisor.log import Log
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
+from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
-from staal.supervisor.startup import check_tools, start_authenticator
-from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
+from staal.supervisor.startup import check_tools
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
@@ -54,8 +59,6 @@ class Server:
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
-        # Who may call over HTTP (issue 14): None serves without authentication.
-        self.authenticator: ProviderAuthenticator | None = None
 
     # -- start-up ---------------------------------------------------------
 
@@ -77,23 +80,49 @@ class Server:
                          ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
                          early=self.early)
         await self.pool.start()
-        try:
-            self.authenticator = await start_authenticator(self.manifest, self.runtime_dir, self.log)
-        except VerifierRefused as exc:
-            raise StartupFailed(exc.message) from None
         tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting)
+        await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
         await self.keep_files()
-        self.descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()]
+        self.descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()
+                            if not is_hidden_tool(t.tool.name)]
         self.server_info = ServerInfo(server.name, staal.__version__)
         self.pool.serving = True
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
                  version=staal.__version__)
+
+    async def serve_resources(self, tools: dict[str, ToolRuntime]) -> None:
+        """The resources served (supervisor/resources.py): the runs, and each
+        collection, whose entries must take what staal passes them."""
+        problems = entry_problems(self.manifest.resources,
+                                  {name: t.inputs for name, t in tools.items()})
+        if problems:
+            raise StartupFailed("; ".join(problems))
+        server = self.manifest.server
+        key = await asyncio.to_thread(cursor_key, server.journals)
+        collections = [Collection(r.name, r.description, r.max_page_size)
+                       for r in self.manifest.resources]
+        self.resource_catalogue = ResourceCatalogue(server.name, collections, CursorSigner(key))
+        self.resources = Resources(self.calls, self.resource_catalogue, self.manifest.resources)
+
+    async def read_resource(self, read: ReadResource, admitted: Admitted,
+                            state: CallState) -> ReadAnswer:
+        """A resources/read's answer; an unexpected error is logged and
+        answered as an internal error, naming the run if one was reserved."""
+        try:
+            return await self.resources.read(read, admitted, state)
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
+            self.log("read_failed", level="error", run=state.run,
+                     error=f"{type(exc).__name__}: {exc}",
+                     traceback="".join(traceback.format_exception(exc)))
+            where = f" in run {state.run}" if state.run else ""
+            return RpcError(INTERNAL_ERROR, f"an internal error happened{where}; the details are in "
+                            "the server's log, for the operator")
 
     async def recover(self, plan: RecoveryPlan) -> None:
         """Recovery at start, before anything is answered (supervisor/recovery.py)."""
@@ -132,8 +161,6 @@ class Server:
 
     async def close(self) -> None:
         self.waiting.stopping.set()
-        if self.authenticator is not None:
-            await self.authenticator.close()
         await self.pool.close()
         self.ledger.close()
         self.lock.release()
@@ -150,12 +177,14 @@ class Server:
         return Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
                                "try again later")
 
-    async def outcome_of(self, call: CallTool, state: CallState) -> CallOutcome | None:
-        """A call's outcome through the one pipeline (calls.py); None if it
-        was cancelled before anything was reserved."""
+    async def outcome_of(self, call: CallTool, state: CallState,
+                         admitted: Admitted = LOCAL) -> CallOutcome | None:
+        """A call's outcome through the one pipeline (calls.py), as the
+        caller `admitted` (stdio: the local client); None if it was
+        cancelled before anything was reserved."""
         if call.name == RUN_STATUS_TOOL:
-            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"])
-        return await self.calls.call_tool(call, state)
+            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"], admitted)
+        return await self.calls.call_tool(call, state, admitted)
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the
@@ -186,7 +215,6 @@ class Server:
 Transport = Callable[[Server], Awaitable[None]]
 
 
-
 async def serve(manifest: Manifest, transport: Transport, log: Log,
                 early: Spawned | None = None) -> int:
     """Start the server, serve with `transport` until it ends, close."""
@@ -195,8 +223,6 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
         await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
-        if server.authenticator is not None:
-            await server.authenticator.close()
         if hasattr(server, "pool"):
             await server.pool.close()
         elif early is not None:

@@ -72,27 +72,31 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
 
     import uvloop
 
+    from staal.errors import StaalError
+    from staal.supervisor.auth import authenticator_for
     from staal.supervisor.http_serving import Address, HttpRefused, listen, over_http
     from staal.supervisor.server import serve
     from staal.supervisor.zygote import spawn_early
 
     try:
         address = Address.parse(http)
-        # Authentication on this branch is the operator's verifier (the bearer
-        # presence's Authenticator comes with issue 14's JWT side).
-        authenticated = loaded.auth is not None and loaded.auth.credential.presence == "provider"
-        if not address.loopback and not insecure_no_auth and not authenticated:
+        if not address.loopback and not insecure_no_auth and loaded.auth is None:
             raise HttpRefused(
                 f"--http {http}: listening beyond this machine needs authentication, which this "
-                "manifest does not configure; listen on a loopback address (127.0.0.1), or pass "
-                "--insecure-no-auth to serve anyone who can reach it")
+                "manifest does not configure (its auth section); listen on a loopback address "
+                "(127.0.0.1), or pass --insecure-no-auth to serve anyone who can reach it")
+        authenticator = None if loaded.auth is None else authenticator_for(loaded, log)
         sock = listen(address)
-    except HttpRefused as exc:
+    except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
         return 2
     early = spawn_early(loaded)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(loaded, over_http(sock), log, early))
+        try:
+            return runner.run(serve(loaded, over_http(sock, authenticator), log, early))
+        except StaalError as exc:  # an authenticator that could not start: a verifier that did not load
+            log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+            return 2
 
 
 def serve_from_argv(argv: list[str]) -> int | None:

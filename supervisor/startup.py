@@ -9,13 +9,12 @@ starts on. So it is for the operator's verifier (`auth.credential`
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from pathlib import Path
 
 from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.supervisor.calls import ToolRuntime, worst_case
 from staal.supervisor.pool import Pool
+from staal.supervisor.resources import entry_problems
 from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.zygote import runtime_dir, worker_environment
 
@@ -47,33 +46,27 @@ async def check_manifest(manifest: Manifest) -> list[str]:
     directory = runtime_dir()
     pool = Pool(manifest.path, directory, worker_environment(manifest), ahead=1)
     try:
-        try:
-            await pool.start()
-            _, problems = await check_tools(manifest, pool)
-        except StaalError as exc:  # the zygote could not start: a program that crashes on import
-            problems = [exc.message]
-        return problems + await verifier_problems(manifest, directory)
+        await pool.start()
+        tools, problems = await check_tools(manifest, pool)
+        problems += entry_problems(manifest.resources,
+                                   {name: t.inputs for name, t in tools.items()})
+    except StaalError as exc:  # the zygote could not start: a program that crashes on import
+        problems = [exc.message]
     finally:
         await pool.close()
         shutil.rmtree(directory, ignore_errors=True)
+    return problems + await verifier_problems(manifest)
 
 
-async def verifier_problems(manifest: Manifest, directory: Path) -> list[str]:
+async def verifier_problems(manifest: Manifest) -> list[str]:
+    """Whether the operator's verifier (`auth.credential` "provider") loads,
+    started as `serve` starts it and stopped again."""
+    if manifest.auth is None or manifest.auth.credential.presence != "provider":
+        return []
+    authenticator = ProviderAuthenticator(manifest, lambda *_, **__: None)
     try:
-        authenticator = await start_authenticator(manifest, directory, lambda *_, **__: None)
+        await authenticator.start()
     except VerifierRefused as exc:
         return [exc.message]
-    if authenticator is not None:
-        await authenticator.close()
+    await authenticator.close()
     return []
-
-async def start_authenticator(manifest: Manifest, directory: Path,
-                              log: Callable[..., None]) -> ProviderAuthenticator | None:
-    """The operator's verifier (`auth.credential.presence` "provider"),
-    started with its program loaded; `VerifierRefused` naming its manifest
-    key if it did not load. None without one."""
-    if manifest.auth is None or manifest.auth.credential.presence != "provider":
-        return None
-    authenticator = ProviderAuthenticator(manifest, directory, worker_environment(manifest), log)
-    await authenticator.start()
-    return authenticator

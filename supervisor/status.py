@@ -1,8 +1,10 @@
 """`staal-supervisor status MANIFEST [--json]`: beside a running server,
 without taking its lock or changing any file, the unfinished runs (waiting
 for an operator, with the op in doubt and the exact resolve command; in
-progress; interrupted and to be resumed at the next start) and each tool's
-quota use in its window."""
+progress; interrupted and to be resumed at the next start), each tool's
+quota use in its window, and each authenticated caller's use (by the
+SHA-256 of its identity, which is all the ledger keeps, and its profile's
+name): its runs, its rate and its own quotas."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import psutil
 
 from staal.errors import LogDamaged
 from staal.journal import read_journal
-from staal.manifest import Manifest
+from staal.manifest import Manifest, QuotaConfig
 from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.ledger import LedgerState, read_ledger
+from staal.supervisor.quota import caller_key
 
 
 def server_pid(journals: Path) -> int | None:
@@ -53,7 +56,34 @@ def collect(manifest: Manifest) -> dict[str, Any]:
     quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
               if tool.quota is not None]
     return {"server": {"running": pid is not None, "pid": pid, "journals": str(journals)},
-            "runs": runs, "quotas": quotas}
+            "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
+
+
+def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str, Any]]:
+    """Each caller the ledger holds runs of: its profile (as of its latest
+    run), its runs, and its use of its profile's rate and quotas."""
+    callers: dict[str, dict[str, Any]] = {}
+    for entry in state.runs():
+        if entry.caller is None:
+            continue
+        caller = callers.setdefault(entry.caller, {"caller": entry.caller, "runs": 0,
+                                                   "unsettled_runs": 0})
+        caller["profile"] = entry.profile
+        caller["runs"] += 1
+        caller["unsettled_runs"] += entry.unsettled
+    profiles = {profile.name: profile for profile in manifest.callers or ()}
+    for identity, caller in callers.items():
+        profile = profiles.get(caller["profile"])
+        if profile is None:
+            continue
+        if profile.rate is not None:
+            rate = QuotaConfig(profile.rate.window, calls=profile.rate.calls)
+            use = state.quota_use(caller_key(identity), rate, now)
+            caller["rate"] = {"calls": use.calls, "calls_limit": use.calls_limit,
+                              "window_ms": use.window_ms, "calls_frees_at": _when(use.calls_frees_at_ms)}
+        caller["quotas"] = [_quota(state.quota_use(caller_key(identity, name), allowed.quota, now))
+                            for name, allowed in profile.tools.items() if allowed.quota is not None]
+    return list(callers.values())
 
 
 def _now_ms() -> int:
@@ -121,8 +151,7 @@ def render(report: dict[str, Any]) -> str:
     if not report["quotas"]:
         lines.append("quotas: none")
     for quota in report["quotas"]:
-        window = f"{quota['window_ms'] // 60000} min" if quota["window_ms"] < 3_600_000 else \
-            f"{quota['window_ms'] // 3_600_000} h"
+        window = _window(quota["window_ms"])
         calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
         line = f"quota {quota['tool']}: calls {calls} in the last {window}"
         if "money_limit" in quota:
@@ -132,7 +161,30 @@ def render(report: dict[str, Any]) -> str:
         if frees:
             line += f"; next frees at {frees}"
         lines.append(line)
+    lines += _render_callers(report.get("callers", []))
     return "\n".join(lines)
+
+
+def _window(ms: int) -> str:
+    return f"{ms // 60000} min" if ms < 3_600_000 else f"{ms // 3_600_000} h"
+
+
+def _render_callers(callers: list[dict[str, Any]]) -> list[str]:
+    """Each authenticated caller's use; nothing at all without any (stdio,
+    or HTTP without auth: the report reads as it always has)."""
+    lines = [""] if callers else []
+    for caller in callers:
+        line = (f"caller {caller['caller']} (profile {caller['profile'] or '-'}): "
+                f"runs {caller['runs']}, unsettled {caller['unsettled_runs']}")
+        rate = caller.get("rate")
+        if rate is not None:
+            line += f"; rate {rate['calls']}/{rate['calls_limit']} in the last {_window(rate['window_ms'])}"
+        lines.append(line)
+        for quota in caller.get("quotas", ()):
+            calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
+            lines.append(f"  quota {quota['tool']}: calls {calls} in the last "
+                         f"{_window(quota['window_ms'])}")
+    return lines
 
 
 def _in_doubt(run: dict) -> str:

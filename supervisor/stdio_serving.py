@@ -17,7 +17,10 @@ import orjson
 from staal.killpoints import kill_point
 from staal.protocol.connection import Cancel, Connection, Send
 from staal.protocol.dispatch import CallTool
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
+from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
+from staal.supervisor.callers import LOCAL
 from staal.supervisor.calls import CallState
 from staal.supervisor.server import Server, Transport
 from staal.supervisor.stdio import LineWriter, Stdio, read_chunks
@@ -28,7 +31,8 @@ class StdioServing:
         self.server = server
         self.stdio = stdio
         self.writer = LineWriter(stdio.writer, self._client_gone)
-        self.connection = Connection(server.server_info, server.descriptors)
+        self.connection = Connection(server.server_info, server.descriptors,
+                                     resources=server.resource_catalogue)
         self.tasks: dict[Any, asyncio.Task] = {}
         self.states: dict[Any, CallState] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -60,6 +64,8 @@ class StdioServing:
             self.send(event.message)
         elif isinstance(event, CallTool):
             self.start_call(event)
+        elif isinstance(event, ReadResource):
+            self.start_read(event)
         elif isinstance(event, Cancel):
             state = self.states.get(event.request_id)
             if state is not None:
@@ -73,6 +79,30 @@ class StdioServing:
         state = CallState(progress=lambda value, text: self._progress(call, value, text))
         self.states[call.request_id] = state
         self.tasks[call.request_id] = asyncio.ensure_future(self.run_call(call, state))
+
+    def start_read(self, read: ReadResource) -> None:
+        """A read counts against the bound on calls in progress: it may be a run."""
+        busy = self.server.busy(len(self.tasks))
+        if busy is not None:
+            self._answer_read(read, RpcError(INTERNAL_ERROR, busy.message))
+            return
+        state = CallState()
+        self.states[read.request_id] = state
+        self.tasks[read.request_id] = asyncio.ensure_future(self.run_read(read, state))
+
+    async def run_read(self, read: ReadResource, state: CallState) -> None:
+        try:
+            # stdio has no principal: the local client sees the server's own runs.
+            self._answer_read(read, await self.server.read_resource(read, LOCAL, state))
+            await self.server.clean_up()
+        finally:
+            self.tasks.pop(read.request_id, None)
+            self.states.pop(read.request_id, None)
+
+    def _answer_read(self, read: ReadResource, answer: ReadAnswer) -> None:
+        message = self.connection.answer_read(read, answer)
+        if message is not None:
+            self.send(message)
 
     async def run_call(self, call: CallTool, state: CallState) -> None:
         try:

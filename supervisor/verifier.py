@@ -3,13 +3,15 @@ seed 002, "A provider that does not use bearer tokens"; issue 14, item 3):
 every request's head goes to the operator's verifier program, which runs
 in its own long-lived, confined process (worker/verifier.py), never here.
 
-The process is started with the server, from an environment that holds no
-secret (the zygote's), and reached over a ZeroMQ ROUTER in the server's
-0700 runtime directory. A program that does not load stops the start,
-naming its manifest key. Its lifecycle is the zygote's (poolstate.py's
-table, moved through with `staal.transitions.advance`): new, up, replacing
-after a death (with `Backoff`: none, then 0.5 s doubling to 5 s), booting,
-failed (the first never came up), closed.
+The process is started with the HTTP server (supervisor/auth.py's
+`authenticator_for` makes it; the server starts and closes it as a
+`Lifecycle`), from an environment that holds no secret (the zygote's), and
+reached over a ZeroMQ ROUTER in a 0700 runtime directory of its own. A
+program that does not load stops the start, naming its manifest key. Its
+lifecycle is the zygote's (poolstate.py's table, moved through with
+`staal.transitions.advance`): new, up, replacing after a death (with
+`Backoff`: none, then 0.5 s doubling to 5 s), booting, failed (the first
+never came up), closed.
 
 Each request is bounded: it waits at most WAIT_S for a verifier that is up,
 then `auth.credential.timeout_ms` for its answer. Requests are pipelined
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +52,7 @@ from staal.supervisor.pool import _status_of, describe_exit
 from staal.supervisor.poolstate import POOL_TRANSITIONS, Backoff, PoolState
 from staal.supervisor.principal import AuthRefusal, Principal
 from staal.supervisor.verdict import judge, unavailable
+from staal.supervisor.zygote import runtime_dir, worker_environment
 from staal.transitions import advance
 
 START_WAIT_S = 60.0  # the first process's start, on a loaded machine
@@ -89,19 +93,20 @@ class VerifierProcess:
 class ProviderAuthenticator:
     """An `Authenticator` (supervisor/principal.py) backed by the verifier process."""
 
-    def __init__(self, manifest: Manifest, runtime_dir: Path, env: dict[str, str],
-                 log: Callable[..., None]) -> None:
+    def __init__(self, manifest: Manifest, log: Callable[..., None]) -> None:
         assert manifest.auth is not None and manifest.auth.credential.presence == "provider"
         self.manifest_path = manifest.path
         self.credential: CredentialConfig = manifest.auth.credential
-        self.endpoint = f"ipc://{runtime_dir / 'verifier'}"
-        self.env = env
+        # The zygote's environment: no secret in it.
+        self.env = worker_environment(manifest)
         self.log = log
         self.state = PoolState.NEW
         self.backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
-        self.context = zmq.asyncio.Context()
-        self.router = self.context.socket(zmq.ROUTER)
-        self.router.setsockopt(zmq.LINGER, 0)
+        # Made by `start` (in the server's event loop): its own 0700 runtime directory.
+        self.directory: Path | None = None
+        self.endpoint = ""
+        self.context: zmq.asyncio.Context | None = None
+        self.router: zmq.asyncio.Socket | None = None
         self.current: VerifierProcess | None = None
         self.up = asyncio.Event()
         self.ids = itertools.count(1)
@@ -121,6 +126,11 @@ class ProviderAuthenticator:
     async def start(self) -> None:
         """Start the verifier and wait until it has loaded its program;
         `VerifierRefused` naming the manifest key if it could not."""
+        self.directory = runtime_dir()
+        self.endpoint = f"ipc://{self.directory / 'verifier'}"
+        self.context = zmq.asyncio.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
         self.router.bind(self.endpoint)
         self.receiving = asyncio.ensure_future(self._receive())
         proc = self._spawn()
@@ -220,8 +230,11 @@ class ProviderAuthenticator:
                 await proc.exited.wait()
         if self.receiving is not None:
             self.receiving.cancel()
-        self.router.close()
-        self.context.term()
+        if self.router is not None and self.context is not None:
+            self.router.close()
+            self.context.term()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     # -- what arrives -------------------------------------------------------
 

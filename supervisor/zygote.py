@@ -27,10 +27,12 @@ class Spawned:
 
 
 def secret_names(manifest: Manifest) -> dict[str, tuple[str, ...]]:
-    """Each tool's secrets: the variables its grants (and its model) name."""
-    from staal.runconfig import from_tool
+    """Each run config's secrets: the variables its grants (and its model)
+    name; by `config_key`: a tool's own, and each of its grant sets'."""
+    from staal.runconfig import config_key, from_tool
 
-    return {tool.name: tuple(from_tool(manifest, tool).secret_names()) for tool in manifest.tools}
+    return {config_key(tool.name, grants): tuple(from_tool(manifest, tool, grants).secret_names())
+            for tool in manifest.tools for grants in (None, *tool.profiles)}
 
 
 def worker_environment(manifest: Manifest) -> dict[str, str]:

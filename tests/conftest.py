@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import services
+from tests.authorization import AuthorizationServer
 from tests.payments import payments  # noqa: F401  (the fixture, for every test module)
 from tests.recorder import Recorder
 
@@ -18,6 +19,16 @@ def service() -> Iterator[Recorder]:
         yield recorder
     finally:
         recorder.stop()
+
+
+@pytest.fixture(scope="session")
+def authorization() -> Iterator[AuthorizationServer]:
+    """A real authorization server (oauth2-mock-server), started on first use."""
+    server = AuthorizationServer()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

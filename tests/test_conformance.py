@@ -29,9 +29,11 @@ TIMEOUT = 600
 MUST_PASS = {
     "2026-07-28": ["tools-list", "tools-call-simple-text", "tools-call-error",
                    "tools-call-with-progress", "server-sse-multiple-streams",
-                   "dns-rebinding-protection", "http-header-validation"],
+                   "dns-rebinding-protection", "http-header-validation", "resources-list",
+                   "sep-2164-resource-not-found"],
     "2025-11-25": ["server-initialize", "ping", "tools-list", "tools-call-simple-text",
-                   "tools-call-error", "tools-call-with-progress", "dns-rebinding-protection"],
+                   "tools-call-error", "tools-call-with-progress", "dns-rebinding-protection",
+                   "resources-list"],
 }
 
 

@@ -19,7 +19,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
 from staal.manifest import load_manifest
 from staal.runconfig import from_tool, load_run_config
@@ -263,3 +265,25 @@ def test_a_refund_without_the_key_in_the_environment_sends_nothing(shop, fake, m
     assert done.outcome["failure"]["kind"] == "capability"
     assert ENV in done.outcome["failure"]["message"]
     assert fake.requests() == []
+
+
+def test_the_example_manifest_serves_the_shops_orders_as_resources(tmp_path):
+    copy = copy_examples(tmp_path, BASE)
+    base = "staal://staal-examples/orders"
+
+    async def session():
+        params = StdioServerParameters(command=sys.executable, args=[
+            "-m", "staal.supervisor.cli", "serve", str(copy / "manifest.json")], cwd=str(copy))
+        async with Client(params, mode="auto") as client:
+            first = await client.read_resource(f"{base}?limit=3")
+            page = json.loads(first.contents[0].text)
+            rest = await client.read_resource(f"{base}?limit=3&cursor={page['nextCursor']}")
+            one = await client.read_resource(f"{base}/ord_1003")
+            return page, json.loads(rest.contents[0].text), json.loads(one.contents[0].text)
+
+    page, rest, one = anyio.run(session)
+    assert [o["id"] for o in page["items"]] == ["ord_1001", "ord_1002", "ord_1003"]
+    assert rest == {"items": [{"id": "ord_1004", "status": "delivered",
+                               "total": {"amount": "250.00", "currency": "USD"},
+                               "payment_intent": "pi_shop1004"}]}
+    assert one["total"] == {"amount": "4500", "currency": "JPY"} and one["status"] == "paid"

@@ -58,7 +58,7 @@ def test_the_example_manifest_is_valid_by_the_command_line():
         [sys.executable, "-m", "staal.supervisor.cli", "check", str(ROOT / "examples/manifest.json")],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "valid: 2 tools (refund_order, lookup_order)" in done.stdout
+    assert "valid: 2 tools (refund_order, lookup_order); 1 collection (orders)" in done.stdout
 
 
 def test_defaults_are_filled_in(here):

@@ -1,19 +1,15 @@
 """The credential headers of a request, sans I/O (issue 14, item 3): taken
-out of the head before the MCP layer sees it, shown alone to a verifier,
-and their values cut out of what is logged."""
+out of the head before the MCP layer sees it (protocol/http_auth.py, as
+Authorization is), shown alone to a verifier, and their values cut out of
+what is logged; a verifier's refusal as the client sees it."""
 
 from __future__ import annotations
 
 import orjson
 
-from staal.protocol.credentials import (
-    credential_values,
-    only_credentials,
-    redact_credentials,
-    refused,
-    without_credentials,
-)
+from staal.protocol.credentials import credential_values, only_credentials, redact_credentials
 from staal.protocol.http import Head
+from staal.protocol.http_auth import challenge, without_headers
 
 KEY = "sk-vrf-5c1a9e7d03"
 HEAD = Head.of("POST", "/mcp?x=1", [
@@ -23,7 +19,7 @@ HEAD = Head.of("POST", "/mcp?x=1", [
 
 
 def test_the_named_credential_headers_are_removed_in_any_case_and_the_rest_kept():
-    head = without_credentials(HEAD, ["X-API-KEY", "authorization"])
+    head = without_headers(HEAD, ["x-api-key"])  # the manifest keeps them in lower case
     assert dict(head.headers) == {"content-type": ("application/json",), "mcp-method": ("tools/call",)}
     assert (head.method, head.path) == ("POST", "/mcp")
     assert KEY not in repr(head)
@@ -52,13 +48,16 @@ def test_a_head_without_credentials_redacts_nothing():
         "nothing to hide"
 
 
-def test_a_refusal_carries_the_oauth_error_and_a_503_says_when_to_try_again():
-    bad = refused(401, "invalid_token", "unknown API key", challenge='Bearer error="invalid_token"')
+def test_a_verifiers_refusal_carries_the_oauth_error_and_a_503_says_when_to_try_again():
+    bad = challenge(401, "invalid_token", "unknown API key", headers=("x-api-key",))
     assert bad.status == 401
     assert orjson.loads(bad.body) == {"error": "invalid_token", "error_description": "unknown API key"}
-    assert ("www-authenticate", 'Bearer error="invalid_token"') in bad.headers
-    none = refused(401, None, "no credential")
-    assert orjson.loads(none.body) == {"error_description": "no credential"}
-    down = refused(503, "temporarily_unavailable", "try again later", challenge="Bearer")
-    assert ("retry-after", "1") in down.headers
+    # No metadata to point at: the challenge names where the credential goes, and no Bearer
+    # scheme sends a client into an OAuth flow.
+    assert ("www-authenticate", 'Staal-Verifier headers="x-api-key", error="invalid_token", '
+            'error_description="unknown API key"') in bad.headers
+    none = challenge(401, None, "no credential", headers=("x-api-key", "x-signature"))
+    assert ("www-authenticate", 'Staal-Verifier headers="x-api-key x-signature"') in none.headers
+    down = challenge(503, "temporarily_unavailable", "try again later", headers=("x-api-key",))
+    assert down.status == 503 and ("retry-after", "1") in down.headers
     assert not any(name == "www-authenticate" for name, _ in down.headers)

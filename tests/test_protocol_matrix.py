@@ -88,6 +88,9 @@ COLUMNS = {c.name: c for c in (
     Column("none after initialize", True, {CLIENT_INFO_KEY: CLIENT}),
 )}
 
+# The server always serves its runs as resources (issue 16), so it says so.
+CAPABILITIES = {"tools": {"listChanged": False},
+                "resources": {"subscribe": False, "listChanged": False}}
 INITIALIZE_PARAMS = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT}
 METHODS: dict[str, dict[str, Any]] = {  # each method's params, before the column's _meta
     "initialize": INITIALIZE_PARAMS,
@@ -229,14 +232,14 @@ def check_shape(shape: str, result: dict[str, Any], info: dict[str, str]) -> set
     """Checks `result` against `shape`; the keys the shape has in every revision."""
     if shape == "handshake":
         assert result == {"protocolVersion": LEGACY,
-                          "capabilities": {"tools": {"listChanged": False}}, "serverInfo": info}
+                          "capabilities": CAPABILITIES, "serverInfo": info}
         return set(result)
     if shape == "empty":
         assert result == {}
         return set()
     if shape == "discover":
         assert result["supportedVersions"] == [LEGACY, MODERN]
-        assert result["capabilities"] == {"tools": {"listChanged": False}}
+        assert result["capabilities"] == CAPABILITIES
         assert result["serverInfo"] == info
         return {"supportedVersions", "capabilities", "serverInfo"}
     if shape == "tools":

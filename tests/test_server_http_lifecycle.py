@@ -37,14 +37,13 @@ class HeldServer:
 
     manifest = SimpleNamespace(server=SimpleNamespace(max_concurrent_runs=1))
     busy = Server.busy
-    authenticator = None  # served without authentication
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.entered = 0
         self.all_in = asyncio.Event()
 
-    async def outcome_of(self, call, state) -> Done:
+    async def outcome_of(self, call, state, admitted=None) -> Done:
         self.entered += 1
         if self.entered == 20:
             self.all_in.set()
@@ -85,7 +84,7 @@ def test_over_http_calls_past_four_times_the_run_limit_plus_16_in_progress_are_b
 
     async def scenario() -> tuple[list, HeldServer]:
         server = HeldServer()
-        app = McpApp(server, Endpoint(Dispatcher(SERVER, [tool]), settings))  # type: ignore[arg-type]
+        app = McpApp(server, {None: Endpoint(Dispatcher(SERVER, [tool]), settings)})  # type: ignore[arg-type]
         held = [asyncio.ensure_future(asgi_call(app, tool.name, n)) for n in range(20)]
         await asyncio.wait_for(server.all_in.wait(), WAIT)
         over = await asgi_call(app, tool.name, 99)

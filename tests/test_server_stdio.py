@@ -255,7 +255,7 @@ def test_a_line_that_is_not_json_is_32700_and_one_that_is_not_jsonrpc_is_32600(s
 def test_an_unknown_method_is_32601(server, modern):
     if not modern:
         server.initialize()
-    assert error_code(server.call("resources/list", modern=modern)) == -32601
+    assert error_code(server.call("prompts/list", modern=modern)) == -32601  # no prompts
     assert error_code(server.call("no/such/method", modern=modern)) == -32601
 
 

@@ -19,6 +19,7 @@ import psutil
 
 from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Endpoint, Head
+from staal.supervisor.auth import Guard
 from staal.supervisor.http_serving import McpApp, settings_for
 from staal.supervisor.principal import Principal
 from tests.http_servers import HttpServer, modern_headers
@@ -92,9 +93,15 @@ def test_over_http_a_request_without_the_verifiers_key_is_refused_before_anythin
         admitted = echo(http, **{"x-api-key": key})
         listed = http.modern("tools/list", headers={"x-api-key": key})
         assert http.terminate() == 0
-    assert (missing.status_code, missing.json()) == (401, {"error_description": "no API key"})
+    assert (missing.status_code, missing.json()) == (
+        401, {"error": "unauthorized", "error_description": "no API key"})
+    # No authorization server issues its credentials: the challenge names where one goes.
+    assert missing.headers["www-authenticate"] == 'Staal-Verifier headers="x-api-key x-verifier-mode"'
     assert (refused.status_code, refused.json()) == (
         401, {"error": "invalid_token", "error_description": "unknown API key [redacted]"})
+    assert refused.headers["www-authenticate"] == (
+        'Staal-Verifier headers="x-api-key x-verifier-mode", error="invalid_token", '
+        'error_description="unknown API key [redacted]"')
     assert admitted.json()["result"]["structuredContent"] == {"result": {"echo": BODY_MARK}}
     assert [t["name"] for t in listed.json()["result"]["tools"]] == ["echo", "staal_run_status"]
     assert reserves(site) == 1 and len(site.journal_files()) == 1
@@ -121,7 +128,7 @@ def test_over_http_a_verifier_that_fails_or_hangs_refuses_with_503_runs_nothing_
         assert last != first
         assert http.terminate() == 0
     assert (raised.status_code, raised.json()["error"]) == (503, "temporarily_unavailable")
-    assert raised.headers["retry-after"] == "1"
+    assert raised.headers["retry-after"] == "1" and "www-authenticate" not in raised.headers
     assert hung.status_code == 503
     assert printed.status_code == 200 and after.status_code == 200
     assert reserves(site) == 2
@@ -185,8 +192,6 @@ def test_the_verifier_holds_no_tools_secret_and_past_its_tripwire_cannot_reach_o
 
 
 class Admits:
-    credential = SimpleNamespace(headers=("x-api-key",))
-
     async def authenticate(self, head: Head) -> Principal:
         return Principal("https://id.example", "ops", None)
 
@@ -206,8 +211,11 @@ def test_an_admitted_requests_credential_headers_are_gone_before_the_mcp_layer_r
     endpoint = Recording(Dispatcher(SERVER, [descriptor(tmp_path)]),
                          settings_for("/mcp", (), None, ("127.0.0.1", 8080)))
     endpoint.heads = []
-    server = SimpleNamespace(authenticator=Admits())
-    app = McpApp(server, endpoint)  # type: ignore[arg-type]
+    manifest = SimpleNamespace(auth=SimpleNamespace(
+        issuer=None, audience=None, required_scopes=(),
+        credential=SimpleNamespace(headers=("x-api-key",))), callers=None)
+    guard = Guard(manifest, Admits(), lambda *_, **__: None)  # type: ignore[arg-type]
+    app = McpApp(SimpleNamespace(), {None: endpoint}, guard)  # type: ignore[arg-type]
     params = {"_meta": modern_meta()}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}).encode()
     headers = {**modern_headers("tools/list", params), "host": "127.0.0.1:8080", "X-Api-Key": key,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from staal.supervisor.log import Log
 from staal.supervisor.principal import AuthRefusal, Principal
 from staal.supervisor.verdict import VERIFIER_ISSUER
 from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
-from staal.supervisor.zygote import runtime_dir, worker_environment
 from staal.verifier import VerifierRequest
 from tests.servers import WAIT, Site
 from tests.verifiers import new_key, verifier_site
@@ -54,11 +52,9 @@ def with_authenticator(site: Site, scenario: Callable[[ProviderAuthenticator], A
                        logged: Logged | None = None) -> Any:
     manifest = load_manifest(site.manifest)
     logged = logged or Logged(site.root / "log.jsonl")
-    directory = runtime_dir()
 
     async def run() -> Any:
-        authenticator = ProviderAuthenticator(manifest, directory, worker_environment(manifest),
-                                              logged.log)
+        authenticator = ProviderAuthenticator(manifest, logged.log)
         await asyncio.wait_for(authenticator.start(), WAIT * 2)
         try:
             return await asyncio.wait_for(scenario(authenticator), WAIT * 2)
@@ -68,7 +64,6 @@ def with_authenticator(site: Site, scenario: Callable[[ProviderAuthenticator], A
     try:
         return asyncio.run(run())
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
         os.close(logged.fd)
 
 

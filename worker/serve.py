@@ -43,7 +43,7 @@ from staal.messages import (
 from staal.outcomes import Failure
 from staal.records import Record
 from staal.redaction import redact
-from staal.runconfig import RunConfig
+from staal.runconfig import RunConfig, config_key
 from staal.worker import confine
 from staal.worker.engine import RunOutcome
 from staal.worker.limits import bound_process
@@ -215,7 +215,7 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended
     try:
         with confine.broker_section():
             if journal_started(journal):
-                params = tuple(configs[message.tool].grants)
+                params = tuple(configs[config_key(message.tool, message.grants)].grants)
                 return report_of(message.run, close_unfinished(journal, params, reason))
     except BaseException as exc:  # noqa: BLE001 - the journal itself failed: say so
         reason = f"{reason}; then its journal could not be read or written: {exc}"
@@ -224,8 +224,8 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended
 
 def execute(message: Run, configs: dict[str, RunConfig],
             prepared: dict[str, Prepared | RunOutcome], channel: Channel) -> RunOutcome:
-    config = configs[message.tool]
-    loaded = prepared[message.tool]
+    key = config_key(message.tool, message.grants)
+    config, loaded = configs[key], prepared[key]
     if isinstance(loaded, RunOutcome):
         return loaded
     confine.narrow_tripwire(uses_ffi(config), note_violation)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from staal.manifest import load_manifest
 from staal.private_memory import keep_memory_private
-from staal.runconfig import RunConfig, from_tool
+from staal.runconfig import RunConfig, config_key, from_tool
 from staal.worker import confine
 from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ffi
 
@@ -34,7 +34,8 @@ from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ff
 def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome]]:
     """Every tool's run config and program, loaded once under confinement."""
     manifest = load_manifest(manifest_path)
-    configs = {tool.name: from_tool(manifest, tool) for tool in manifest.tools}
+    configs = {config_key(tool.name, grants): from_tool(manifest, tool, grants)
+               for tool in manifest.tools for grants in (None, *tool.profiles)}
     confine.scrub_environment(())
     confine.install_tripwire(allow_ffi=any(uses_ffi(c) for c in configs.values()),
                              on_violation=note_violation)

@@ -7,7 +7,7 @@
 //            "server": {"command", "args", "cwd", "env"},
 //            "echo": {"name", "good": {...}, "bad": {...}},
 //            "refuse": {"name", "arguments": {...}}, "unknown": "<tool name>",
-//            "timeoutMs": 30000}
+//            "resourceBase": "staal://<server name>", "timeoutMs": 30000}
 //
 // With "url" in place of "server", the session is over Streamable HTTP to a
 // server already listening there.
@@ -17,7 +17,8 @@
 // legacy). It connects, lists the tools, calls the echo tool with good
 // arguments (asking for progress), then with arguments the program's types
 // refuse, calls the refusing tool and an unknown tool, and asks
-// staal_run_status about the first call's run. It prints one JSON object on
+// staal_run_status about the first call's run; with "resourceBase", lists the
+// resource templates and reads that run as a resource, and an unknown run. It prints one JSON object on
 // stdout: what each step gave, or {"fatal": "..."} if the session broke.
 // The server's stderr is collected into "serverStderr".
 
@@ -140,6 +141,22 @@ async function main() {
     if (run) {
       step("runStatus");
       out.runStatus = resultOf(await call(client, { name: "staal_run_status", arguments: { run } }, opts));
+    }
+    if (run && plan.resourceBase) {
+      step("listResourceTemplates");
+      const templates = await client.listResourceTemplates(undefined, opts);
+      out.resourceTemplates = templates.resourceTemplates.map((t) => t.uriTemplate);
+      step("readRunResource");
+      const read = await client.readResource({ uri: `${plan.resourceBase}/runs/${run}` }, opts);
+      out.runResource = { contents: read.contents, ttlMs: read.ttlMs ?? null,
+                          cacheScope: read.cacheScope ?? null };
+      step("readUnknownResource");
+      try {
+        await client.readResource({ uri: `${plan.resourceBase}/runs/${"0".repeat(32)}` }, opts);
+        out.unknownResource = { answered: true };
+      } catch (err) {
+        out.unknownResource = { error: errorOf(err) };
+      }
     }
     step("close");
     await client.close();
