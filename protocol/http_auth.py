@@ -1,8 +1,9 @@
 """An OAuth 2.1 protected resource's rules over HTTP, sans I/O (issue 14;
 RFC 9728, RFC 6750): where its metadata is answered and what it holds, how
 a bearer token is read from a request's head, the 401 and 403 a request is
-refused with (`WWW-Authenticate`), and the head the MCP layer is given,
-without the headers that carry a credential.
+refused with (`WWW-Authenticate`; a 503 when the operator's verifier could
+not decide), and the head the MCP layer is given, without the headers that
+carry a credential (Authorization, and those a verifier reads).
 
 Nothing here checks a token: that takes the issuer's keys, which take I/O
 (supervisor/auth_jwt.py). Nothing here ever quotes a token either: a
@@ -22,12 +23,14 @@ from staal.protocol.http import Head, HttpResponse
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 CREDENTIAL_HEADER = "authorization"
+# The challenge scheme of a 401 or 403 refused by the operator's verifier.
+VERIFIER_SCHEME = "Staal-Verifier"
 # RFC 6750 section 2.1: b64token.
 _TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _UNSAFE = re.compile(r'[^\x20-\x7e]|["\\]')
 
-__all__ = ["CREDENTIAL_HEADER", "WELL_KNOWN", "Malformed", "ProtectedResource", "bearer_of",
-           "challenge", "without_headers"]
+__all__ = ["CREDENTIAL_HEADER", "VERIFIER_SCHEME", "WELL_KNOWN", "Malformed", "ProtectedResource",
+           "bearer_of", "challenge", "without_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,22 +118,33 @@ class ProtectedResource:
 
     def challenge(self, status: int, error: str | None, description: str,
                   scope: Iterable[str] = ()) -> HttpResponse:
-        return challenge(self.metadata_url, status, error, description, scope)
+        return challenge(status, error, description, scope, metadata_url=self.metadata_url)
 
 
-def challenge(metadata_url: str, status: int, error: str | None, description: str,
-              scope: Iterable[str] = ()) -> HttpResponse:
-    """401 (no token, or one not valid here: `error` "invalid_token" when
-    one was given) or 403 ("insufficient_scope", naming the scopes needed),
-    each pointing the client at the resource's metadata (RFC 9728 section 5.1)."""
-    params = [f"resource_metadata={_quoted(metadata_url)}"]
+def challenge(status: int, error: str | None, description: str, scope: Iterable[str] = (), *,
+              metadata_url: str | None = None, headers: Iterable[str] = ()) -> HttpResponse:
+    """401 (no credential, or one not valid here: `error` "invalid_token"
+    when one was given) or 403 ("insufficient_scope", naming the scopes
+    needed, or a caller no profile admits). With `metadata_url` (a bearer
+    token's resource), the Bearer challenge points the client at the
+    resource's metadata (RFC 9728 section 5.1); without it (the operator's
+    verifier), the challenge's scheme is VERIFIER_SCHEME, naming the
+    `headers` the credential goes in, so that no client starts an OAuth
+    flow this server does not take part in. 503 (the verifier could not
+    decide: nothing is wrong with the credential) has no challenge but
+    `Retry-After: 1`."""
+    if metadata_url is not None:
+        scheme, params = "Bearer", [f"resource_metadata={_quoted(metadata_url)}"]
+    else:
+        scheme, params = VERIFIER_SCHEME, [f"headers={_quoted(' '.join(headers))}"]
     if error is not None:
         params += [f"error={_quoted(error)}", f"error_description={_quoted(description)}"]
     scopes = " ".join(scope)
     if scopes:
         params.append(f"scope={_quoted(scopes)}")
     body = orjson.dumps({"error": error or "unauthorized", "error_description": description})
-    return HttpResponse(status, (("www-authenticate", "Bearer " + ", ".join(params)),
-                                 ("content-type", "application/json"),
+    asked = (("retry-after", "1") if status == 503
+             else ("www-authenticate", f"{scheme} {', '.join(params)}"))
+    return HttpResponse(status, (asked, ("content-type", "application/json"),
                                  ("cache-control", "no-store"),
                                  ("content-length", str(len(body)))), body)

@@ -150,6 +150,25 @@ class HttpConfig:
     public_url: str | None = None
 
 
+DEFAULT_VERIFY_TIMEOUT_MS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialConfig:
+    """`auth.credential`: how a request presents its credential. "bearer"
+    (the default): an `Authorization: Bearer` token. "provider": every
+    request's head goes to the operator's verifier program (`program`,
+    `entry`), in its own confined process, which sees only the `headers`
+    named here; they are taken out of the request before the MCP layer
+    sees it. `timeout_ms` bounds each request's verification."""
+
+    presence: Literal["bearer", "provider"] = "bearer"
+    program: Path | None = None
+    entry: str = "verify"
+    headers: tuple[str, ...] = ()
+    timeout_ms: int = DEFAULT_VERIFY_TIMEOUT_MS
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     name: str
@@ -166,34 +185,22 @@ class ServerConfig:
         return None if self.keep_days is None else Duration.of_days(self.keep_days)
 
 
-Presence = Literal["bearer", "provider"]
-
-
-@dataclass(frozen=True, slots=True)
-class CredentialConfig:
-    """`auth.credential` (seed 002's credential presence): a bearer token
-    (the default), or the operator's verifier program, which sees each
-    request's head and names the headers that carry its credential."""
-
-    presence: Presence = "bearer"
-    program: Path | None = None
-    entry: str | None = None
-    # Lower-case names of the headers carrying the credential: removed before
-    # the MCP layer sees a request, as Authorization always is.
-    headers: tuple[str, ...] = ()
-
-
 DEFAULT_ALGORITHMS = ("RS256", "ES256")
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    """`auth`: the OAuth 2.1 protected resource (issue 14). `audience` is
-    always checked (it defaults to server.http.public_url); `jwks_url` None
-    means "from the issuer's metadata" (RFC 8414)."""
+    """`auth`: who may call the tools over HTTP (issue 14). With a bearer
+    token, the OAuth 2.1 protected resource: `issuer` and `audience` are
+    always set and checked (`audience` defaults to server.http.public_url);
+    `jwks_url` None means "from the issuer's metadata" (RFC 8414). With
+    presence "provider" the operator's verifier checks the credential
+    itself: issuer, audience, JWKS and algorithms are None and unused (a
+    principal's issuer is the verifier's to name). `required_scopes` hold
+    for both."""
 
-    issuer: str
-    audience: str
+    issuer: str | None = None
+    audience: str | None = None
     jwks_url: str | None = None
     algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
     required_scopes: tuple[str, ...] = ()

@@ -5,13 +5,15 @@ named by its key path, as the rest of the manifest is (manifest_check.py)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
 from staal.manifest import (
     DEFAULT_ALGORITHMS,
+    DEFAULT_VERIFY_TIMEOUT_MS,
     RUN_STATUS_TOOL,
     AuthConfig,
     Caller,
@@ -28,7 +30,13 @@ from staal.manifest_grants import GrantReader
 from staal.manifest_values import ValueReader, show
 
 AUTH = ("issuer", "audience", "jwks_url", "algorithms", "required_scopes", "credential")
-CREDENTIAL = ("presence", "program", "entry", "headers")
+CREDENTIAL = ("presence", "program", "entry", "headers", "timeout_ms")
+PRESENCES = ("bearer", "provider")
+# Only a provider's verifier has a program, an entry and headers to read.
+PROVIDER_ONLY = ("program", "entry", "headers", "timeout_ms")
+# A bearer token's own keys: a provider's verifier checks its credential itself.
+BEARER_ONLY = ("issuer", "audience", "jwks_url", "algorithms")
+MAX_VERIFY_TIMEOUT_MS = 60_000
 CALLER = ("name", "when", "tools", "rate")
 CALLER_TOOL = ("grants", "quota")
 RATE = ("calls", "window")
@@ -37,23 +45,48 @@ WHEN = get_args(WhenKey)
 # keys. "none" and the HMAC family (a shared secret) are never accepted.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
               "EdDSA")
+# RFC 9110 section 5.6.2: a header name is a token.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the transport itself reads (protocol/http.py): named a credential,
+# one would be taken from the endpoint before it could judge the request.
+TRANSPORT_HEADERS = frozenset({
+    "host", "origin", "accept", "content-type", "content-length", "transfer-encoding",
+    "connection", "mcp-protocol-version", "mcp-method", "mcp-name", "mcp-session-id",
+})
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
+ProgramReader = Callable[[Any, str], "Path | None"]
+
+
 class AuthChecker:
-    def __init__(self, values: ValueReader, grants: GrantReader) -> None:
+    def __init__(self, values: ValueReader, grants: GrantReader, program: ProgramReader) -> None:
         self.values = values
         self.grants = grants
+        self.program = program  # the tools' own check of a program file (a verifier's)
 
     # -- auth -----------------------------------------------------------
 
     def auth(self, value: Any, server: ServerConfig | None) -> AuthConfig | None:
         v = self.values
-        obj = v.obj(value, "auth", AUTH, required=("issuer",))
+        obj = v.obj(value, "auth", AUTH)
         if obj is None:
             return None
-        issuer = self.issuer(obj.get("issuer"), "auth.issuer")
+        if isinstance(obj.get("credential"), dict) and obj["credential"].get("presence") == "provider":
+            for key in BEARER_ONLY:
+                if key in obj:
+                    v.add(f"auth.{key}", "is only read with a bearer token: a provider's verifier "
+                          "checks the credential itself (and names the issuer in its answer)")
+            credential = self.credential(obj["credential"])
+            scopes = v.string_list(obj.get("required_scopes", []), "auth.required_scopes")
+            if any(k in obj for k in BEARER_ONLY) or None in (credential, scopes):
+                return None
+            return AuthConfig(required_scopes=tuple(scopes), credential=credential)
+        credential = self.credential(obj.get("credential", {"presence": "bearer"}))
+        scopes = v.string_list(obj.get("required_scopes", []), "auth.required_scopes")
+        if "issuer" not in obj:
+            v.add("auth.issuer", "is required")
+        issuer = self.issuer(obj["issuer"], "auth.issuer") if "issuer" in obj else None
         audience = v.optional(obj, "audience", "auth", self.exact_url)
         if "audience" not in obj:
             audience = server.http.public_url if server is not None else None
@@ -62,8 +95,6 @@ class AuthChecker:
                       "the audience is always checked")
         jwks = v.optional(obj, "jwks_url", "auth", v.url)
         algorithms = self.algorithms(obj.get("algorithms", list(DEFAULT_ALGORITHMS)))
-        scopes = v.string_list(obj.get("required_scopes", []), "auth.required_scopes")
-        credential = self.credential(obj.get("credential", {"presence": "bearer"}))
         if (None in (issuer, audience, algorithms, scopes, credential)
                 or v.failed(obj, "auth", "jwks_url")):
             return None
@@ -117,44 +148,59 @@ class AuthChecker:
         return names if ok else None
 
     def credential(self, value: Any) -> CredentialConfig | None:
+        """`auth.credential`: `{"presence": "bearer"}`, the default, or
+        `{"presence": "provider", "program", "entry", "headers", "timeout_ms"}`."""
         v = self.values
         path = "auth.credential"
         obj = v.obj(value, path, CREDENTIAL, required=("presence",))
         if obj is None:
             return None
         presence = obj.get("presence")
+        if presence not in PRESENCES:
+            v.add(f"{path}.presence", f"expected \"bearer\" or \"provider\", not {show(presence)}")
+            return None
         if presence == "bearer":
-            for key in ("program", "entry", "headers"):
+            for key in PROVIDER_ONLY:
                 if key in obj:
                     v.add(f"{path}.{key}", "belongs to presence \"provider\"; a bearer token "
                           "needs nothing more")
-            return CredentialConfig() if len(obj) == 1 else None
-        if presence != "provider":
-            v.add(f"{path}.presence", f"expected \"bearer\" or \"provider\", not {show(presence)}")
-            return None
-        if "program" not in obj:
-            v.add(f"{path}.program", "is required with presence \"provider\"")
-            return None
-        program = v.path(obj.get("program"), f"{path}.program")
-        if program is not None and not (program.is_file() and program.suffix == ".py"):
-            v.add(f"{path}.program", f"{program} is not a Python file")
-            program = None
+            return None if any(k in obj for k in PROVIDER_ONLY) else CredentialConfig()
+        for key in ("program", "headers"):
+            if key not in obj:
+                v.add(f"{path}.{key}", "is required with presence \"provider\"")
+        program = self.program(obj["program"], f"{path}.program") if "program" in obj else None
         entry = v.identifier(obj.get("entry", "verify"), f"{path}.entry")
-        headers = self.header_names(obj.get("headers", []), f"{path}.headers")
-        if None in (program, entry, headers):
+        headers = self.headers(obj["headers"], f"{path}.headers") if "headers" in obj else None
+        timeout = v.whole(obj.get("timeout_ms", DEFAULT_VERIFY_TIMEOUT_MS), f"{path}.timeout_ms",
+                          1, MAX_VERIFY_TIMEOUT_MS)
+        if None in (program, entry, headers, timeout):
             return None
-        return CredentialConfig("provider", program, entry, headers)
+        return CredentialConfig(presence="provider", program=program, entry=entry,
+                                headers=headers, timeout_ms=timeout)
 
-    def header_names(self, value: Any, path: str) -> tuple[str, ...] | None:
-        names = self.values.string_list(value, path)
+    def headers(self, value: Any, path: str) -> tuple[str, ...] | None:
+        """A provider's credential headers, at least one, each a header name
+        once (in any case; kept in lower case), none the transport's own."""
+        v = self.values
+        names = v.string_list(value, path, non_empty=True)
         if names is None:
             return None
         ok = True
+        lowered: list[str] = []
         for i, name in enumerate(names):
+            where, low = f"{path}[{i}]", name.lower()
             if not _HEADER_NAME.fullmatch(name):
-                self.values.add(f"{path}[{i}]", f"{show(name)} is not a header name")
-                ok = False
-        return tuple(name.lower() for name in names) if ok else None
+                v.add(where, f"{show(name)} is not a header name")
+            elif low in lowered:
+                v.add(where, f"{show(name)} is named twice")
+            elif low in TRANSPORT_HEADERS:
+                v.add(where, f"{show(name)} is read by the transport itself and cannot carry "
+                      "a credential")
+            else:
+                lowered.append(low)
+                continue
+            ok = False
+        return tuple(lowered) if ok else None
 
     # -- a tool's alternative grant sets ------------------------------------
 

@@ -127,7 +127,7 @@ class ManifestChecker:
         self.path = path
         self.values = ValueReader(base_dir=path.parent)
         self.grants = GrantReader(self.values)
-        self.access = AuthChecker(self.values, self.grants)
+        self.access = AuthChecker(self.values, self.grants, self.program)
 
     def manifest(self, data: Any) -> Manifest | None:
         v = self.values

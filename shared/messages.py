@@ -117,11 +117,50 @@ class Checked(Record):
     schema: Json = None
 
 
+@dataclass(frozen=True, slots=True)
+class Verify(Record):
+    """Supervisor → verifier: judge one request's head (`auth.credential`
+    "provider"). `headers` are only the credential headers the manifest
+    names; the body never crosses. They show in no repr."""
+
+    TYPE: ClassVar[str] = "verify"
+    id: Count
+    method: str
+    path: str
+    headers: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Verified(Record):
+    """The verifier's answer to `Verify` `id`: what its program returned, as
+    data the supervisor checks (`principal`: the dict it returned; `refusal`:
+    `{"status", "description"}`), or a `failure` (it raised, returned what is
+    not JSON, or did what a verifier may not); and what it printed meanwhile."""
+
+    TYPE: ClassVar[str] = "verified"
+    id: Count
+    principal: Json = None
+    refusal: Json = None
+    failure: Failure | None = None
+    printed: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierReady(Record):
+    """The verifier process loaded its program (no problems) and serves, or
+    could not (each problem names its manifest key) and exits."""
+
+    TYPE: ClassVar[str] = "verifier_ready"
+    pid: Count
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
 MESSAGES = Family(
     name="message",
     tag="type",
     version=1,
-    types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked),
+    types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked, Verify,
+           Verified, VerifierReady),
 )
 
 

@@ -4,7 +4,7 @@ request passes before its body is read.
 
 `authenticator_for` is the one place a credential presence becomes an
 authenticator: "bearer" is the JWT check (auth_jwt.py); "provider" is the
-operator's verifier program in its own confined worker (plugged in here).
+operator's verifier program in its own confined worker (verifier.py).
 """
 
 from __future__ import annotations
@@ -12,38 +12,36 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from staal.errors import StaalError
-from staal.manifest import AuthConfig, Manifest
+from staal.manifest import Manifest
 from staal.protocol.http import Head, HttpResponse
-from staal.protocol.http_auth import ProtectedResource, without_headers
+from staal.protocol.http_auth import ProtectedResource, challenge, without_headers
 from staal.supervisor.callers import Admitted, admit
 from staal.supervisor.principal import Authenticator, AuthRefusal
 
 Log = Callable[..., None]
 
 
-class AuthUnavailable(StaalError):
-    """The manifest's `auth` asks for what this server cannot do."""
+def authenticator_for(manifest: Manifest, log: Log) -> Authenticator:
+    """The authenticator of `auth.credential.presence`, not yet started:
+    the HTTP server starts it (a `Lifecycle`) and closes it when it ends."""
+    assert manifest.auth is not None
+    if manifest.auth.credential.presence == "provider":
+        from staal.supervisor.verifier import ProviderAuthenticator
 
-    kind = "auth"
-
-
-def authenticator_for(auth: AuthConfig, log: Log) -> Authenticator:
-    """The authenticator of `auth.credential.presence`."""
-    if auth.credential.presence == "provider":
-        # Item 3 of issue 14 (the verifier program in its own confined,
-        # long-lived worker) plugs in here.
-        raise AuthUnavailable('auth.credential: presence "provider" (an operator verifier '
-                              "program) is not available in this build; use \"bearer\"")
+        return ProviderAuthenticator(manifest, log)
     from staal.supervisor.auth_jwt import JwtAuthenticator
 
-    return JwtAuthenticator(auth, log)
+    return JwtAuthenticator(manifest.auth, log)
 
 
-def resource_of(manifest: Manifest) -> ProtectedResource:
+def resource_of(manifest: Manifest) -> ProtectedResource | None:
     """The RFC 9728 metadata: the audience is the resource; the scopes it
-    knows are those it requires and those caller profiles are chosen by."""
+    knows are those it requires and those caller profiles are chosen by.
+    None with the operator's verifier: no authorization server issues its
+    credentials, so there is no metadata to point a client at."""
     assert manifest.auth is not None
+    if manifest.auth.issuer is None or manifest.auth.audience is None:
+        return None
     scopes = list(manifest.auth.required_scopes)
     for caller in manifest.callers or ():
         if caller.when[0] == "scope" and caller.when[1] not in scopes:
@@ -63,7 +61,9 @@ class Passed:
 class Guard:
     """Every request to an `auth` server: its metadata answered, or its
     credential checked and its caller profile chosen, before anything else
-    of it is read. A refusal is a 401 or 403 pointing at the metadata."""
+    of it is read. A refusal is a 401 or 403 pointing at the metadata (a
+    bearer token's) or naming the verifier's headers, or a 503 when the
+    verifier could not decide."""
 
     def __init__(self, manifest: Manifest, authenticator: Authenticator, log: Log) -> None:
         assert manifest.auth is not None
@@ -74,7 +74,7 @@ class Guard:
         self.log = log
 
     def metadata(self, head: Head) -> HttpResponse | None:
-        return self.resource.metadata(head)
+        return None if self.resource is None else self.resource.metadata(head)
 
     async def check(self, head: Head) -> Passed | HttpResponse:
         principal = await self.authenticator.authenticate(head)
@@ -95,4 +95,7 @@ class Guard:
         self.log("auth_refused", level="info", status=refusal.status, error=refusal.error,
                  message=refusal.description, caller=caller)
         scope = self.manifest.auth.required_scopes if refusal.error == "insufficient_scope" else ()
+        if self.resource is None:  # the operator's verifier: 401, 403 or 503
+            return challenge(refusal.status, refusal.error, refusal.description, scope,
+                             headers=self.credential_headers)
         return self.resource.challenge(refusal.status, refusal.error, refusal.description, scope)

@@ -46,10 +46,13 @@ class AuthRefusal:
     status 401: no credential, or one that is not valid for this resource
     (`error` "invalid_token" when one was given, None when none was);
     status 403: a valid credential without a required scope
-    ("insufficient_scope") or that no caller profile admits. `description`
-    is safe to show the client: it never quotes the credential."""
+    ("insufficient_scope") or that no caller profile admits; status 503
+    ("temporarily_unavailable"): the authenticator could not decide (the
+    operator's verifier failed, hung or died), so the request is refused
+    without blaming the credential (supervisor/verdict.py, `unavailable`).
+    `description` is safe to show the client: it never quotes the credential."""
 
-    status: Literal[401, 403]
+    status: Literal[401, 403, 503]
     error: str | None
     description: str
 

@@ -85,14 +85,18 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
                 f"--http {http}: listening beyond this machine needs authentication, which this "
                 "manifest does not configure (its auth section); listen on a loopback address "
                 "(127.0.0.1), or pass --insecure-no-auth to serve anyone who can reach it")
-        authenticator = None if loaded.auth is None else authenticator_for(loaded.auth, log)
+        authenticator = None if loaded.auth is None else authenticator_for(loaded, log)
         sock = listen(address)
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
         return 2
     early = spawn_early(loaded)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(loaded, over_http(sock, authenticator), log, early))
+        try:
+            return runner.run(serve(loaded, over_http(sock, authenticator), log, early))
+        except StaalError as exc:  # an authenticator that could not start: a verifier that did not load
+            log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+            return 2
 
 
 def serve_from_argv(argv: list[str]) -> int | None:
@@ -116,9 +120,10 @@ def serve_from_argv(argv: list[str]) -> int | None:
 
 def main() -> None:
     """The `staal-supervisor` console script."""
-    from staal.private_memory import keep_memory_private
+    from staal.private_memory import forget_first_environment, keep_memory_private
 
     keep_memory_private()  # it holds every tool's secrets: in its environment since its exec
+    forget_first_environment()  # and /proc/<pid>/environ would show them, dumpable or not
     code = serve_from_argv(sys.argv[1:])
     if code is not None:
         sys.exit(code)

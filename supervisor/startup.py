@@ -3,7 +3,8 @@ checked and each tool's config validated with placeholder inputs, in a
 worker, since the supervisor never imports operator code. `serve` runs it
 before answering anything; `staal-supervisor check` runs the same check and
 reports the same problems, so a manifest `check` calls valid is one `serve`
-starts on."""
+starts on. So it is for the operator's verifier (`auth.credential`
+"provider"): loaded in its own process, or refused naming its key."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from staal.manifest import Manifest
 from staal.supervisor.calls import ToolRuntime, worst_case
 from staal.supervisor.pool import Pool
 from staal.supervisor.resources import entry_problems
+from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.zygote import runtime_dir, worker_environment
 
 
@@ -39,17 +41,32 @@ async def check_tools(manifest: Manifest, pool: Pool) -> tuple[dict[str, ToolRun
 
 
 async def check_manifest(manifest: Manifest) -> list[str]:
-    """What `serve` would refuse at start about the tools, found in a pool
-    of its own that is gone again when this returns."""
+    """What `serve` would refuse at start about the tools (and the
+    verifier), found in a pool of its own that is gone again when this returns."""
     directory = runtime_dir()
     pool = Pool(manifest.path, directory, worker_environment(manifest), ahead=1)
     try:
         await pool.start()
         tools, problems = await check_tools(manifest, pool)
-        return problems + entry_problems(manifest.resources,
-                                         {name: t.inputs for name, t in tools.items()})
+        problems += entry_problems(manifest.resources,
+                                   {name: t.inputs for name, t in tools.items()})
     except StaalError as exc:  # the zygote could not start: a program that crashes on import
-        return [exc.message]
+        problems = [exc.message]
     finally:
         await pool.close()
         shutil.rmtree(directory, ignore_errors=True)
+    return problems + await verifier_problems(manifest)
+
+
+async def verifier_problems(manifest: Manifest) -> list[str]:
+    """Whether the operator's verifier (`auth.credential` "provider") loads,
+    started as `serve` starts it and stopped again."""
+    if manifest.auth is None or manifest.auth.credential.presence != "provider":
+        return []
+    authenticator = ProviderAuthenticator(manifest, lambda *_, **__: None)
+    try:
+        await authenticator.start()
+    except VerifierRefused as exc:
+        return [exc.message]
+    await authenticator.close()
+    return []

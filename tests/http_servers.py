@@ -9,6 +9,7 @@ import base64
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -53,13 +54,15 @@ class HttpServer:
     """The server process on a free loopback port."""
 
     def __init__(self, site: Site, env: dict[str, str] | None = None,
-                 address: str = "127.0.0.1:0", args: tuple[str, ...] = ()) -> None:
+                 address: str = "127.0.0.1:0", args: tuple[str, ...] = (),
+                 preexec: Callable[[], None] | None = None) -> None:
         self.site = site
         self.stderr = Stderr(site.stderr_path)
+        # `preexec` runs in the child before the exec (e.g. to drop a capability).
         self.process = subprocess.Popen(
             [*supervisor_command(site.manifest), "--http", address, *args], cwd=site.root,
             env=server_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=self.stderr.fd)
+            stderr=self.stderr.fd, preexec_fn=preexec)
         self.stderr.spawned()
         self.url = ""
         self.client = httpx.Client(timeout=WAIT, trust_env=False)

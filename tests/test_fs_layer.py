@@ -25,6 +25,7 @@ ALLOWED = {
     ("supervisor/stdio.py", "os.open"): "/dev/null for standard input",
     ("worker/confine.py", "os.open"): "/dev/null for standard input",
     ("worker/serve.py", "os.open"): "/dev/null for the warm-up journal",
+    ("worker/verifier.py", "os.open"): "/dev/null for the verifier's standard output and error",
     ("worker/zygote.py", "os.write"): "the report and wake-up pipes",
     ("supervisor/stdio.py", "write_all"): "standard output",
     ("supervisor/log.py", "write_all"): "standard error",

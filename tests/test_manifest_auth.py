@@ -1,5 +1,7 @@
 """The manifest's `auth` and `callers` sections and a tool's alternative
-grant sets (`profiles`): what loads, and each problem named by its key path."""
+grant sets (`profiles`): what loads, and each problem named by its key path;
+`auth.credential` bearer by default, or the operator's verifier program
+(issue 14, item 3), with every problem at once."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from staal.errors import ManifestError
 from staal.manifest import CredentialConfig
 from staal.manifest_check import check
 from tests.manifests import STRIPE_GRANT, broken, problems_of, seed_example, write_programs
@@ -19,6 +22,7 @@ SMALLER = {**STRIPE_GRANT, "each": {"amount": "5.00", "currency": "USD"}}
 @pytest.fixture
 def here(tmp_path: Path) -> Path:
     write_programs(tmp_path)
+    (tmp_path / "verify.py").write_text("def verify(request):\n    return {'subject': 'x'}\n")
     return tmp_path
 
 
@@ -75,8 +79,6 @@ def test_an_algorithm_that_is_not_an_asymmetric_signature_is_refused(here, algor
      'auth.credential.presence: expected "bearer" or "provider", not "kerberos"'),
     ({"credential": {"presence": "bearer", "headers": ["x-a"]}},
      'auth.credential.headers: belongs to presence "provider"; a bearer token needs nothing more'),
-    ({"credential": {"presence": "provider"}},
-     'auth.credential.program: is required with presence "provider"'),
     ({"audiense": "x"}, "auth.audiense: unknown key"),
 ])
 def test_a_bad_auth_section_names_the_key(here, auth, expected):
@@ -86,13 +88,83 @@ def test_a_bad_auth_section_names_the_key(here, auth, expected):
     assert problem.startswith(expected)
 
 
-def test_a_provider_credential_names_its_program_entry_and_headers(here):
-    (here / "verify.py").write_text("def verify(head): return None\n")
-    data = with_auth(seed_example(), credential={"presence": "provider", "program": "verify.py",
-                                                 "headers": ["X-Attestation"]})
-    credential = check(data, here / "manifest.json").auth.credential
-    assert credential.presence == "provider" and credential.program == here / "verify.py"
-    assert (credential.entry, credential.headers) == ("verify", ("x-attestation",))
+def with_provider(here: Path, auth: dict[str, Any]) -> list[str] | Any:
+    """A manifest whose `auth` is `auth` (no issuer, no audience): the
+    checked manifest, or its problems."""
+    data = {**seed_example(), "auth": auth}
+    try:
+        return check(data, here / "manifest.json")
+    except ManifestError as exc:
+        return list(exc.problems)
+
+
+def test_a_provider_names_its_program_entry_and_headers_kept_in_lower_case(here):
+    auth = with_provider(here, {"credential": {"presence": "provider", "program": "verify.py",
+                                               "headers": ["X-Api-Key", "X-Signature"],
+                                               "timeout_ms": 500},
+                                "required_scopes": ["tools"]}).auth
+    assert auth.credential == CredentialConfig("provider", here / "verify.py", "verify",
+                                               ("x-api-key", "x-signature"), 500)
+    # The verifier checks the credential itself and names the issuer in its answer.
+    assert (auth.issuer, auth.audience, auth.jwks_url) == (None, None, None)
+    assert auth.required_scopes == ("tools",)
+
+
+def test_without_auth_there_is_none_and_a_bearer_credential_needs_an_issuer(here):
+    assert check(seed_example(), here / "manifest.json").auth is None
+    assert with_provider(here, {"credential": {"presence": "bearer"}}) == [
+        "auth.issuer: is required", "auth.audience: is required when server.http.public_url is not "
+        "set: the audience is always checked"]
+
+
+@pytest.mark.parametrize("credential, problem", [
+    ({"presence": "provider", "headers": ["x-api-key"]},
+     'auth.credential.program: is required with presence "provider"'),
+    ({"presence": "provider", "program": "missing.py", "headers": ["x-api-key"]},
+     "auth.credential.program: {here}/missing.py does not exist or is not a file"),
+    ({"presence": "provider", "program": "verify.py"},
+     'auth.credential.headers: is required with presence "provider"'),
+    ({"presence": "provider", "program": "verify.py", "headers": "x-api-key"},
+     "auth.credential.headers: expected a list, not a string"),
+    ({"presence": "provider", "program": "verify.py", "headers": []},
+     "auth.credential.headers: must name at least one"),
+    ({"presence": "provider", "program": "verify.py", "headers": ["x api key"]},
+     'auth.credential.headers[0]: "x api key" is not a header name'),
+    ({"presence": "provider", "program": "verify.py", "headers": ["x-a", "X-A"]},
+     'auth.credential.headers[1]: "X-A" is named twice'),
+    ({"presence": "provider", "program": "verify.py", "headers": ["Content-Type"]},
+     'auth.credential.headers[0]: "Content-Type" is read by the transport itself and cannot '
+     "carry a credential"),
+    ({"presence": "provider", "program": "verify.py", "headers": ["x-a"], "entry": "not valid"},
+     'auth.credential.entry: "not valid" is not a Python identifier'),
+    ({"presence": "provider", "program": "verify.py", "headers": ["x-a"], "timeout_ms": 0},
+     "auth.credential.timeout_ms: 0 is out of range (1 to 60000)"),
+    ({"presence": "provider", "presense": "provider", "program": "verify.py", "headers": ["x-a"]},
+     "auth.credential.presense: unknown key"),
+])
+def test_a_provider_credential_that_is_not_right_is_refused_naming_its_key_path(here, credential,
+                                                                                 problem):
+    problems = with_provider(here, {"credential": credential})
+    assert isinstance(problems, list)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(problem.format(here=here)), problems
+
+
+@pytest.mark.parametrize("key, value", [("issuer", ISSUER), ("audience", "https://mcp.example.com/mcp"),
+                                        ("jwks_url", "https://auth.example.com/jwks"),
+                                        ("algorithms", ["RS256"])])
+def test_a_provider_refuses_the_bearer_tokens_own_keys(here, key, value):
+    problems = with_provider(here, {key: value, "credential": {
+        "presence": "provider", "program": "verify.py", "headers": ["x-a"]}})
+    assert problems == [f"auth.{key}: is only read with a bearer token: a provider's verifier "
+                        "checks the credential itself (and names the issuer in its answer)"]
+
+
+def test_every_problem_of_the_credential_is_reported_at_once(here):
+    problems = with_provider(here, {"credential": {"presence": "provider", "program": "missing.py",
+                                                   "headers": ["host", 3]}, "issuer": "x"})
+    assert [p.split(":", 1)[0] for p in problems] == [
+        "auth.issuer", "auth.credential.program", "auth.credential.headers[1]"]
 
 
 def test_callers_and_grant_sets_load(here):

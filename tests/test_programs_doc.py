@@ -304,7 +304,7 @@ def test_the_money_session_on_the_page_prints_what_it_shows():
 
 def test_the_imports_the_page_names_are_what_staal_gives_a_program():
     imports = dict(re.findall(r"`from (staal[\w.]*) import ([\w, ]+)`", TEXT))
-    assert set(imports) == {"staal", "staal.caps", "staal.errors"}
+    assert set(imports) == {"staal", "staal.caps", "staal.errors", "staal.verifier"}
     for module, names in imports.items():
         found = importlib.import_module(module)
         missing = [n for n in names.split(", ") if not hasattr(found, n)]

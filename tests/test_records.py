@@ -35,6 +35,9 @@ from staal.messages import (
     Run,
     Started,
     StoppedMsg,
+    Verified,
+    VerifierReady,
+    Verify,
     pack,
     unpack,
 )
@@ -83,6 +86,11 @@ EXAMPLES = {
         Check(manifest="/etc/staal/manifest.json", tool="t"),
         Checked(tool="t", ok=True, inputs={"order": {"type": "str"}}, schema={"type": "object"}),
         Checked(tool="t", ok=False, problems=("missing entry 'main'",)),
+        Verify(id=1, method="POST", path="/mcp", headers={"x-api-key": ("k1", "k2")}),
+        Verified(id=1, principal={"subject": "ops", "scopes": ["tools"]}, printed=("saw POST",)),
+        Verified(id=2, refusal={"status": 401, "description": "unknown key"}),
+        Verified(id=3, failure=Failure("value", "the verifier raised ValueError: x")),
+        VerifierReady(pid=12, problems=("auth.credential.entry: no function 'verify'",)),
     ],
 }
 CASES = [(family, record) for family, records in EXAMPLES.items() for record in records]

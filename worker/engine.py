@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from staal.killpoints import kill_point
 from staal.money import Money
 from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
+from staal.redaction import redact
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
 from staal.worker.tracebacks import program_frames
@@ -109,14 +110,6 @@ class RunOutcome:
 
 def _args_hash(args: Any) -> str:
     return sha256_hex(canonical_json(args))
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every (non-empty) secret's value replaced."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return text
 
 
 class RunContext:

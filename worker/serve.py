@@ -42,9 +42,10 @@ from staal.messages import (
 )
 from staal.outcomes import Failure
 from staal.records import Record
+from staal.redaction import redact
 from staal.runconfig import RunConfig, config_key
 from staal.worker import confine
-from staal.worker.engine import RunOutcome, redact
+from staal.worker.engine import RunOutcome
 from staal.worker.limits import bound_process
 from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
 
