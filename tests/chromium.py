@@ -9,6 +9,7 @@ profile directory, so parallel runs and a browser left over never share one.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import struct
@@ -33,6 +34,15 @@ def chromium() -> Path:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise ChromiumMissing(f"{CHROMIUM} is missing and the tests cannot install it (they need "
                               "root and apt-get): run apt-get install -y chromium as root")
+    # Parallel test processes (pytest -n) would race for apt's lock: one installs.
+    with open("/tmp/staal-chromium-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if CHROMIUM.exists():
+            return CHROMIUM
+        return _install()
+
+
+def _install() -> Path:
     said = []
     for command in (["apt-get", "update"],
                     ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
