@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from staal.manifest import Caller, CallerTool, Manifest, QuotaConfig, RateConfig
 from staal.supervisor.principal import AuthRefusal, Principal
-from staal.supervisor.quota import Admission
+from staal.supervisor.quota import Admission, RunEntry
 
 EVERY_TOOL = CallerTool()
 
@@ -39,6 +39,13 @@ class Admitted:
     @property
     def rate(self) -> RateConfig | None:
         return None if self.profile is None else self.profile.rate
+
+    def owns(self, entry: RunEntry) -> bool:
+        """Whether run `entry` is this caller's: the ledger's reserve records
+        the caller's identity hash (None for the local client). The one rule
+        for `staal_run_status` and runs as resources: another caller's run is
+        as unknown as one that never existed."""
+        return entry.caller == self.identity
 
     def may_call(self, tool: str) -> bool:
         return self.profile is None or tool in self.profile.tools

@@ -379,7 +379,7 @@ class Calls:
         """How the caller's own run stands; another caller's is unknown (its
         existence is not revealed)."""
         entry = self.ledger.run(run)
-        if entry is None or entry.caller != admitted.identity:
+        if entry is None or not admitted.owns(entry):
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting)
 

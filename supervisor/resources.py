@@ -41,7 +41,6 @@ from staal.supervisor.callers import Admitted
 from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.journal_view import header_data, record_data, when
 from staal.supervisor.ledger import RunEntry
-from staal.supervisor.principal import Principal
 
 KEY_FILE = "resources.key"
 KEY_SIZE = 32
@@ -77,18 +76,14 @@ def cursor_key(journals: Path) -> bytes:
     return key
 
 
-def visible(entry: RunEntry, principal: Principal | None) -> bool:
-    """Whether `principal` may see run `entry`: the one decision every runs
-    resource goes through.
-
-    A run is its caller's: the ledger's reserve records the SHA-256 of the
-    caller's identity (issue 14), None for the local client (stdio, or HTTP
-    served without authentication). The same rule as `staal_run_status`
-    (`Calls.run_status`): another caller's run is as unknown as one that
-    never existed."""
+def visible(entry: RunEntry, admitted: Admitted) -> bool:
+    """Whether the caller `admitted` may see run `entry`: the one decision
+    every runs resource goes through. A run that never started (released)
+    nobody; any other, its own caller only (`Admitted.owns`, the rule
+    `staal_run_status` follows too)."""
     if entry.state == "released":
         return False  # it never started: there is nothing to see
-    return entry.caller == (None if principal is None else principal.identity)
+    return admitted.owns(entry)
 
 
 class Resources:
@@ -107,11 +102,10 @@ class Resources:
 
     def _runs_resource(self, read: ReadResource, admitted: Admitted) -> ReadAnswer:
         ref = read.ref
-        principal = admitted.principal
         if isinstance(ref, RunsPage):
-            return self.runs_page(ref, principal)
+            return self.runs_page(ref, admitted)
         entry = self.calls.ledger.run(ref.run)
-        if entry is None or not visible(entry, principal):
+        if entry is None or not visible(entry, admitted):
             return unknown_resource(read.uri, f"no run {ref.run} of yours is known here")
         if isinstance(ref, RunItem):
             status = self.calls.run_status(ref.run, admitted)
@@ -121,12 +115,12 @@ class Resources:
 
     # -- runs ------------------------------------------------------------------
 
-    def runs_page(self, ref: RunsPage, principal: Principal | None) -> Contents:
+    def runs_page(self, ref: RunsPage, admitted: Admitted) -> Contents:
         """Newest first: the reverse of the ledger's order of reserves (run
         ids are random, and reserves share milliseconds). The cursor holds
         the last run's reserve time and id: the page after it starts past
         that run, or, if retention has dropped it since, past its time."""
-        entries = [e for e in reversed(self.calls.ledger.runs()) if visible(e, principal)]
+        entries = [e for e in reversed(self.calls.ledger.runs()) if visible(e, admitted)]
         if ref.after is not None:
             entries = _after(entries, ref.after)
         page = entries[:ref.limit]

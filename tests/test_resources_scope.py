@@ -120,10 +120,11 @@ def test_an_authenticated_caller_sees_its_own_runs_and_none_of_anyone_elses(serv
 def test_visibility_compares_the_runs_caller_with_the_principals_identity():
     owned = SimpleNamespace(state="settled", caller=ALICE.identity)
     bob = Principal("https://issuer.example", "bob", "agent-1")
-    assert visible(owned, ALICE) and not visible(owned, bob) and not visible(owned, None)
-    assert not visible(SimpleNamespace(state="released", caller=ALICE.identity), ALICE)
+    alice, bob = Admitted(ALICE, None), Admitted(bob, None)
+    assert visible(owned, alice) and not visible(owned, bob) and not visible(owned, LOCAL)
+    assert not visible(SimpleNamespace(state="released", caller=ALICE.identity), alice)
     local = SimpleNamespace(state="settled", caller=None)  # the local client's
-    assert visible(local, None) and not visible(local, ALICE)
+    assert visible(local, LOCAL) and not visible(local, alice)
 
 
 def test_the_cursor_key_is_made_once_private_and_kept_across_starts(tmp_path):
