@@ -29,6 +29,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from staal.caps import PostgresRead, PostgresWrite
 from staal.manifest import NetConfig
+from staal.redaction import redact
 from staal.runconfig import SCRIPT_NET
 from staal.worker.capabilities.sql import SqlBound, collect_rows
 from staal.worker.engine import InDoubt, Performed
@@ -66,9 +67,7 @@ class PostgresDatabase:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate:
             text = f"{text} (SQLSTATE {sqlstate})"
-        for secret in self._hide:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return redact(text, self._hide)
 
     # -- the connection --------------------------------------------------
 
