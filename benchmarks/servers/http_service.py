@@ -41,13 +41,22 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class Service(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: with 16 runs each opening
+    # a new connection at once, SYNs past the fifth are dropped and retried
+    # by the kernel after a second, which a 1000 ms connect timeout reports
+    # as the service's fault. Real servers listen with a deep backlog
+    # (nginx 511, uvicorn 2048); so does this one.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay-ms", type=float, default=0.0)
     args = parser.parse_args()
     Handler.delay = args.delay_ms / 1000
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = Service(("127.0.0.1", 0), Handler)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 
