@@ -108,3 +108,103 @@ def test_a_call_its_run_and_each_action_are_spans_of_the_clients_trace_across_th
     for value in (payments.key, intent["id"], "35.00", "3500", key, outcome.result["refund"],
                   payments.base, "127.0.0.1"):
         assert value not in text, value
+
+
+def outcome_of(traced: Traced, call_span) -> tuple:
+    """A call span's outcome, its run span's and its actions' outcomes."""
+    runs = traced.children_of(call_span)
+    run = runs[0] if runs else None
+    actions = [] if run is None else sorted(
+        traced.children_of(run), key=lambda s: s.attributes["staal.action.op"])
+    return (call_span.attributes["staal.call.outcome"],
+            None if run is None else run.attributes["staal.run.outcome"],
+            [a.attributes["staal.action.outcome"] for a in actions])
+
+
+def test_spans_say_ok_failed_refused_and_stopped_with_the_kind_and_never_the_message(
+        tmp_path, payments, monkeypatch):
+    monkeypatch.setenv("STRIPE_SECRET_KEY", payments.key)
+    closer = Closer()
+    closer_base = closer.base
+    try:
+        site = Site(tmp_path)
+        site.program("refund.py", REFUND)
+        site.program("send.py", SEND)
+        site.write([
+            {"name": "refund", "program": "refund.py",
+             "grants": {"pay": stripe_refund_grant(payments.base)},
+             "net": {"timeout_ms": 20000, "connect_timeout_ms": 2000}},
+            {"name": "send", "program": "send.py",
+             "grants": {"post": {"cap": "net.http.post", "only": [closer.base + "/*"]}},
+             "net": NET},
+        ])
+        intent = payments.intent(amount=5000)
+        order = intent["id"]
+        calls = [
+            # failed: the program's own fail() after its first action
+            a_call("refund", {"order": order, "amount": usd("80.00")}, request_id=1),
+            # refused action: the grant allows one refund, the program asks for two
+            a_call("refund", {"order": order, "amount": usd("10.00"), "twice": True}, request_id=2),
+            # stopped: an unkeyed POST whose answer never came is in doubt
+            a_call("send", {"url": closer.base + "/pay"}, request_id=3),
+            # refused call: the arguments are wrong; no run, no worker span
+            a_call("refund", {"order": order}, request_id=4),
+        ]
+        traced = run_traced(site.manifest, calls, tmp_path / "server.log")
+    finally:
+        closer.stop()
+    failed, refused, stopped, bad = traced.outcomes
+    assert isinstance(failed, Failed) and failed.kind == "validation"
+    assert isinstance(refused, Failed) and refused.kind == "capability"
+    assert isinstance(stopped, Stopped)
+    assert isinstance(bad, Refused) and bad.kind == "arguments"
+    by_run = {s.attributes.get("staal.run.id"): s for s in traced.named("tools/call")}
+    assert outcome_of(traced, by_run[failed.run]) == ("failed", "failed", ["ok"])
+    assert by_run[failed.run].attributes["staal.failure.kind"] == "validation"
+    assert by_run[failed.run].status.status_code is StatusCode.ERROR
+    assert outcome_of(traced, by_run[refused.run]) == ("failed", "failed", ["ok", "ok", "refused"])
+    assert by_run[refused.run].attributes["staal.failure.kind"] == "capability"
+    assert outcome_of(traced, by_run[stopped.run]) == ("stopped", "stopped", ["stopped"])
+    assert outcome_of(traced, by_run[None]) == ("refused", None, [])
+    assert by_run[None].attributes["staal.refusal.kind"] == "arguments"
+    # Only one refund happened (the second was refused before it was sent),
+    # and the messages, which quote amounts and URLs, are in no span.
+    assert len(payments.refunds()) == 1
+    text = every_text(traced)
+    for value in (failed.message, refused.message, stopped.message, bad.message, "80.00", "10.00",
+                  closer_base, order, payments.key):
+        assert value not in text, value
+
+
+def test_a_malformed_traceparent_starts_a_new_trace_and_the_call_still_runs(tmp_path):
+    site = Site(tmp_path)
+    site.program("echo.py", "def main(text: str) -> dict:\n    return {'echo': text}\n")
+    site.write([{"name": "echo", "program": "echo.py"}])
+    bad = TraceParent("0" * 32, CLIENT.span_id)  # the all-zero trace id is invalid
+    from staal.protocol.revisions import trace_of
+    parent, _ = trace_of({"_meta": {"traceparent": bad.header()}})
+    assert parent is None
+    traced = run_traced(site.manifest, [a_call("echo", {"text": "hello"}, trace=parent)],
+                        tmp_path / "server.log")
+    [outcome] = traced.outcomes
+    assert isinstance(outcome, Done) and outcome.result == {"echo": "hello"}
+    [call] = traced.named("tools/call")
+    assert call.parent is None
+    assert f"{call.context.trace_id:032x}" not in (CLIENT.trace_id, "0" * 32)
+    [run] = traced.children_of(call)
+    assert run.attributes["staal.run.outcome"] == "done"
+    assert traced.children_of(run) == []  # no action: no action span
+
+
+def test_a_parent_that_is_not_sampled_records_nothing_in_the_worker(tmp_path):
+    site = Site(tmp_path)
+    site.program("echo.py", "def main(text: str) -> dict:\n    return {'echo': text}\n")
+    site.write([{"name": "echo", "program": "echo.py"}])
+    unsampled = TraceParent(CLIENT.trace_id, CLIENT.span_id, sampled=False)
+    traced = run_traced(site.manifest, [a_call("echo", {"text": "hi"}, trace=unsampled)],
+                        tmp_path / "server.log")
+    assert isinstance(traced.outcomes[0], Done)
+    assert traced.spans == []
+    # The run message carried no traceparent: the worker recorded no spans.
+    log = [json.loads(line) for line in (tmp_path / "server.log").read_text().splitlines()]
+    assert any(e["event"] == "run_ended" for e in log)
