@@ -45,11 +45,11 @@ from staal.protocol.jsonrpc import (
 from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
 from staal.protocol.revisions import (
-    TRACEPARENT_KEY,
-    TRACESTATE_KEY,
     LEGACY,
     MODERN,
     PROTOCOL_VERSION_KEY,
+    TRACEPARENT_KEY,
+    TRACESTATE_KEY,
     meta_of,
     select_revision,
     unsupported_version,

@@ -12,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from staal.tracecontext import TraceParent, parse_traceparent, tracestate_of
-
 from staal.protocol.jsonrpc import (
     INVALID_PARAMS,
     UNSUPPORTED_PROTOCOL_VERSION,
     RpcError,
     is_request_id,
 )
+from staal.tracecontext import TraceParent, parse_traceparent, tracestate_of
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"

@@ -25,8 +25,8 @@ from staal.clock import Clock
 from staal.errors import CanonicalError
 from staal.journal import JournalState, JournalWriter, OpEntry, resolve_hint
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
-from staal.messages import ActionOutcome
 from staal.killpoints import kill_point
+from staal.messages import ActionOutcome
 from staal.money import Money
 from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
