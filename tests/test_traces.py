@@ -11,6 +11,8 @@ import os
 from opentelemetry.trace import StatusCode
 
 from staal.protocol.results import Done, Failed, Refused, Stopped
+from staal.supervisor.callers import Admitted
+from staal.supervisor.principal import Principal
 from staal.tracecontext import TraceParent
 from tests.payments import Payments
 from tests.servers import NET, Closer, Site, stripe_refund_grant
@@ -208,3 +210,46 @@ def test_a_parent_that_is_not_sampled_records_nothing_in_the_worker(tmp_path):
     # The run message carried no traceparent: the worker recorded no spans.
     log = [json.loads(line) for line in (tmp_path / "server.log").read_text().splitlines()]
     assert any(e["event"] == "run_ended" for e in log)
+
+
+def test_an_authenticated_callers_span_carries_the_ledgers_hash_of_it_never_the_subject(tmp_path):
+    site = Site(tmp_path)
+    site.program("echo.py", "def main(text: str) -> dict:\n    return {'echo': text}\n")
+    site.write([{"name": "echo", "program": "echo.py"}])
+    principal = Principal("https://issuer.example.com", "alice@example.com", "client-7")
+    traced = run_traced(site.manifest, [a_call("echo", {"text": "hi"})], tmp_path / "server.log",
+                        admitted=Admitted(principal, None))
+    [call] = traced.named("tools/call")
+    assert call.attributes["staal.caller.hash"] == principal.identity
+    [reserve] = [e for e in site.ledger_events() if e["event"] == "reserve"]
+    assert reserve["caller"] == principal.identity  # the same hash the ledger keeps
+    text = every_text(traced)
+    for value in ("alice@example.com", "client-7", "issuer.example.com"):
+        assert value not in text, value
+
+
+def test_a_run_resumed_after_its_worker_died_has_a_resumed_run_span_and_a_replayed_action(
+        tmp_path, payments, monkeypatch):
+    monkeypatch.setenv("STRIPE_SECRET_KEY", payments.key)
+    # The first worker dies right after op 1's outcome (the zygote passes
+    # the kill switches to its workers); its spans die with it.
+    monkeypatch.setenv("STAAL_TEST_KILL_POINTS", "1")
+    monkeypatch.setenv("STAAL_KILL_AT", "worker:outcome")
+    monkeypatch.setenv("STAAL_KILL_ONCE", str(tmp_path / "killed-once"))
+    site = Site(tmp_path)
+    refund_site(site, payments)
+    intent = payments.intent(amount=5000)
+    traced = run_traced(site.manifest, [a_call("refund", {"order": intent["id"],
+                                                          "amount": usd("20.00")})],
+                        tmp_path / "server.log")
+    [outcome] = traced.outcomes
+    assert isinstance(outcome, Done)
+    assert (tmp_path / "killed-once").exists()  # a worker did die
+    [call] = traced.named("tools/call")
+    [run] = traced.children_of(call)
+    assert run.attributes["staal.run.resumed"] is True
+    actions = sorted(traced.children_of(run), key=lambda s: s.attributes["staal.action.op"])
+    assert [(a.attributes["staal.action.op"], a.attributes["staal.action.replayed"],
+             a.attributes["staal.action.outcome"]) for a in actions] == [
+        (1, True, "ok"), (2, False, "ok")]
+    assert len(payments.refunds()) == 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from staal.manifest import load_manifest
 from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome
 from staal.protocol.revisions import MODERN
-from staal.supervisor.callers import LOCAL
+from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import CallState
 from staal.supervisor.log import Log
 from staal.supervisor.server import Server, serve
@@ -49,19 +48,17 @@ class Traced:
 
 
 def run_traced(manifest: Path, calls: list[CallTool], log_path: Path,
-               between: Callable[[int], None] | None = None) -> Traced:
-    """Serve `manifest` in this process, make `calls` one after another
-    (`between(i)` after the i-th), and return their outcomes and every span
+               admitted: Admitted = LOCAL) -> Traced:
+    """Serve `manifest` in this process, make `calls` one after another as
+    the caller `admitted`, and return their outcomes and every span
     exported meanwhile."""
     exporter = InMemorySpanExporter()
     outcomes: list[CallOutcome | None] = []
 
     async def transport(server: Server) -> None:
-        for i, call in enumerate(calls):
-            outcomes.append(await server.outcome_of(call, CallState(), LOCAL))
+        for call in calls:
+            outcomes.append(await server.outcome_of(call, CallState(), admitted))
             await server.clean_up()
-            if between is not None:
-                await asyncio.to_thread(between, i)
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
