@@ -81,7 +81,7 @@ def per_call(tracing: OtelTracing, count: int) -> float:
             for op in (1, 2):
                 recorder.action(ActionNote(op), "payments.stripe.refund", "refund", "pay", "ok",
                                 recorder.now())
-            tracing.worker_spans(recorder.finish(ended))
+            tracing.worker_spans(recorder.finish(ended), span.traceparent)
             span.ended(Done(RUN, {}), RUN)
     return time.process_time() - start
 

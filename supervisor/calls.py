@@ -304,8 +304,8 @@ class Calls:
                 self.run_log(files).append(log_file_line("started", pid=reply.pid))
             elif isinstance(reply, ProgressMsg) and progress is not None:
                 progress(reply.op, reply.message)
-            elif isinstance(reply, RunSpans):
-                self.tracing.worker_spans(reply)
+            elif isinstance(reply, RunSpans) and traceparent is not None:
+                self.tracing.worker_spans(reply, traceparent)
 
         return await self.pool.run(worker, message, on_message)
 

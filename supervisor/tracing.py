@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 import staal
@@ -38,11 +38,14 @@ from staal.supervisor.log import Log
 from staal.tracecontext import TraceParent, parse_traceparent
 
 if TYPE_CHECKING:  # the SDK is imported only when traces are exported
+    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span
 
 DEFAULT_SERVICE_NAME = "staal"
+# What a span's attributes may hold here: ids, names, kinds, numbers, flags.
+Attributes = dict[str, str | int | bool]
 SCOPE = "staal"
 
 
@@ -87,10 +90,13 @@ class CallSpan(Protocol):
 
 
 class Tracing(Protocol):
-    def call(self, call: CallTool, caller: str | None) -> Any:
-        """A context manager around one call, giving its `CallSpan`."""
+    def call(self, call: CallTool, caller: str | None) -> AbstractContextManager[CallSpan]:
+        """Around one call, giving its `CallSpan`; `caller` is the
+        identity's SHA-256 (None: the local client)."""
 
-    def worker_spans(self, spans: RunSpans) -> None: ...
+    def worker_spans(self, spans: RunSpans, sent: str) -> None:
+        """A worker's spans, if they hang under `sent`, the traceparent its
+        run message carried."""
 
     def close(self) -> None: ...
 
@@ -105,13 +111,11 @@ class _Unrecorded:
 class NoTracing:
     """Traces off: nothing recorded, imported, exported or connected."""
 
-    enabled = False
-
     @contextmanager
     def call(self, call: CallTool, caller: str | None) -> Iterator[CallSpan]:
         yield _Unrecorded()
 
-    def worker_spans(self, spans: RunSpans) -> None:
+    def worker_spans(self, spans: RunSpans, sent: str) -> None:
         pass
 
     def close(self) -> None:
@@ -165,8 +169,6 @@ class OtelTracing:
     OTLP/HTTP in `serve`; a test may give a simple one over its in-memory
     exporter) receives the call spans and the workers' alike."""
 
-    enabled = True
-
     def __init__(self, processor: SpanProcessor, service_name: str = DEFAULT_SERVICE_NAME) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -201,13 +203,15 @@ class OtelTracing:
         finally:
             span.end()
 
-    def worker_spans(self, spans: RunSpans) -> None:
-        """A worker's run span and its actions', as finished spans."""
+    def worker_spans(self, spans: RunSpans, sent: str) -> None:
+        """A worker's run span and its actions', as finished spans. Only
+        under the call span this server sent it: a worker cannot put spans
+        into another trace."""
         parent = parse_traceparent(spans.traceparent)
-        if parent is None:
-            return  # not one this server wrote: nothing to hang them on
+        if parent is None or spans.traceparent != sent:
+            return
         trace_id = int(parent.trace_id, 16)
-        run_attributes: dict[str, Any] = {
+        run_attributes: Attributes = {
             "staal.tool": spans.tool, "staal.run.id": spans.run, "staal.run.outcome": spans.outcome,
             "staal.run.resumed": spans.resumed, "process.pid": spans.pid}
         if spans.failure_kind is not None:
@@ -222,7 +226,7 @@ class OtelTracing:
                 error=action.outcome == "failed"))
 
     def _finished(self, name: str, trace_id: int, span_id: str, parent_id: str,
-                  attributes: dict[str, Any], start_ns: int, end_ns: int,
+                  attributes: Attributes, start_ns: int, end_ns: int,
                   error: bool) -> ReadableSpan:
         from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -243,8 +247,8 @@ class OtelTracing:
         self.provider.shutdown()
 
 
-def action_attributes(run: str, action: ActionSpan) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
+def action_attributes(run: str, action: ActionSpan) -> Attributes:
+    attributes: Attributes = {
         "staal.run.id": run, "staal.action.capability": action.cap,
         "staal.action.name": action.action, "staal.action.param": action.param,
         "staal.action.op": action.op, "staal.action.outcome": action.outcome,
@@ -254,7 +258,7 @@ def action_attributes(run: str, action: ActionSpan) -> dict[str, Any]:
     return attributes
 
 
-def _parent(call: CallTool) -> Any:
+def _parent(call: CallTool) -> Context | None:
     """The client's span as the call span's parent context; None (a new
     trace) when the call carried none, or none that was valid."""
     if call.trace is None:
