@@ -51,6 +51,20 @@ def refund_site(site: Site, payments: Payments) -> None:
                  "net": {"timeout_ms": 20000, "connect_timeout_ms": 2000}}])
 
 
+def one_refund(tmp_path, payments: Payments, amount: str) -> tuple[Traced, Done, dict]:
+    """A refund tool's one call of `amount` against a paid intent: its
+    spans, its (done) outcome and the intent."""
+    site = Site(tmp_path)
+    refund_site(site, payments)
+    intent = payments.intent(amount=5000)
+    traced = run_traced(site.manifest, [a_call("refund", {"order": intent["id"],
+                                                          "amount": usd(amount)})],
+                        tmp_path / "server.log")
+    [outcome] = traced.outcomes
+    assert isinstance(outcome, Done), outcome
+    return traced, outcome, intent
+
+
 def every_text(traced: Traced) -> str:
     """Every exported span's name, attribute names and values, and status
     description, as one text to search."""
@@ -68,14 +82,7 @@ def every_text(traced: Traced) -> str:
 def test_a_call_its_run_and_each_action_are_spans_of_the_clients_trace_across_three_processes(
         tmp_path, payments, monkeypatch):
     monkeypatch.setenv("STRIPE_SECRET_KEY", payments.key)
-    site = Site(tmp_path)
-    refund_site(site, payments)
-    intent = payments.intent(amount=5000)
-    traced = run_traced(site.manifest, [a_call("refund", {"order": intent["id"],
-                                                          "amount": usd("35.00")})],
-                        tmp_path / "server.log")
-    [outcome] = traced.outcomes
-    assert isinstance(outcome, Done)
+    traced, outcome, intent = one_refund(tmp_path, payments, "35.00")
     [call] = traced.named("tools/call")
     assert call.name == "tools/call refund"
     # The client's trace is continued: same trace, the client's span as parent.
@@ -236,14 +243,7 @@ def test_a_run_resumed_after_its_worker_died_has_a_resumed_run_span_and_a_replay
     monkeypatch.setenv("STAAL_TEST_KILL_POINTS", "1")
     monkeypatch.setenv("STAAL_KILL_AT", "worker:outcome")
     monkeypatch.setenv("STAAL_KILL_ONCE", str(tmp_path / "killed-once"))
-    site = Site(tmp_path)
-    refund_site(site, payments)
-    intent = payments.intent(amount=5000)
-    traced = run_traced(site.manifest, [a_call("refund", {"order": intent["id"],
-                                                          "amount": usd("20.00")})],
-                        tmp_path / "server.log")
-    [outcome] = traced.outcomes
-    assert isinstance(outcome, Done)
+    traced, _, _ = one_refund(tmp_path, payments, "20.00")
     assert (tmp_path / "killed-once").exists()  # a worker did die
     [call] = traced.named("tools/call")
     [run] = traced.children_of(call)
