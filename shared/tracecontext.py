@@ -20,6 +20,12 @@ _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 # The specification's bound on a tracestate header; a longer one is dropped.
 MAX_TRACESTATE = 512
+MAX_MEMBERS = 32
+# A tracestate list member, key=value (the specification's grammar, as the
+# OpenTelemetry SDK reads it): a simple or a multi-tenant key.
+_MEMBER = re.compile(
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +58,18 @@ def parse_traceparent(value: object) -> TraceParent | None:
 
 
 def tracestate_of(value: object) -> str | None:
-    """A `tracestate` value to pass on as it came, or None (not a string, or
-    past the specification's length)."""
+    """A `tracestate` value to pass on as it came, or None: not a string,
+    past the specification's length or number of members, or a member that
+    is not `key=value` by its grammar (dropped whole, as the specification
+    allows, so that nothing downstream has to complain about it)."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_TRACESTATE:
         return None
-    return value.strip()
+    members = [m.strip() for m in value.split(",") if m.strip()]
+    if not members or len(members) > MAX_MEMBERS:
+        return None
+    if not all(_MEMBER.fullmatch(m) for m in members):
+        return None
+    return ",".join(members)
 
 
 def new_span_id() -> str:

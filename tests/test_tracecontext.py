@@ -50,6 +50,12 @@ def test_meta_traceparent_and_tracestate_are_read_and_a_bad_one_is_ignored_not_r
     assert trace_of({"_meta": {"traceparent": GOOD, "tracestate": "vendor=1"}}) == (
         TraceParent(TRACE, SPAN), "vendor=1")
     assert trace_of({"_meta": {"traceparent": "nonsense", "tracestate": "vendor=1"}}) == (None, None)
+    assert trace_of({"_meta": {"traceparent": GOOD, "tracestate": "Bad Key=1"}}) == (
+        TraceParent(TRACE, SPAN), None)
+    assert trace_of({"_meta": {"traceparent": GOOD, "tracestate": "a=1, t@sys=x y"}}) == (
+        TraceParent(TRACE, SPAN), "a=1,t@sys=x y")
+    assert trace_of({"_meta": {"traceparent": GOOD, "tracestate": ",".join(
+        f"k{i}=v" for i in range(33))}}) == (TraceParent(TRACE, SPAN), None)
     assert trace_of({"_meta": "not an object"}) == (None, None)
     assert trace_of({}) == (None, None)
 

@@ -51,14 +51,16 @@ def refund_site(site: Site, payments: Payments) -> None:
                  "net": {"timeout_ms": 20000, "connect_timeout_ms": 2000}}])
 
 
-def one_refund(tmp_path, payments: Payments, amount: str) -> tuple[Traced, Done, dict]:
+def one_refund(tmp_path, payments: Payments, amount: str,
+               tracestate: str | None = None) -> tuple[Traced, Done, dict]:
     """A refund tool's one call of `amount` against a paid intent: its
     spans, its (done) outcome and the intent."""
     site = Site(tmp_path)
     refund_site(site, payments)
     intent = payments.intent(amount=5000)
     traced = run_traced(site.manifest, [a_call("refund", {"order": intent["id"],
-                                                          "amount": usd(amount)})],
+                                                          "amount": usd(amount)},
+                                               tracestate=tracestate)],
                         tmp_path / "server.log")
     [outcome] = traced.outcomes
     assert isinstance(outcome, Done), outcome
@@ -82,12 +84,13 @@ def every_text(traced: Traced) -> str:
 def test_a_call_its_run_and_each_action_are_spans_of_the_clients_trace_across_three_processes(
         tmp_path, payments, monkeypatch):
     monkeypatch.setenv("STRIPE_SECRET_KEY", payments.key)
-    traced, outcome, intent = one_refund(tmp_path, payments, "35.00")
+    traced, outcome, intent = one_refund(tmp_path, payments, "35.00", tracestate="vendor=7")
     [call] = traced.named("tools/call")
     assert call.name == "tools/call refund"
     # The client's trace is continued: same trace, the client's span as parent.
     assert f"{call.context.trace_id:032x}" == CLIENT.trace_id
     assert f"{call.parent.span_id:016x}" == CLIENT.span_id and call.parent.is_remote
+    assert dict(call.context.trace_state) == {"vendor": "7"}  # the client's tracestate, passed on
     assert call.attributes["staal.tool"] == "refund"
     assert call.attributes["staal.call.outcome"] == "ok"
     assert call.attributes["staal.run.id"] == outcome.run

@@ -30,8 +30,8 @@ CLIENT = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
 
 
 def a_call(name: str, arguments: dict[str, Any], trace: TraceParent | None = CLIENT,
-           request_id: int = 1) -> CallTool:
-    return CallTool(request_id, name, arguments, MODERN, trace=trace)
+           request_id: int = 1, tracestate: str | None = None) -> CallTool:
+    return CallTool(request_id, name, arguments, MODERN, trace=trace, tracestate=tracestate)
 
 
 @dataclass

@@ -195,7 +195,8 @@ class RunContext:
             self._guard()
             self.op += 1
             op = self.op
-            self.note = ActionNote(op)
+            if self.spans is not None:
+                self.note = ActionNote(op)
             key = f"{self.run_id}-{op}" if spec.keyed else None
             entry = self._journaled(op)
             if entry is not None:
