@@ -135,3 +135,70 @@ def test_otel_sdk_disabled_turns_off_even_an_endpoint_the_manifest_names(tmp_pat
         assert server.wait_exit() == 0
     assert receiver.requests == [] and receiver.spans == []
     assert not server.stderr.events("traces")
+
+
+# The official Python SDK, traced by the SDK of OpenTelemetry as an agent
+# would be: it injects its span into `_meta` (SEP-414). Run in its own
+# process: a global tracer provider here would change every other test's
+# traffic.
+SDK_CLIENT = """
+import asyncio, json, os, sys
+
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+manifest, mode = sys.argv[1], sys.argv[2]
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+
+async def main():
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "staal.supervisor.cli", "serve", manifest],
+        env={k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
+        cwd=os.path.dirname(manifest))
+    with trace.get_tracer("agent").start_as_current_span("agent turn"):
+        async with Client(stdio_client(params), mode=mode) as client:
+            result = await client.call_tool("echo", {"text": "hi"})
+    spans = [{"name": s.name, "trace_id": f"{s.context.trace_id:032x}",
+              "span_id": f"{s.context.span_id:016x}"} for s in exporter.get_finished_spans()]
+    print(json.dumps({"error": result.is_error, "spans": spans}))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_the_official_sdk_traced_by_opentelemetry_has_its_call_continued_by_the_server(
+        tmp_path, receiver, mode):
+    import json
+    import subprocess
+    import sys
+
+    from tests.servers import START_WAIT
+
+    site = Site(tmp_path)
+    site.program("echo.py", ECHO)
+    site.write([{"name": "echo", "program": "echo.py"}], traces={"otlp_endpoint": receiver.endpoint})
+    script = tmp_path / "agent.py"
+    script.write_text(SDK_CLIENT)
+    done = subprocess.run([sys.executable, str(script), str(site.manifest), mode],
+                          env=without_otel(), capture_output=True, text=True, timeout=START_WAIT * 2,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    client = json.loads(done.stdout.strip().splitlines()[-1])
+    assert client["error"] is False
+    [sent] = [s for s in client["spans"] if s["name"] == "MCP send tools/call echo"]
+    spans = receiver.wait(2)
+    [call] = [s for s in spans if s.name == "tools/call echo"]
+    [run] = [s for s in spans if s.name == "staal.run echo"]
+    # The server's call span is a child of the SDK's span for the request.
+    assert call.trace_id == sent["trace_id"] and call.parent_span_id == sent["span_id"]
+    assert run.parent_span_id == call.span_id
