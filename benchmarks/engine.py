@@ -24,6 +24,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -39,6 +40,7 @@ from staal.worker.engine import RunContext
 from staal.worker.limits import StepCounter
 from staal.worker.program import load_module
 from staal.worker.run import Services
+from staal.worker.spans import RunRecorder
 
 LOOP = """
 def spin(n):
@@ -65,23 +67,26 @@ def bare_gets(url: str, count: int) -> float:
         return time.perf_counter() - start
 
 
-def staal_gets(url: str, count: int, directory: Path) -> float:
+def staal_gets(url: str, count: int, directory: Path, spans: RunRecorder | None = None,
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """`count` GETs through the broker; `spans` records each one's span as
+    a traced run does (benchmarks/spans.py); `clock` what is measured."""
     run_id = new_run_id()
     header = Header(run=run_id, tool="bench", program="/bench.py", program_sha256="0" * 64,
                     config_sha256="0" * 64, inputs_sha256="0" * 64, runtime="bench",
                     time=SYSTEM_CLOCK.now_ms())
     writer = JournalWriter.create(directory / f"{run_id}.journal", header)
-    ctx = RunContext(run_id, writer, SYSTEM_CLOCK, header.time)
+    ctx = RunContext(run_id, writer, SYSTEM_CLOCK, header.time, spans=spans)
     state = GrantState.for_param("get", Grant(cap="net.http.get", only=(url,)))
     ctx.params["get"] = state
     services = Services(clock=SYSTEM_CLOCK)
     services._http = HttpClient(NetConfig(10_000, 2_000))
     get = HttpGetCapability(ctx, state, services)
-    services.http._get().get(url)  # the same warm connection as the bare client
-    start = time.perf_counter()
+    get.get(url)  # one op first: the same warm connection as the bare client
+    start = clock()
     for _ in range(count):
         get.get(url).json()
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     services.http.close()
     writer.close()
     return elapsed

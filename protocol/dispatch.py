@@ -19,6 +19,7 @@ from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, shape_outcome
 from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
+from staal.tracecontext import TraceParent
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,10 @@ class CallTool:
     arguments: dict[str, Any]
     revision: str
     progress_token: str | int | None = None
+    # The client's trace context: `_meta.traceparent` (and `tracestate`),
+    # or over HTTP the request's headers of those names.
+    trace: TraceParent | None = None
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +98,8 @@ class Dispatcher:
         if isinstance(reply, RpcError):
             return reply
         if isinstance(reply, CallRequest):
-            return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token)
+            return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token,
+                            reply.trace, reply.tracestate)
         return Result(reply)
 
     def _resource(self, revision: str, request_id: RequestId, method: str,

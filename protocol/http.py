@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -48,10 +48,13 @@ from staal.protocol.revisions import (
     LEGACY,
     MODERN,
     PROTOCOL_VERSION_KEY,
+    TRACEPARENT_KEY,
+    TRACESTATE_KEY,
     meta_of,
     select_revision,
     unsupported_version,
 )
+from staal.tracecontext import parse_traceparent, tracestate_of
 from staal.transitions import IllegalTransition, advance
 
 HEADER_MISMATCH = -32020
@@ -116,6 +119,19 @@ class Call:
     """A tool call to run; `http` writes its answer."""
 
     http: HttpCall
+
+
+def _traced(reply: Reply, head: Head) -> Reply:
+    """A call whose body carries no trace context continues the one in the
+    request's `traceparent` header, if valid (the body's `_meta` wins: it
+    is the call's own; the header may be a proxy's)."""
+    if not isinstance(reply, Call) or reply.http.call.trace is not None:
+        return reply
+    parent = parse_traceparent(head.one(TRACEPARENT_KEY))
+    if parent is None:
+        return reply
+    call = replace(reply.http.call, trace=parent, tracestate=tracestate_of(head.one(TRACESTATE_KEY)))
+    return Call(replace(reply.http, call=call))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +216,7 @@ class Endpoint:
             return ACCEPTED  # this server sends no requests: nothing to match it to
         if isinstance(message, Notification):
             return self._notification(message)
-        return self._request(head, message.id, message.method, message.params)
+        return _traced(self._request(head, message.id, message.method, message.params), head)
 
     def _notification(self, notification: Notification) -> Reply:
         if notification.method == "notifications/cancelled":

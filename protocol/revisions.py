@@ -18,6 +18,7 @@ from staal.protocol.jsonrpc import (
     RpcError,
     is_request_id,
 )
+from staal.tracecontext import TraceParent, parse_traceparent, tracestate_of
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -30,6 +31,9 @@ CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 PROGRESS_TOKEN_KEY = "progressToken"
+# W3C Trace Context in `_meta` (and, over HTTP, in the headers of the same names).
+TRACEPARENT_KEY = "traceparent"
+TRACESTATE_KEY = "tracestate"
 # What every 2026-07-28 request carries in params._meta (clientInfo: should).
 ENVELOPE_KEYS = (PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY)
 
@@ -124,6 +128,17 @@ def progress_token_of(params: dict[str, Any]) -> str | int | RpcError | None:
     if token is None or is_request_id(token):
         return token
     return RpcError(INVALID_PARAMS, "_meta progressToken must be a string or an integer")
+
+
+def trace_of(params: dict[str, Any]) -> tuple[TraceParent | None, str | None]:
+    """The client's trace context in `_meta` (`traceparent`, `tracestate`:
+    the MCP convention, either revision). A malformed one is ignored, never
+    refused: the call then starts a new trace."""
+    meta = meta_of(params)
+    if isinstance(meta, RpcError):
+        return None, None
+    parent = parse_traceparent(meta.get(TRACEPARENT_KEY))
+    return parent, tracestate_of(meta.get(TRACESTATE_KEY)) if parent is not None else None
 
 
 def negotiated_version(requested: Any) -> str:

@@ -18,7 +18,8 @@ from staal.ids import is_run_id
 from staal.manifest import RUN_STATUS_TOOL, Tool
 from staal.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.results import ToolResult
-from staal.protocol.revisions import progress_token_of
+from staal.protocol.revisions import progress_token_of, trace_of
+from staal.tracecontext import TraceParent
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,9 @@ class CallRequest:
     name: str
     arguments: dict[str, Any]
     progress_token: str | int | None = None
+    # The client's trace context (`_meta.traceparent`), if a valid one came.
+    trace: TraceParent | None = None
+    tracestate: str | None = None
 
 
 class ToolCatalogue:
@@ -189,4 +193,4 @@ class ToolCatalogue:
             return token
         if name == RUN_STATUS_TOOL and (problem := run_status_problem(arguments)):
             return ToolResult(problem, is_error=True)
-        return CallRequest(name, arguments, token)
+        return CallRequest(name, arguments, token, *trace_of(params))

@@ -140,6 +140,17 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class TracesConfig:
+    """`server.traces`: where the server exports its spans (OTLP over
+    HTTP, such as "http://collector:4318/v1/traces") and the service name
+    they carry. None of either: the standard `OTEL_*` variables decide
+    (supervisor/tracing.py `export_plan`)."""
+
+    otlp_endpoint: str | None = None
+    service_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HttpConfig:
     """`server.http`: how the tools are served over Streamable HTTP
     (`serve --http`): the endpoint's path, the Origins a browser may send
@@ -179,6 +190,8 @@ class ServerConfig:
     notify: tuple[str, ...] | None = None
     notify_env: tuple[str, ...] = ()
     http: HttpConfig = HttpConfig()
+    # None: no `server.traces` key (the OTEL_* variables may still turn export on).
+    traces: TracesConfig | None = None
 
     @property
     def keep(self) -> Duration | None:

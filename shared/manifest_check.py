@@ -32,6 +32,7 @@ from staal.manifest import (
     QuotaConfig,
     ServerConfig,
     Tool,
+    TracesConfig,
 )
 from staal.manifest_auth import AuthChecker
 from staal.manifest_grants import GrantReader
@@ -43,8 +44,10 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 TOP = ("server", "model", "tools", "resources", "auth", "callers")
-SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
+SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http",
+          "traces")
 HTTP = ("path", "origins", "public_url")
+TRACES = ("otlp_endpoint", "service_name")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
@@ -174,12 +177,25 @@ class ManifestChecker:
         notify = self.notify(obj.get("notify"))
         notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
         http = self.http(obj.get("http", {}))
-        if None in (name, journals, limit, notify_env, http) or keep is False:
+        traces = self.traces(obj["traces"]) if "traces" in obj else None
+        if None in (name, journals, limit, notify_env, http) or keep is False or traces is False:
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
-            notify=notify, notify_env=notify_env, http=http,
+            notify=notify, notify_env=notify_env, http=http, traces=traces,
         )
+
+    def traces(self, value: Any) -> TracesConfig | bool:
+        """`server.traces`; False when refused."""
+        v = self.values
+        obj = v.obj(value, "server.traces", TRACES)
+        if obj is None:
+            return False
+        endpoint = v.optional(obj, "otlp_endpoint", "server.traces", v.url)
+        name = v.optional(obj, "service_name", "server.traces", v.string)
+        if v.failed(obj, "server.traces", *TRACES):
+            return False
+        return TracesConfig(otlp_endpoint=endpoint, service_name=name)
 
     def http(self, value: Any) -> HttpConfig | None:
         v = self.values

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Annotated, ClassVar, Literal
 
 import orjson
 
 from staal.errors import RecordError
 from staal.journal_records import End, Stopped
 from staal.outcomes import Failure, Outcome, Usage, check_outcome
-from staal.records import Count, Family, Json, OpNumber, Record, RunId
+from staal.records import Count, Family, Json, OpNumber, Pattern, Record, RunId, Sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,10 @@ class Run(Record):
     # The tool's grant set the run runs with (`tools[i].profiles`, chosen by
     # the caller's profile); None: the tool's own grants.
     grants: str | None = None
+    # The call's span (W3C traceparent) when traces are exported: the
+    # worker then records its run's spans as data (RunSpans); None: it
+    # records nothing.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,52 @@ class Ended(Record):
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)
+
+
+SpanId = Annotated[str, Pattern(r"[0-9a-f]{16}", "a span id (16 hexadecimal characters)")]
+# What became of one action, as its span says: performed and answered, failed
+# for certain, refused before it happened, or stopped (in doubt, a mismatch).
+ActionOutcome = Literal["ok", "failed", "refused", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpan:
+    """One action of a run, timed in the worker (wall clock, ns). Typed
+    fields only: there is no place for an argument value, a URL or a result."""
+
+    span_id: SpanId
+    op: OpNumber
+    cap: str
+    action: str
+    param: str
+    outcome: ActionOutcome
+    start_ns: Count
+    end_ns: Count
+    # The SHA-256 of the idempotency key it was sent (or journaled) with.
+    key_sha256: Sha256 | None = None
+    # Answered from the journal on resume, not performed again.
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpans(Record):
+    """Worker → supervisor, just before its last word: the run's span and
+    its actions', as data. The supervisor exports them (a worker never
+    imports OpenTelemetry, starts no exporter and loses nothing on exit)."""
+
+    TYPE: ClassVar[str] = "spans"
+    run: RunId
+    # The call's span, the run span's parent (the Run message's traceparent).
+    traceparent: str
+    span_id: SpanId
+    tool: str
+    outcome: str
+    start_ns: Count
+    end_ns: Count
+    pid: Count
+    resumed: bool = False
+    failure_kind: str | None = None
+    actions: tuple[ActionSpan, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +210,7 @@ MESSAGES = Family(
     tag="type",
     version=1,
     types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked, Verify,
-           Verified, VerifierReady),
+           Verified, VerifierReady, RunSpans),
 )
 
 

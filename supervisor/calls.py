@@ -24,7 +24,7 @@ from staal.budgets import message_of, own_limit
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
-from staal.messages import Ended, PrintLine, Run, Started, StoppedMsg
+from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
@@ -58,6 +58,7 @@ from staal.supervisor.outcomes import (
 )
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
+from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
 
@@ -103,6 +104,9 @@ class CallState:
     # The call's progress (value, message): value 0 when its run starts, then
     # each action's op number as it begins (the transport's notifications).
     progress: Callable[[int, str], None] | None = None
+    # The call's span as a W3C traceparent, for its run's worker (None:
+    # not traced).
+    traceparent: str | None = None
 
 
 @dataclass
@@ -114,6 +118,8 @@ class Calls:
     log: Log
     waiting: Waiting
     running: int = 0
+    # Spans (supervisor/tracing.py): the workers' are exported from here.
+    tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
     # Work that may wait until the answer is written (the server runs it).
@@ -200,7 +206,8 @@ class Calls:
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.execute_with_recovery(tool, files, resume=False, progress=progress,
-                                                 worker=worker, grants=admitted.grants(tool.name))
+                                                 worker=worker, grants=admitted.grants(tool.name),
+                                                 traceparent=state.traceparent)
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
@@ -231,7 +238,8 @@ class Calls:
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
                                     progress: Progress | None = None,
                                     worker: Worker | None = None,
-                                    grants: str | None = None) -> Ended | StoppedMsg | None:
+                                    grants: str | None = None,
+                                    traceparent: str | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
         internal, or waits for an operator if an op is in doubt. So it does
@@ -242,7 +250,8 @@ class Calls:
         while True:
             lent, worker = worker, None
             try:
-                return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants)
+                return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants,
+                                          traceparent)
             except NoWorker as none:
                 if deaths == 0:
                     raise  # nothing was tried: a resume at start that cannot begin
@@ -274,14 +283,17 @@ class Calls:
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None,
                       worker: Worker | None = None,
-                      grants: str | None = None) -> Ended | StoppedMsg:
+                      grants: str | None = None,
+                      traceparent: str | None = None) -> Ended | StoppedMsg:
         """Run (or resume) in `worker`, or in one checked out now, with the
-        tool's grant set `grants` (None: its own); `WorkerLost` if the worker
+        tool's grant set `grants` (None: its own), its spans under the call's
+        `traceparent` (None: none recorded); `WorkerLost` if the worker
         died, `NoWorker` if none was ready."""
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
-                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]))
+                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
+                      traceparent=traceparent)
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 
         def on_message(reply: Any) -> None:
@@ -292,6 +304,8 @@ class Calls:
                 self.run_log(files).append(log_file_line("started", pid=reply.pid))
             elif isinstance(reply, ProgressMsg) and progress is not None:
                 progress(reply.op, reply.message)
+            elif isinstance(reply, RunSpans) and traceparent is not None:
+                self.tracing.worker_spans(reply, traceparent)
 
         return await self.pool.run(worker, message, on_message)
 

@@ -13,6 +13,7 @@ about a run depends on the transport.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import traceback
@@ -43,6 +44,7 @@ from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
+from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
@@ -52,10 +54,13 @@ class StartupFailed(StaalError):
 
 
 class Server:
-    def __init__(self, manifest: Manifest, log: Log, early: Spawned | None = None) -> None:
+    def __init__(self, manifest: Manifest, log: Log, early: Spawned | None = None,
+                 tracing: Tracing | None = None) -> None:
         self.manifest = manifest
         self.early = early
         self.log = log
+        # None: decided at start from server.traces and the OTEL_* variables.
+        self.tracing: Tracing = tracing or tracing_for(manifest.server.traces, os.environ, log)
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
@@ -83,7 +88,8 @@ class Server:
         tools, problems = await check_tools(self.manifest, self.pool)
         if problems:
             raise StartupFailed("; ".join(problems))
-        self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting)
+        self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
+                           tracing=self.tracing)
         await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
@@ -165,6 +171,7 @@ class Server:
         self.ledger.close()
         self.lock.release()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        await asyncio.to_thread(self.tracing.close)  # the last spans out, bounded by the exporter
 
     # -- what every transport does with a call ---------------------------------
 
@@ -181,10 +188,17 @@ class Server:
                          admitted: Admitted = LOCAL) -> CallOutcome | None:
         """A call's outcome through the one pipeline (calls.py), as the
         caller `admitted` (stdio: the local client); None if it was
-        cancelled before anything was reserved."""
-        if call.name == RUN_STATUS_TOOL:
-            return await asyncio.to_thread(self.calls.run_status, call.arguments["run"], admitted)
-        return await self.calls.call_tool(call, state, admitted)
+        cancelled before anything was reserved. Its span (when traced) is
+        the parent of its run's."""
+        with self.tracing.call(call, admitted.identity) as span:
+            state.traceparent = span.traceparent
+            if call.name == RUN_STATUS_TOOL:
+                outcome = await asyncio.to_thread(self.calls.run_status, call.arguments["run"],
+                                                  admitted)
+            else:
+                outcome = await self.calls.call_tool(call, state, admitted)
+            span.ended(outcome, state.run)
+            return outcome
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the
@@ -216,13 +230,14 @@ Transport = Callable[[Server], Awaitable[None]]
 
 
 async def serve(manifest: Manifest, transport: Transport, log: Log,
-                early: Spawned | None = None) -> int:
+                early: Spawned | None = None, tracing: Tracing | None = None) -> int:
     """Start the server, serve with `transport` until it ends, close."""
-    server = Server(manifest, log, early)
+    server = Server(manifest, log, early, tracing)
     try:
         await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        server.tracing.close()
         if hasattr(server, "pool"):
             await server.pool.close()
         elif early is not None:

@@ -62,7 +62,10 @@ SANS_IO_DENIED_BUILTINS = {"open", "print", "input", "__import__", "breakpoint"}
 ALLOWED = {
     "shared": ({"staal"}, {"orjson"}, set()),
     "protocol": ({"staal", "staal.protocol"}, {"orjson"}, set(SANS_IO_DENIED)),
-    "supervisor": ({"staal", "staal.protocol", "staal.supervisor"}, THIRD_PARTY, set()),
+    # OpenTelemetry is the supervisor's alone: a worker hands its spans over
+    # as data and never imports it (supervisor/tracing.py, worker/spans.py).
+    "supervisor": ({"staal", "staal.protocol", "staal.supervisor"}, THIRD_PARTY | {"opentelemetry"},
+                   set()),
     "worker": ({"staal", "staal.worker"}, THIRD_PARTY, set()),
 }
 
@@ -227,3 +230,11 @@ def test_every_third_party_module_the_code_imports_is_a_declared_dependency():
     undeclared = {top: sorted(files) for top, files in third_party_imports().items()
                   if not {normalized(d) for d in distributions.get(top, ())} & declared}
     assert undeclared == {}
+
+
+def test_a_worker_may_not_import_opentelemetry(tmp_path):
+    program = tmp_path / "spans.py"
+    program.write_text("from opentelemetry import trace\n")
+    found = imports_of(program, "staal.worker.spans", False)
+    assert {m.split(".")[0] for m in found if refused(m, "worker")} == {"opentelemetry"}
+    assert not [m for m in found if refused(m, "supervisor")]

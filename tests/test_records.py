@@ -26,6 +26,7 @@ from staal.journal_records import (
 from staal.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
 from staal.messages import (
     MESSAGES,
+    ActionSpan,
     Check,
     Checked,
     Ended,
@@ -33,6 +34,7 @@ from staal.messages import (
     PrintLine,
     Progress,
     Run,
+    RunSpans,
     Started,
     StoppedMsg,
     Verified,
@@ -91,6 +93,14 @@ EXAMPLES = {
         Verified(id=2, refusal={"status": 401, "description": "unknown key"}),
         Verified(id=3, failure=Failure("value", "the verifier raised ValueError: x")),
         VerifierReady(pid=12, problems=("auth.credential.entry: no function 'verify'",)),
+        Run(run=RUN, tool="refund", journal="/j", inputs="/i",
+            traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        RunSpans(run=RUN, traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                 span_id="a" * 16, tool="refund", outcome="failed", start_ns=1, end_ns=5, pid=12,
+                 resumed=True, failure_kind="capability", actions=(
+                     ActionSpan(span_id="b" * 16, op=1, cap="net.http.post", action="post",
+                                param="post", outcome="refused", start_ns=2, end_ns=3,
+                                key_sha256="c" * 64, replayed=False),)),
     ],
 }
 CASES = [(family, record) for family, records in EXAMPLES.items() for record in records]

@@ -185,7 +185,7 @@ def failing_after(monkeypatch, records) -> None:
     """The engine writes `records` to the run's journal, then raises."""
     import staal.worker.serve as serve
 
-    def execute(message, configs, prepared, channel):
+    def execute(message, configs, prepared, channel, spans=None):
         from staal.journal import JournalWriter
 
         with JournalWriter.reopen(message.journal) as writer:

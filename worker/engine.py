@@ -26,12 +26,14 @@ from staal.errors import CanonicalError
 from staal.journal import JournalState, JournalWriter, OpEntry, resolve_hint
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.killpoints import kill_point
+from staal.messages import ActionOutcome
 from staal.money import Money
 from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.redaction import redact
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
+from staal.worker.spans import ActionNote, RunRecorder
 from staal.worker.tracebacks import program_frames
 
 # How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
@@ -125,6 +127,7 @@ class RunContext:
         on_print: Callable[[str], None] | None = None,
         program_dir: Path | None = None,
         on_op: Callable[[int, str], None] | None = None,
+        spans: RunRecorder | None = None,
     ) -> None:
         self.run_id = run_id
         # Where the program's own frames are, for a failure's traceback.
@@ -147,17 +150,44 @@ class RunContext:
         # Told how long each action took (its time is the action's own
         # timeout's to bound, not the run's bound on waiting outside them).
         self.after_action: Callable[[float], None] | None = None
+        # Records each action's span when traces are exported (worker/spans.py).
+        self.spans: RunRecorder | None = spans
+        self.note: ActionNote | None = None
 
     # -- what capabilities call ----------------------------------------
 
     def act(self, state: GrantState, spec: ActionSpec,
             perform: Callable[[str | None], Performed]) -> Any:
         began = time.monotonic()
+        if self.spans is None:
+            try:
+                return self._act(state, spec, perform)
+            finally:
+                if self.after_action is not None:
+                    self.after_action(time.monotonic() - began)
+        return self._traced(state, spec, perform, began)
+
+    def _traced(self, state: GrantState, spec: ActionSpec,
+                perform: Callable[[str | None], Performed], began: float) -> Any:
+        """`_act`, with the action's span recorded: what became of it is
+        read from how `_act` ended."""
+        start_ns, self.note = self.spans.now(), None
+        outcome: ActionOutcome = "failed"
         try:
-            return self._act(state, spec, perform)
+            result = self._act(state, spec, perform)
+            outcome = "ok"
+            return result
+        except RunStopped:
+            outcome = "stopped"
+            raise
+        except RunFailed:  # a refusal by a limit, or the deadline: it did not happen
+            outcome = "refused"
+            raise
         finally:
             if self.after_action is not None:
                 self.after_action(time.monotonic() - began)
+            if self.note is not None:  # None: refused before it got an op
+                self.spans.action(self.note, spec.cap, spec.action, state.param, outcome, start_ns)
 
     def _act(self, state: GrantState, spec: ActionSpec,
              perform: Callable[[str | None], Performed]) -> Any:
@@ -165,6 +195,8 @@ class RunContext:
             self._guard()
             self.op += 1
             op = self.op
+            if self.spans is not None:
+                self.note = ActionNote(op)
             key = f"{self.run_id}-{op}" if spec.keyed else None
             entry = self._journaled(op)
             if entry is not None:
@@ -268,6 +300,8 @@ class RunContext:
 
     def _perform(self, op: int, state: GrantState, spec: ActionSpec,
                  perform: Callable[[str | None], Performed], key: str | None) -> Any:
+        if self.note is not None:
+            self.note.key = key
         try:
             done = perform(key)
         except InDoubt as exc:
@@ -306,6 +340,8 @@ class RunContext:
             self._mismatch(op, entry, spec.describe(state.param))
         if entry.outcome is not None:
             outcome = entry.outcome
+            if self.note is not None:
+                self.note.key, self.note.replayed = intent.idempotency_key, True
             self._count(state, spec, outcome.charged)
             return _deliver(outcome.result, outcome.failure)
         if entry.resolved is not None:

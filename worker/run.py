@@ -39,6 +39,7 @@ from staal.worker.capabilities import implementation
 from staal.worker.engine import RunContext, RunOutcome
 from staal.worker.limits import StepCounter, WaitBound, bound_process
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
+from staal.worker.spans import RunRecorder
 
 RUNTIME = staal.RUNTIME
 
@@ -87,6 +88,8 @@ class RunRequest:
     # handed over; None: this process runs one run and exits, so `start`
     # confines it, takes the secrets from its environment and loads the program.
     prepared: Prepared | None = None
+    # Records the run's action spans when traces are exported (worker/spans.py).
+    spans: RunRecorder | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
         on_print=request.on_print, program_dir=config.program.parent, on_op=request.on_op,
+        spans=request.spans,
     )
     services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)

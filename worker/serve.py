@@ -48,6 +48,7 @@ from staal.worker import confine
 from staal.worker.engine import RunOutcome
 from staal.worker.limits import bound_process
 from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
+from staal.worker.spans import RunRecorder
 
 HEARTBEAT_S = 1.0
 _STOP = object()
@@ -190,20 +191,29 @@ def checked(tool: str, configs: dict[str, RunConfig],
 
 def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
               prepared: dict[str, Prepared | RunOutcome]) -> None:
+    # Spans are recorded only when the call's span came with the run.
+    spans = None if message.traceparent is None else \
+        RunRecorder(message.run, message.tool, message.traceparent, message.resume)
+    report: Ended | StoppedMsg
     try:
         channel.send(Started(run=message.run, pid=os.getpid()))
-        outcome = execute(message, configs, prepared, channel)
+        outcome = execute(message, configs, prepared, channel, spans)
         if outcome.outcome == "stopped":
-            channel.send(StoppedMsg(run=message.run, op=outcome.op, message=outcome.message))
+            report = StoppedMsg(run=message.run, op=outcome.op, message=outcome.message)
         else:
             with confine.broker_section():  # the end is durable; the supervisor not yet told
                 kill_point("worker", "end")
-            channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
-                               failure=outcome.failure, usage=outcome.usage))
+            report = Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
+                           failure=outcome.failure, usage=outcome.usage)
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
-        channel.send(last_word(message, configs, f"the worker failed: {detail}"))
+        report = last_word(message, configs, f"the worker failed: {detail}")
+    if spans is not None:
+        # Before the last word: the supervisor stops listening to a run
+        # once it has its end.
+        channel.send(spans.finish(report))
+    channel.send(report)
 
 
 def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended | StoppedMsg:
@@ -223,7 +233,8 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended
 
 
 def execute(message: Run, configs: dict[str, RunConfig],
-            prepared: dict[str, Prepared | RunOutcome], channel: Channel) -> RunOutcome:
+            prepared: dict[str, Prepared | RunOutcome], channel: Channel,
+            spans: RunRecorder | None = None) -> RunOutcome:
     key = config_key(message.tool, message.grants)
     config, loaded = configs[key], prepared[key]
     if isinstance(loaded, RunOutcome):
@@ -239,6 +250,7 @@ def execute(message: Run, configs: dict[str, RunConfig],
         # The zygote loaded the program without secrets; the run's own come
         # with its message, for its capabilities (never into os.environ).
         prepared=replace(loaded, secrets=dict(message.secrets)),
+        spans=spans,
     )
     if message.resume:
         with confine.broker_section():
