@@ -480,7 +480,11 @@ def test_the_cpu_backstop_fails_a_loop_of_c_calls_as_budget(root):
         )
     )
     assert result["outcome"] == ["budget", "the run used more than 1 s of CPU time"]
-    assert result["cpu"] >= 1
+    # The timer and os.times() read two kernel clocks (the scheduler's runtime
+    # and the tick-sampled user/system split scaled to it); on a loaded VM
+    # they were seen to differ by up to 7%. What matters is that the backstop
+    # waited for about its second, not that the clocks agree to the tick.
+    assert result["cpu"] >= 0.8
 
 
 def test_a_run_stuck_in_one_c_call_past_the_backstop_is_ended_by_sigxcpu_or_fails_as_budget(root):
