@@ -87,6 +87,10 @@ def config(front_fd: int, host: str, backends: list[Backend], check_ms: int = CH
         "    mode http\n"
         "    log global\n"
         "    option http-no-delay\n"
+        # A connection refused by an instance that just died is tried on
+        # another: the request was never sent, so nothing can run twice.
+        "    option redispatch\n"
+        "    retries 2\n"
         "    timeout connect 2s\n"
         "    timeout client 120s\n"
         "    timeout server 120s\n"
@@ -150,7 +154,9 @@ class Balancer:
                                     f"'{instance} is {state}'")
 
     def state_changes(self, instance: str) -> list[str]:
-        pattern = re.compile(rf"Server staal/{re.escape(instance)} is (UP|DOWN)\b")
+        """UP and DOWN, in order, by the log's lines (HAProxy says each
+        change twice on its stderr: once as a [WARNING], once logged)."""
+        pattern = re.compile(rf"^Server staal/{re.escape(instance)} is (UP|DOWN)\b")
         return [m[1] for line in self.stderr.lines if (m := pattern.search(line))]
 
     # -- the end
