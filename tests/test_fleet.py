@@ -17,6 +17,7 @@ import json
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,7 +30,7 @@ from staal.protocol.revisions import LEGACY, MODERN
 from staal.supervisor.ledger import read_ledger
 from tests.fleet import Fleet, fleet
 from tests.flood import call_request, classify
-from tests.haproxy import INSTANCE_HEADER
+from tests.haproxy import INSTANCE_HEADER, Backend, config
 from tests.recorder import Recorder
 from tests.servers import WAIT, Site
 from tests.test_client_typescript import JS, node, require_node_modules
@@ -212,3 +213,11 @@ def test_a_killed_or_stopped_instance_leaves_the_rotation_and_rejoins_when_back(
         # Every call ran once, on the instance that answered it: 25 runs in all.
         runs = [len(read_ledger(i.site.ledger_path).runs()) for i in running.instances]
         assert sum(runs) == 25
+
+
+def test_the_operators_guide_shows_the_haproxy_config_the_tests_use():
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "operators.md").read_text()
+    section = guide.split("## Several instances behind a load balancer\n", 1)[1]
+    shown = section.split("```\n", 2)[1]
+    used = config(3, "127.0.0.1:8080", [Backend(f"i{i}", 8100 + i) for i in (1, 2, 3)])
+    assert shown == used.replace("bind fd@3", "bind 127.0.0.1:8080")
