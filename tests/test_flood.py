@@ -162,8 +162,11 @@ def test_a_thousand_calls_from_32_clients_through_the_balancer_run_exactly_each_
         served = running.lb.wait_served(1000)
         ledgers = [i.site.ledger_events() for i in running.instances]
     kinds = tally(answers)
-    assert kinds == {"done": 3 * QUOTA, "over_quota": 1000 - 3 * QUOTA}, [
-        a for a in answers if a.kind in ("busy", "failed")][:5]
+    # Busy only if a loaded machine left a call without a worker for 10 s:
+    # nothing was reserved for it, and the quota went to later calls.
+    assert kinds["done"] == 3 * QUOTA and kinds["failed"] == 0, [
+        a for a in answers if a.kind == "failed"][:5]
+    assert kinds["over_quota"] + kinds["busy"] == 1000 - 3 * QUOTA
     # Each done answer is its own call's, none twice.
     assert all(a.result == {"n": a.index} for a in answers if a.kind == "done")
     # Each instance ran exactly its quota; round robin gave each a third.
