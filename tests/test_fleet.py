@@ -31,7 +31,7 @@ from staal.supervisor.ledger import read_ledger
 from tests.fleet import Fleet, fleet
 from tests.flood import call_request, classify
 from tests.haproxy import INSTANCE_HEADER, Backend, config
-from tests.recorder import Recorder
+from tests.recorder import Recorder, serving
 from tests.servers import WAIT, Site
 from tests.test_client_typescript import JS, node, require_node_modules
 
@@ -73,12 +73,8 @@ def writer(service: Recorder | None = None):
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[Recorder]:
-    recorder = Recorder().start()
-    recorder.route("GET", "/held", 200, {"ok": True})
-    try:
+    with serving("GET", "/held", 200, {"ok": True}) as recorder:
         yield recorder
-    finally:
-        recorder.stop()
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from tests.flood import (
 )
 from tests.http_servers import HttpServer
 from tests.payments import Payments
-from tests.recorder import Recorder
+from tests.recorder import Recorder, serving
 from tests.servers import WAIT, Site, stripe_refund_grant
 
 COUNT = """
@@ -61,12 +61,8 @@ QUOTA = 40
 
 @pytest.fixture
 def service() -> Iterator[Recorder]:
-    recorder = Recorder().start()
-    recorder.route("GET", "/held", 200, {"ok": True})
-    try:
+    with serving("GET", "/held", 200, {"ok": True}) as recorder:
         yield recorder
-    finally:
-        recorder.stop()
 
 
 def post(http: httpx.Client, url: str, i: int, tool: str, arguments: dict[str, Any],
