@@ -44,10 +44,11 @@ from server import fsync_latency, loads
 from server_contenders import NOOP, bench_dir, write_staal_manifest
 from server_http import load
 
+# The deployment is the tests' harness: the project root goes on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fleet import Fleet  # noqa: E402  (the project root is on the path only now)
-from tests.servers import Site  # noqa: E402
+from tests.fleet import Fleet
+from tests.servers import Site
 
 DEPLOYMENTS = ("direct", "1", "2", "3")  # "direct": one instance, no balancer
 MAX_RUNS = 64
