@@ -30,6 +30,7 @@ from tests.apt import ensure
 
 OWNER = "postgres"
 WAIT_S = 60
+PORT_TRIES = 3
 SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
             "listen_addresses": "'127.0.0.1'", "max_connections": "200",
             "shared_buffers": "32MB", "logging_collector": "off"}
@@ -88,15 +89,25 @@ class PgCluster:
         self._run("mkdir", "-p", str(self.sockets))
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", OWNER, "--auth=trust",
                   "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions")
-        settings = {**SETTINGS, "port": str(self.port),
-                    "unix_socket_directories": f"'{self.sockets}'"}
-        conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
-        with open(self.data / "postgresql.conf", "a") as file:  # stays the owner's file
-            file.write(conf)
-        self.start()
+        self._configure({**SETTINGS, "unix_socket_directories": f"'{self.sockets}'"})
+        for attempt in range(PORT_TRIES):
+            self._configure({"port": str(self.port)})  # the last setting of a name wins
+            try:
+                self.start()
+                break
+            except ClusterFailed as exc:
+                # The free port was taken before the server bound it: another.
+                if "Address already in use" not in str(exc) or attempt == PORT_TRIES - 1:
+                    raise
+                self.port = free_port()
         self._run(str(self.bin / "createdb"), "-h", str(self.sockets), "-p", str(self.port),
                   self.database)
         return self
+
+    def _configure(self, settings: dict[str, str]) -> None:
+        conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
+        with open(self.data / "postgresql.conf", "a") as file:  # stays the owner's file
+            file.write(conf)
 
     def start(self) -> None:
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),

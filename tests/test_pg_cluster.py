@@ -6,6 +6,7 @@ connections while it is down, and leaves the shared server alone."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import psycopg
@@ -76,3 +77,17 @@ def test_the_shared_server_is_not_the_clusters(cluster, postgres_dsn):
     with psycopg.connect(postgres_dsn, autocommit=True, connect_timeout=5) as conn:
         theirs = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0]
     assert own != theirs
+
+
+def test_a_port_taken_before_the_first_start_is_traded_for_a_free_one():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        other = PgCluster("fleettaken", port=port)
+        try:
+            other.init()
+            assert other.port != port and other.running()
+            assert setting(other.dsn, "port") == str(other.port)
+        finally:
+            other.destroy()
