@@ -24,6 +24,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.apt import ensure
@@ -141,3 +143,14 @@ class PgCluster:
         if self.data.exists() and self.running():
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def private_cluster(name: str = "staal") -> Iterator[PgCluster]:
+    """A cluster made and started for a `with` block, destroyed after it
+    (for a fixture: the deployment tests' shared store)."""
+    cluster = PgCluster(name)
+    try:
+        yield cluster.init()
+    finally:
+        cluster.destroy()

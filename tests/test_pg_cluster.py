@@ -12,18 +12,15 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.pg_cluster import PgCluster
+from tests.pg_cluster import PgCluster, private_cluster
 
 SHARED_PORT = 5432  # the machine's shared server
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    own = PgCluster("fleettest").init()
-    try:
+    with private_cluster("fleettest") as own:
         yield own
-    finally:
-        own.destroy()
 
 
 def setting(dsn: str, name: str) -> str:
