@@ -68,8 +68,8 @@ class Instance:
         self.signal(signal.SIGCONT)
 
     def restart(self) -> Instance:
-        """A new process on the same port and site (after kill or stop)."""
-        self.server.stop()
+        """A new process on the same port and site (a running one is stopped first)."""
+        self.stop()
         self.server = HttpServer(self.site, env=self.env,
                                  address=f"127.0.0.1:{self.port}").started()
         return self
