@@ -39,6 +39,7 @@ from tests.servers import WAIT, Stderr
 
 HAPROXY = Path("/usr/sbin/haproxy")
 CHECK_MS = 300
+CHECK_TIMEOUT_MS = 2000
 INSTANCE_HEADER = "x-staal-instance"
 SERVED = re.compile(r"^served (\S+) (-?\d+)")
 # What every health check sends: a 2025-11-25 ping, answered by any instance
@@ -94,7 +95,8 @@ def config(front_fd: int, host: str, backends: list[Backend], check_ms: int = CH
         "    timeout connect 2s\n"
         "    timeout client 120s\n"
         "    timeout server 120s\n"
-        f"    timeout check {max(check_ms, 1000)}ms\n"
+        # Generous: a healthy instance on a loaded machine must not flap.
+        f"    timeout check {max(check_ms, CHECK_TIMEOUT_MS)}ms\n"
         "    timeout http-request 30s\n"
         "    timeout http-keep-alive 60s\n"
         "frontend mcp\n"
