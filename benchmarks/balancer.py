@@ -47,7 +47,7 @@ from server_http import load
 # The deployment is the tests' harness: the project root goes on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fleet import Fleet
+from tests.fleet import Fleet, ManifestWriter
 from tests.servers import Site
 
 DEPLOYMENTS = ("direct", "1", "2", "3")  # "direct": one instance, no balancer
@@ -71,7 +71,7 @@ class Cell:
             self.failures[message] = self.failures.get(message, 0) + count
 
 
-def writer(dsn_env: str | None):
+def writer(dsn_env: str | None) -> ManifestWriter:
     def write(site: Site, server: dict[str, Any]) -> None:
         write_staal_manifest(site.root, NOOP, None)
         manifest = json.loads(site.manifest.read_text())

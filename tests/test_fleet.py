@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from mcp import Client
 
 from staal.protocol.revisions import LEGACY, MODERN
 from staal.supervisor.ledger import read_ledger
-from tests.fleet import Fleet, fleet
+from tests.fleet import Fleet, ManifestWriter, fleet
 from tests.flood import call_request, classify
 from tests.haproxy import INSTANCE_HEADER, Backend, config
 from tests.recorder import Recorder, serving
@@ -54,7 +54,7 @@ def main(url: str, get: HttpGet) -> dict:
 """
 
 
-def writer(service: Recorder | None = None):
+def writer(service: Recorder | None = None) -> ManifestWriter:
     """Each instance's manifest: echo (naming its instance), refuse and,
     with a service, `held` (one GET to it)."""
     def write(site: Site, server: dict[str, Any]) -> None:
@@ -83,7 +83,7 @@ def three(service) -> Iterator[Fleet]:
         yield running
 
 
-def served_during(running: Fleet, action) -> tuple[Any, Counter[str]]:
+def served_during(running: Fleet, action: Callable[[], Any]) -> tuple[Any, Counter[str]]:
     """What `action()` returns and how many of its requests each instance
     served, by the balancer's log (nothing else calls this fleet meanwhile)."""
     before = running.lb.served()

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from staal.protocol.revisions import LEGACY, MODERN
-from tests.fleet import fleet
+from tests.fleet import ManifestWriter, fleet
 from tests.flood import (
     KINDS,
     Flood,
@@ -173,7 +173,7 @@ def test_a_thousand_calls_from_32_clients_through_the_balancer_run_exactly_each_
         assert len(runs) == QUOTA and all(seen == ["reserve", "settle"] for seen in runs.values())
 
 
-def refund_site(payments: Payments):
+def refund_site(payments: Payments) -> ManifestWriter:
     def write(site: Site, server: dict[str, Any]) -> None:
         site.program("refund.py", REFUND)
         site.write([{"name": "refund", "program": "refund.py",
