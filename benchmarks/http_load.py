@@ -11,7 +11,8 @@ the way, so the same bytes measure every server.
         --revision 2025-11-25|2026-07-28 [--method tools/call|tools/list]
 
 Prints one JSON object: calls, failures (by message), seconds (first request
-written to last answer read) and this process's CPU seconds.
+written to last answer read), this process's CPU seconds, and the median
+and 99th percentile of one call's time (request written to answer read).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from collections import Counter
 
@@ -80,12 +82,14 @@ def judged(status: int, body: bytes, i: int, method: str) -> str | None:
 
 
 async def client(port: int, method: str, requests: list[tuple[int, bytes]],
-                 failures: Counter[str]) -> None:
+                 failures: Counter[str], took: list[float]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for i, data in requests:
+            start = time.perf_counter()
             writer.write(data)
             status, body = await read_answer(reader)
+            took.append(time.perf_counter() - start)
             problem = judged(status, body, i, method)
             if problem is not None:
                 failures[problem] += 1
@@ -99,12 +103,16 @@ async def load(args: argparse.Namespace) -> dict[str, object]:
         per_client[i % args.clients].append(
             (i, request(args.path, args.port, args.revision, args.method, i)))
     failures: Counter[str] = Counter()
+    took: list[float] = []
     cpu = time.process_time()
     started = time.perf_counter()
-    await asyncio.gather(*(client(args.port, args.method, chunk, failures) for chunk in per_client))
+    await asyncio.gather(*(client(args.port, args.method, chunk, failures, took)
+                           for chunk in per_client))
     seconds = time.perf_counter() - started
+    took.sort()
     return {"calls": args.calls, "failures": dict(failures), "seconds": seconds,
-            "cpu": time.process_time() - cpu}
+            "cpu": time.process_time() - cpu, "p50": statistics.median(took),
+            "p99": took[min(len(took) - 1, int(len(took) * 0.99))]}
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Headless Chromium for the console's tests, installed by the test command
-itself when it is missing (Debian's package, with apt-get, as root), so the
-README's two commands stay the whole set-up and no step lives only in CI.
+itself when it is missing (Debian's package, with apt-get, as root:
+`tests/apt.py`), so the README's two commands stay the whole set-up and no
+step lives only in CI.
 
 The browser is driven from its command line: `--dump-dom` prints the DOM
 after the page loaded, `--screenshot` writes a PNG. Each run gets its own
@@ -9,55 +10,21 @@ profile directory, so parallel runs and a browser left over never share one.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import struct
 import subprocess
 import tempfile
 import zlib
 from pathlib import Path
 
+from tests.apt import ensure, exists
+
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALL_TIMEOUT_S = 600
 BROWSE_TIMEOUT_S = 60
-
-
-class ChromiumMissing(Exception):
-    """Chromium is not installed and could not be installed here."""
 
 
 def chromium() -> Path:
     """The browser's path, installed with apt-get first if it is missing."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ChromiumMissing(f"{CHROMIUM} is missing and the tests cannot install it (they need "
-                              "root and apt-get): run apt-get install -y chromium as root")
-    # Parallel test processes (pytest -n) would race for apt's lock: one installs.
-    with open("/tmp/staal-chromium-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if CHROMIUM.exists():
-            return CHROMIUM
-        return _install()
-
-
-def _install() -> Path:
-    said = []
-    for command in (["apt-get", "update"],
-                    ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, check=False,
-                                  timeout=INSTALL_TIMEOUT_S,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        except subprocess.TimeoutExpired:
-            raise ChromiumMissing(f"{' '.join(command)} took over {INSTALL_TIMEOUT_S} s") from None
-        said.append(done.stdout[-2000:] + done.stderr[-2000:])
-        if done.returncode != 0:
-            raise ChromiumMissing(f"{' '.join(command)} failed:\n{said[-1]}")
-    if not CHROMIUM.exists():
-        raise ChromiumMissing(f"apt-get installed chromium but {CHROMIUM} is missing:\n{said[-1]}")
-    return CHROMIUM
+    return ensure("chromium", exists(CHROMIUM))
 
 
 def _browse(browser: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -118,3 +120,14 @@ class Recorder:
             hold.release.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def serving(method: str, path: str, status: int = 200, body: Any = None) -> Iterator[Recorder]:
+    """A started recorder answering one route, stopped afterwards."""
+    recorder = Recorder().start()
+    recorder.route(method, path, status, body)
+    try:
+        yield recorder
+    finally:
+        recorder.stop()

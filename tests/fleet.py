@@ -1,0 +1,134 @@
+"""A deployment in the tests (issue 15, item 5): N `staal-supervisor serve
+--http 127.0.0.1:PORT MANIFEST` instances, real processes, behind HAProxy
+(`tests/haproxy.py`), reached by clients through the balancer, and each
+reachable directly too.
+
+The fleet is parameterised by the manifest: `write(site, server_fields)`
+writes each instance's manifest into its own directory, with the fields the
+fleet needs merged into `server` (`http.public_url`: the balancer's URL, so
+each instance answers for the `Host` its clients send). With the file store
+each instance has its own journal directory and shares nothing; once
+`server.store` names the PostgreSQL store, the same writer gives every
+instance the same DSN and the fleet is the deployment issue 15 describes.
+
+An instance can be SIGKILLed, SIGSTOPped and SIGCONTed, and restarted on
+its own port (the balancer's config names it); its stderr is captured
+(`tests.servers.Stderr`, in `<site>/stderr.log`, appended across restarts)
+and waited on by event.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.haproxy import CHECK_MS, Backend, Balancer, listening_socket
+from tests.http_servers import HttpServer
+from tests.servers import Site
+
+ManifestWriter = Callable[[Site, dict[str, Any]], object]
+
+
+class Instance:
+    """One staal process, its site (manifest, journals, stderr.log) and port."""
+
+    def __init__(self, name: str, site: Site, env: dict[str, str] | None) -> None:
+        self.name = name
+        self.site = site
+        self.env = env
+        self.server = HttpServer(site, env=env).started()
+        self.port = int(self.server.url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+    @property
+    def url(self) -> str:
+        """Its MCP endpoint, directly (not through the balancer)."""
+        return self.server.url
+
+    @property
+    def pid(self) -> int:
+        return self.server.process.pid
+
+    def signal(self, signum: signal.Signals) -> None:
+        os.kill(self.pid, signum)
+
+    def kill(self) -> int:
+        """SIGKILL: no clean-up of any kind; its exit status (-9)."""
+        self.signal(signal.SIGKILL)
+        return self.server.wait_exit()
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def restart(self) -> Instance:
+        """A new process on the same port and site (a running one is stopped first)."""
+        self.stop()
+        self.server = HttpServer(self.site, env=self.env,
+                                 address=f"127.0.0.1:{self.port}").started()
+        return self
+
+    def stop(self) -> None:
+        if self.server.process.poll() is None:
+            self.resume()  # a stopped process cannot act on SIGTERM
+        self.server.stop()
+
+
+class Fleet:
+    """`count` instances behind one balancer, started in that order: the
+    balancer's socket (so its URL is known), the instances, HAProxy."""
+
+    def __init__(self, root: Path, count: int, write: ManifestWriter,
+                 env: dict[str, str] | None = None, check_ms: int = CHECK_MS) -> None:
+        self.root = root
+        front = listening_socket()
+        self.url = f"http://127.0.0.1:{front.getsockname()[1]}/mcp"
+        self.instances: list[Instance] = []
+        self.balancer: Balancer | None = None
+        try:
+            for i in range(1, count + 1):
+                site = Site(_directory(root / f"i{i}"))
+                write(site, {"http": {"public_url": self.url}})
+                self.instances.append(Instance(f"i{i}", site, env))
+            self.balancer = Balancer(_directory(root / "balancer"), front,
+                                     [Backend(i.name, i.port) for i in self.instances], check_ms)
+        except BaseException:
+            front.close()
+            self.stop()
+            raise
+
+    @property
+    def lb(self) -> Balancer:
+        assert self.balancer is not None
+        return self.balancer
+
+    def instance(self, name: str) -> Instance:
+        return next(i for i in self.instances if i.name == name)
+
+    def stop(self) -> None:
+        if self.balancer is not None:
+            self.balancer.stop()
+        for instance in self.instances:
+            instance.stop()
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextmanager
+def fleet(count: int, write: ManifestWriter, env: dict[str, str] | None = None,
+          root: Path | None = None) -> Iterator[Fleet]:
+    with tempfile.TemporaryDirectory(prefix="staal-fleet-") as scratch:
+        running = Fleet(root or Path(scratch), count, write, env)
+        try:
+            yield running
+        finally:
+            running.stop()
