@@ -17,6 +17,7 @@ from staal.errors import RecordError
 from staal.journal_records import End, Stopped
 from staal.outcomes import Failure, Outcome, Usage, check_outcome
 from staal.records import Count, Family, Json, OpNumber, Record, RunId
+from staal.timings import Timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,8 @@ class StoppedMsg(Record):
     run: RunId
     op: OpNumber
     message: str
+    # What the worker timed (its actions, its fsyncs), for the metrics.
+    timings: Timings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class Ended(Record):
     result: Json = None
     failure: Failure | None = None
     usage: Mapping[str, Usage] = field(default_factory=dict)
+    timings: Timings | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)

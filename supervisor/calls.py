@@ -48,6 +48,7 @@ from staal.supervisor.ledger import (
     once_request,
 )
 from staal.supervisor.log import Log, log_file_line
+from staal.supervisor.metrics import NO_METRICS, Observer
 from staal.supervisor.outcomes import (
     answer_of_journal,
     charged_of,
@@ -113,6 +114,7 @@ class Calls:
     pool: Pool
     log: Log
     waiting: Waiting
+    metrics: Observer = NO_METRICS
     running: int = 0
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
@@ -195,6 +197,7 @@ class Calls:
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
+            self.metrics.refused(tool.name, "rate" if result.scope == "rate" else "quota")
             return Refused("quota", quota_text(tool, result, admission))
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
@@ -293,7 +296,9 @@ class Calls:
             elif isinstance(reply, ProgressMsg) and progress is not None:
                 progress(reply.op, reply.message)
 
-        return await self.pool.run(worker, message, on_message)
+        final = await self.pool.run(worker, message, on_message)
+        self.metrics.worker_reported(final.timings)
+        return final
 
     def run_log(self, files: RunFiles) -> list[bytes]:
         """The run's log lines, written beside its journal when it ends (or
