@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from staal.supervisor.server import Server
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# The text format every Prometheus reads (the names here are plain ASCII, so
+# the 1.0.0 format's escaping changes nothing).
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 def counted(metrics: Metrics, server: Server) -> list[Metric]:
@@ -150,13 +153,18 @@ class MetricsApp:
             families += await asyncio.to_thread(stored, self.server.manifest, self.server.ledger)
             body = exposition(families)
             await _answer(send, 200, body if scope["method"] == "GET" else b"",
-                          CONTENT_TYPE_LATEST.encode())
+                          CONTENT_TYPE)
 
 
 async def _answer(send: Send, status: int, body: bytes, content_type: bytes) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", content_type), (b"cache-control", b"no-store")]})
     await send({"type": "http.response.body", "body": body})
+
+
+def metrics_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{url_host(host)}:{port}/metrics"
 
 
 async def serve_metrics(server: Server, metrics: Metrics, sock: socket.socket,
@@ -169,8 +177,6 @@ async def serve_metrics(server: Server, metrics: Metrics, sock: socket.socket,
                             proxy_headers=False, timeout_keep_alive=5,
                             timeout_graceful_shutdown=1, limit_concurrency=32)
     uv = InLoopUvicorn(config)
-    host, port = sock.getsockname()[:2]
-    server.log("serving_metrics", url=f"http://{url_host(host)}:{port}/metrics")
 
     async def stop_when_done() -> None:
         await done.wait()

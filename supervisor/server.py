@@ -287,8 +287,11 @@ class MetricsListener:
         self.done = asyncio.Event()
         self.task: asyncio.Future | None = None
         if sock is not None and server.metrics is not None:
-            from staal.supervisor.metrics_http import serve_metrics
+            from staal.supervisor.metrics_http import metrics_url, serve_metrics
 
+            # Said before the transport answers anything: the socket already
+            # accepts (connections wait in its backlog until uvicorn runs).
+            server.log("serving_metrics", url=metrics_url(sock))
             self.task = asyncio.ensure_future(serve_metrics(server, server.metrics, sock, self.done))
 
     async def close(self) -> None:
