@@ -39,6 +39,9 @@ class Run(Record):
     # The tool's grant set the run runs with (`tools[i].profiles`, chosen by
     # the caller's profile); None: the tool's own grants.
     grants: str | None = None
+    # Report what the run timed (its `timings`): only with metrics on, so a
+    # server without them reads nothing more per run.
+    timed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,9 @@ class TallyMismatch(StaalError):
 @dataclass(frozen=True, slots=True)
 class Tally:
     """A histogram as data: how many durations fell in each bucket (not
-    cumulative; the last is +Inf) and their sum in nanoseconds."""
+    cumulative; the last is +Inf) and their sum in nanoseconds. A tally sent
+    in a message leaves out its trailing empty buckets (most durations fall
+    in the first few, and each count costs the reader a check)."""
 
     counts: tuple[Count, ...]
     sum_ns: Count = 0
@@ -52,6 +54,12 @@ class Tally:
     @property
     def count(self) -> int:
         return sum(self.counts)
+
+    def trimmed(self) -> Tally:
+        counts = list(self.counts)
+        while counts and counts[-1] == 0:
+            counts.pop()
+        return Tally(counts=tuple(counts), sum_ns=self.sum_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +89,7 @@ class Histogram:
             self._sum_ns += elapsed_ns
 
     def add(self, tally: Tally) -> None:
-        if len(tally.counts) != len(self._counts):
+        if len(tally.counts) > len(self._counts):
             raise TallyMismatch(f"a tally of {len(tally.counts)} buckets where this staal counts "
                                 f"{len(self._counts)}")
         with self._lock:
@@ -113,9 +121,10 @@ class RunTimings:
         histogram.observe_ns(elapsed_ns)
 
     def snapshot(self) -> Timings:
+        """What was counted, as a message carries it (trailing empty buckets left out)."""
         fsync = self.fsync.tally()
-        return Timings(actions={cap: h.tally() for cap, h in sorted(self.actions.items())},
-                       fsync=fsync if fsync.count else None)
+        return Timings(actions={cap: h.tally().trimmed() for cap, h in sorted(self.actions.items())},
+                       fsync=fsync.trimmed() if fsync.count else None)
 
 
 # This process's tallies: `staal.fsio` counts every fsync into `fsync`, the

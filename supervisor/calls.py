@@ -283,7 +283,7 @@ class Calls:
         died, `NoWorker` if none was ready."""
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
-                      inputs=str(files.inputs), resume=resume, grants=grants,
+                      inputs=str(files.inputs), resume=resume, grants=grants, timed=self.metrics.timed,
                       secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]))
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 

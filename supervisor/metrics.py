@@ -32,7 +32,10 @@ REASONS = ("busy", "quota", "rate")
 
 
 class Observer(Protocol):
-    """What the call path tells the metrics; `NO_METRICS` when they are off."""
+    """What the call path tells the metrics; `NO_METRICS` when they are off.
+    `timed`: whether workers are asked for their timings."""
+
+    timed: bool
 
     def call_answered(self, tool: str, outcome: CallOutcome | None) -> None: ...
 
@@ -43,6 +46,8 @@ class Observer(Protocol):
 
 class NoMetrics:
     """Metrics off (no `server.metrics`): every report is dropped at once."""
+
+    timed = False
 
     def call_answered(self, tool: str, outcome: CallOutcome | None) -> None:
         pass
@@ -74,6 +79,7 @@ class Metrics:
     refusals: dict[tuple[str, str], int] = field(default_factory=dict)
     actions: dict[str, Histogram] = field(default_factory=dict)
     worker_fsync: Histogram = field(default_factory=lambda: Histogram(FSYNC_BUCKETS_S))
+    timed: bool = True
 
     def __post_init__(self) -> None:
         # Every series exists from the start at 0, so a rate or an alert on

@@ -252,3 +252,13 @@ def test_a_metrics_address_in_use_stops_the_server_at_start_naming_the_key(tmp_p
     assert event["message"].startswith(f"server.metrics.listen 127.0.0.1:{port}: cannot listen there")
     # Nothing was started: no ledger, no run.
     assert not (tmp_path / "journals" / "server.ledger").exists()
+
+
+def test_the_operators_guide_lists_every_metric_served_and_no_other(scenario):
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "operators.md").read_text()
+    listed = {line.split("`")[1] for line in guide.splitlines() if line.startswith("| `staal_")}
+    suffixes = ("_bucket", "_count", "_sum")
+    served = set()
+    for name, _ in scenario.after:
+        served.add(next((name.removesuffix(s) for s in suffixes if name.endswith(s)), name))
+    assert listed == served

@@ -32,13 +32,23 @@ def test_a_duration_equal_to_a_bound_is_counted_in_that_bucket_and_one_past_the_
     assert histogram.tally() == Tally(counts=(2, 2, 1), sum_ns=22_000_002)
 
 
-def test_a_tally_of_other_buckets_is_refused_and_changes_nothing():
+def test_a_tally_with_more_buckets_than_ours_is_refused_and_changes_nothing():
     histogram = Histogram(FSYNC_BUCKETS_S)
     histogram.observe_ns(5)
     with pytest.raises(TallyMismatch) as refused:
-        histogram.add(Tally(counts=(1, 2), sum_ns=3))
+        histogram.add(Tally(counts=(1,) * (len(FSYNC_BUCKETS_S) + 2), sum_ns=3))
     assert refused.value.kind == "tally"
     assert histogram.tally().count == 1
+
+
+def test_a_tally_sent_without_its_trailing_empty_buckets_adds_up_the_same():
+    worker = Histogram(FSYNC_BUCKETS_S)
+    worker.observe_ns(300_000)  # the fourth bucket (le 0.0005)
+    sent = worker.tally().trimmed()
+    assert sent.counts == (0, 0, 1)
+    supervisor = Histogram(FSYNC_BUCKETS_S)
+    supervisor.add(sent)
+    assert supervisor.tally() == worker.tally()
 
 
 def test_tallies_added_from_many_threads_lose_nothing():

@@ -195,15 +195,15 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     try:
         channel.send(Started(run=message.run, pid=os.getpid()))
         outcome = execute(message, configs, prepared, channel)
+        timings = TIMINGS.snapshot() if message.timed else None
         if outcome.outcome == "stopped":
             channel.send(StoppedMsg(run=message.run, op=outcome.op, message=outcome.message,
-                                    timings=TIMINGS.snapshot()))
+                                    timings=timings))
         else:
             with confine.broker_section():  # the end is durable; the supervisor not yet told
                 kill_point("worker", "end")
             channel.send(Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
-                               failure=outcome.failure, usage=outcome.usage,
-                               timings=TIMINGS.snapshot()))
+                               failure=outcome.failure, usage=outcome.usage, timings=timings))
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
