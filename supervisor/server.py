@@ -284,6 +284,7 @@ class MetricsListener:
     """Serves /metrics (metrics_http.py) beside the transport, until closed."""
 
     def __init__(self, server: Server, sock: socket.socket | None) -> None:
+        self.log = server.log
         self.done = asyncio.Event()
         self.task: asyncio.Future | None = None
         if sock is not None and server.metrics is not None:
@@ -296,5 +297,9 @@ class MetricsListener:
 
     async def close(self) -> None:
         self.done.set()
-        if self.task is not None:
+        if self.task is None:
+            return
+        try:
             await self.task
+        except Exception as exc:  # noqa: BLE001 - the metrics must never keep the server from closing
+            self.log("metrics_failed", level="error", error=f"{type(exc).__name__}: {exc}")
