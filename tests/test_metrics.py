@@ -262,3 +262,18 @@ def test_the_operators_guide_lists_every_metric_served_and_no_other(scenario):
     for name, _ in scenario.after:
         served.add(next((name.removesuffix(s) for s in suffixes if name.endswith(s)), name))
     assert listed == served
+
+
+def test_without_a_metrics_section_nothing_listens_and_prometheus_client_is_never_imported(tmp_path):
+    (tmp_path / "echo.py").write_text("def main(text: str) -> str:\n    return text\n")
+    manifest = write_manifest(tmp_path, [tool("echo", "echo.py")])
+    with start(manifest) as served:
+        assert served.call("echo", {"text": "hi"})["isError"] is False
+        assert served.events("serving") and not served.events("serving_metrics")
+        assert served.close() == 0
+    # What the call path imports: the observer, never the exposition's library.
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, staal.supervisor.server, staal.supervisor.stdio_serving, "
+         "staal.supervisor.http_serving; print('prometheus_client' in sys.modules)"],
+        capture_output=True, text=True, timeout=WAIT_S, check=True)
+    assert imported.stdout.strip() == "False"
