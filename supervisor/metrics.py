@@ -25,7 +25,7 @@ from typing import Protocol
 
 from staal.manifest import RUN_STATUS_TOOL, Manifest
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
-from staal.timings import ACTION_BUCKETS_S, FSYNC_BUCKETS_S, Histogram, Timings
+from staal.timings import ACTION_BUCKETS_S, FSYNC_BUCKETS_S, Histogram, TallyMismatch, Timings
 
 OUTCOMES = ("done", "failed", "error", "waiting", "refused", "answered", "cancelled")
 REASONS = ("busy", "quota", "rate")
@@ -105,7 +105,12 @@ class Metrics:
     def worker_reported(self, timings: Timings | None) -> None:
         if timings is None:
             return
-        for cap, tally in timings.actions.items():
-            self.actions.setdefault(cap, Histogram(ACTION_BUCKETS_S)).add(tally)
-        if timings.fsync is not None:
-            self.worker_fsync.add(timings.fsync)
+        try:
+            for cap, tally in timings.actions.items():
+                self.actions.setdefault(cap, Histogram(ACTION_BUCKETS_S)).add(tally)
+            if timings.fsync is not None:
+                self.worker_fsync.add(timings.fsync)
+        except TallyMismatch:
+            # One install writes both sides, so this cannot happen; if it
+            # did, the run it came with has ended and must still be settled.
+            pass
