@@ -17,10 +17,13 @@ import base64
 import errno
 import os
 import select
+import time
 from pathlib import Path
 from typing import Protocol
 
 import orjson
+
+from staal.timings import TIMINGS
 
 PRIVATE_DIR_MODE = 0o700
 RECORD_VARIABLE = "STAAL_TEST_FS_RECORD"
@@ -51,16 +54,22 @@ class FileSystem(Syncer, Protocol):
 
 
 class OsSync:
-    """The real file system: the OS calls, fsync(2) on files and directories."""
+    """The real file system: the OS calls, fsync(2) on files and directories.
+    Each fsync is timed into this process's `TIMINGS` (the metrics' fsync
+    latency): this is the one place fsyncs happen."""
 
     def sync_file(self, fd: int) -> None:
+        began = time.perf_counter_ns()
         os.fsync(fd)
+        TIMINGS.fsync.observe_ns(time.perf_counter_ns() - began)
 
     def sync_dir(self, path: str | os.PathLike[str]) -> None:
         # A new or removed name is durable only once its directory is fsync'd.
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
+            began = time.perf_counter_ns()
             os.fsync(fd)
+            TIMINGS.fsync.observe_ns(time.perf_counter_ns() - began)
         finally:
             os.close(fd)
 

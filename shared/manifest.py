@@ -161,6 +161,19 @@ class HttpConfig:
     public_url: str | None = None
 
 
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """`server.metrics`: the Prometheus metrics, served by `serve` on a
+    listener of their own (never the MCP endpoint), at `host`:`port`
+    (loopback unless the manifest sets `allow_remote`)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9464
+
+
 DEFAULT_VERIFY_TIMEOUT_MS = 2_000
 
 
@@ -192,6 +205,8 @@ class ServerConfig:
     http: HttpConfig = HttpConfig()
     # None: no `server.traces` key (the OTEL_* variables may still turn export on).
     traces: TracesConfig | None = None
+    # None: no `metrics` section, no metrics listener.
+    metrics: MetricsConfig | None = None
 
     @property
     def keep(self) -> Duration | None:

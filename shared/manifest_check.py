@@ -17,15 +17,18 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from staal.addresses import is_loopback, split_host_port
 from staal.errors import ManifestError
 from staal.manifest import (
     DEFAULT_KEEP_DAYS,
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_MAX_STEPS,
+    DEFAULT_METRICS_LISTEN,
     MIN_MEMORY_MIB,
     RUN_STATUS_TOOL,
     HttpConfig,
     Manifest,
+    MetricsConfig,
     ModelConfig,
     NetConfig,
     OnceConfig,
@@ -45,9 +48,10 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 TOP = ("server", "model", "tools", "resources", "auth", "callers")
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http",
-          "traces")
+          "traces", "metrics")
 HTTP = ("path", "origins", "public_url")
 TRACES = ("otlp_endpoint", "service_name")
+METRICS = ("listen", "allow_remote")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
@@ -178,11 +182,13 @@ class ManifestChecker:
         notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
         http = self.http(obj.get("http", {}))
         traces = self.traces(obj["traces"]) if "traces" in obj else None
-        if None in (name, journals, limit, notify_env, http) or keep is False or traces is False:
+        metrics = v.optional(obj, "metrics", "server", self.metrics)
+        if None in (name, journals, limit, notify_env, http) or keep is False or traces is False \
+                or v.failed(obj, "server", "metrics"):
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
-            notify=notify, notify_env=notify_env, http=http, traces=traces,
+            notify=notify, notify_env=notify_env, http=http, traces=traces, metrics=metrics,
         )
 
     def traces(self, value: Any) -> TracesConfig | bool:
@@ -196,6 +202,31 @@ class ManifestChecker:
         if v.failed(obj, "server.traces", *TRACES):
             return False
         return TracesConfig(otlp_endpoint=endpoint, service_name=name)
+
+    def metrics(self, value: Any, path: str) -> MetricsConfig | None:
+        """`server.metrics`: where the Prometheus metrics are served; a
+        loopback address unless `allow_remote` is true (they name the tools
+        and show how busy the server is, and the listener has no auth)."""
+        v = self.values
+        obj = v.obj(value, path, METRICS)
+        if obj is None:
+            return None
+        listen = obj.get("listen", DEFAULT_METRICS_LISTEN)
+        allow_remote = v.boolean(obj.get("allow_remote", False), f"{path}.allow_remote")
+        address = split_host_port(listen) if isinstance(listen, str) else None
+        if address is None:
+            v.add(f"{path}.listen", f"expected HOST:PORT, such as \"{DEFAULT_METRICS_LISTEN}\", "
+                  f"not {show(listen)}")
+            return None
+        if allow_remote is False and not is_loopback(address[0]):
+            v.add(f"{path}.listen", f"{show(listen)} is not a loopback address: the metrics name "
+                  "the tools and show the server's load to anyone who reaches them, with no "
+                  "authentication; listen on 127.0.0.1 (and let Prometheus reach it through a "
+                  f"tunnel or a local agent), or set {path}.allow_remote to true if that is intended")
+            return None
+        if allow_remote is None:
+            return None
+        return MetricsConfig(host=address[0], port=address[1])
 
     def http(self, value: Any) -> HttpConfig | None:
         v = self.values

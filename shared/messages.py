@@ -17,6 +17,7 @@ from staal.errors import RecordError
 from staal.journal_records import End, Stopped
 from staal.outcomes import Failure, Outcome, Usage, check_outcome
 from staal.records import Count, Family, Json, OpNumber, Pattern, Record, RunId, Sha256
+from staal.timings import Timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class Run(Record):
     # worker then records its run's spans as data (RunSpans); None: it
     # records nothing.
     traceparent: str | None = None
+    # Report what the run timed (its `timings`): only with metrics on, so a
+    # server without them reads nothing more per run.
+    timed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,8 @@ class StoppedMsg(Record):
     run: RunId
     op: OpNumber
     message: str
+    # What the worker timed (its actions, its fsyncs), for the metrics.
+    timings: Timings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,7 @@ class Ended(Record):
     result: Json = None
     failure: Failure | None = None
     usage: Mapping[str, Usage] = field(default_factory=dict)
+    timings: Timings | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)

@@ -48,6 +48,7 @@ from staal.supervisor.ledger import (
     once_request,
 )
 from staal.supervisor.log import Log, log_file_line
+from staal.supervisor.metrics import NO_METRICS, Observer
 from staal.supervisor.outcomes import (
     answer_of_journal,
     charged_of,
@@ -117,6 +118,7 @@ class Calls:
     pool: Pool
     log: Log
     waiting: Waiting
+    metrics: Observer = NO_METRICS
     running: int = 0
     # Spans (supervisor/tracing.py): the workers' are exported from here.
     tracing: Tracing = NO_TRACING
@@ -201,6 +203,7 @@ class Calls:
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
+            self.metrics.refused(tool.name, "rate" if result.scope == "rate" else "quota")
             return Refused("quota", quota_text(tool, result, admission))
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
@@ -292,6 +295,7 @@ class Calls:
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
+                      timed=self.metrics.timed,
                       secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
                       traceparent=traceparent)
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
@@ -307,7 +311,9 @@ class Calls:
             elif isinstance(reply, RunSpans) and traceparent is not None:
                 self.tracing.worker_spans(reply, traceparent)
 
-        return await self.pool.run(worker, message, on_message)
+        final = await self.pool.run(worker, message, on_message)
+        self.metrics.worker_reported(final.timings)
+        return final
 
     def run_log(self, files: RunFiles) -> list[bytes]:
         """The run's log lines, written beside its journal when it ends (or

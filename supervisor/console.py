@@ -12,13 +12,13 @@ are for the operator of this machine, and it has no authentication.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from staal.addresses import is_loopback, split_host_port
 from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.supervisor.console_data import BadQuery, WaitingRun, find_run, overview
@@ -35,25 +35,15 @@ class ListenRefused(ValueError):
 
 
 def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:
-    host, sep, port_text = listen.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+    address = split_host_port(listen)
+    if address is None:
         raise ListenRefused(f"--listen {listen!r}: expected HOST:PORT, such as {DEFAULT_LISTEN}")
-    if not allow_remote and not _loopback(host):
+    if not allow_remote and not is_loopback(address[0]):
         raise ListenRefused(
             f"--listen {listen!r} is not a loopback address: the console shows run ids, tool "
             "names, prints and journal paths to anyone who reaches it, with no authentication; "
             "listen on 127.0.0.1 (and tunnel to it), or pass --allow-remote if that is intended")
-    return host, int(port_text)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return address
 
 
 class Console:

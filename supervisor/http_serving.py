@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from staal.addresses import is_loopback, split_host_port
 from staal.errors import StaalError
 from staal.killpoints import kill_point
 from staal.protocol.dispatch import Dispatcher
@@ -49,6 +49,7 @@ from staal.protocol.tools import ToolDescriptor
 from staal.supervisor.auth import Guard
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import CallState
+from staal.supervisor.listeners import InLoopUvicorn, bind
 from staal.supervisor.principal import Authenticator, Lifecycle
 from staal.supervisor.server import Server, Transport
 
@@ -77,19 +78,14 @@ class Address:
     @classmethod
     def parse(cls, text: str) -> Address:
         """HOST:PORT, or [IPv6]:PORT; port 0 picks a free one."""
-        host, sep, port = text.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
+        address = split_host_port(text)
+        if address is None:
             raise HttpRefused(f"--http {text!r}: expected HOST:PORT, such as 127.0.0.1:8080")
-        return cls(host.strip("[]"), int(port))
+        return cls(*address)
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
 
 def settings_for(path: str, origins: tuple[str, ...], public_url: str | None,
@@ -195,7 +191,7 @@ class McpApp:
 
     async def call(self, http: HttpCall, key: LegacyKey, admitted: Admitted, receive: Receive,
                    send: Send) -> None:
-        busy = self.server.busy(self.in_progress)
+        busy = self.server.busy(self.in_progress, http.call.name)
         if busy is not None:
             await respond(send, http.answer(busy))
             return
@@ -413,27 +409,12 @@ class BoundedHttpTools(HttpToolsProtocol):
             self.transport.close()
 
 
-class _Uvicorn(uvicorn.Server):
-    """The server's own SIGTERM handling stays: uvicorn takes no signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 def listen(address: Address) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((address.host, address.port))
+        return bind(address.host, address.port)
     except OSError as exc:
-        sock.close()
         raise HttpRefused(f"--http {address.host}:{address.port}: cannot listen there: "
                           f"{exc.strerror or exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(False)
-    return sock
 
 
 def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, Endpoint]:
@@ -473,7 +454,7 @@ async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
                             log_config=None, access_log=False, server_header=False,
                             proxy_headers=False, timeout_keep_alive=5,
                             timeout_graceful_shutdown=None, limit_concurrency=limit)
-    uv = _Uvicorn(config)
+    uv = InLoopUvicorn(config)
     host, port = sock.getsockname()[:2]
     server.log("serving_http", url=f"http://{_with_port(host, port)}{http.path}")
     stop = asyncio.ensure_future(_stop_when(server, uv))

@@ -114,6 +114,7 @@ class Pool:
         self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
         self.fork_at = 0.0  # no fork is asked before this (monotonic)
         self.unused_deaths = 0  # since workers were last ready
+        self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
         self.answer_due: float | None = None  # the zygote owes a report by then
         self.boot_due = math.inf
         self.timers: set[asyncio.TimerHandle] = set()
@@ -437,6 +438,8 @@ class Pool:
         was = worker.state
         if was is WorkerState.DRAINING:
             return
+        if not clean and self.state is not PoolState.CLOSED:
+            self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
         if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
             # Keep routing to it for a while: its run's end is on its way.
             self._later(END_GRACE_S, lambda: self._end_overdue(worker, how))

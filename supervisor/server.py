@@ -16,6 +16,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import traceback
 from collections.abc import Awaitable, Callable
 
@@ -38,6 +39,7 @@ from staal.supervisor.files import make_run_folders, remove_inputs, remove_never
 from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
+from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery
@@ -64,6 +66,9 @@ class Server:
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        # Counted only with a `server.metrics` section; else reports are dropped.
+        self.metrics = Metrics(manifest) if manifest.server.metrics is not None else None
+        self.observer: Observer = self.metrics or NO_METRICS
 
     # -- start-up ---------------------------------------------------------
 
@@ -89,7 +94,7 @@ class Server:
         if problems:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
-                           tracing=self.tracing)
+                           tracing=self.tracing, metrics=self.observer)
         await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
@@ -175,14 +180,18 @@ class Server:
 
     # -- what every transport does with a call ---------------------------------
 
-    def busy(self, in_progress: int) -> Refused | None:
+    def busy(self, in_progress: int, tool: str | None = None) -> Refused | None:
         """Seed 000 section 5: with more than 4 x max_concurrent_runs + 16
-        calls in progress (being checked or running), a call is busy at once."""
+        calls in progress (being checked or running), a call is busy at once.
+        `tool`: the call's, counted in the metrics (None: a resource read)."""
         bound = 4 * self.manifest.server.max_concurrent_runs + 16
         if in_progress < bound:
             return None
-        return Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
-                               "try again later")
+        refused = Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
+                                  "try again later")
+        if tool is not None:
+            self.observer.call_answered(tool, refused)
+        return refused
 
     async def outcome_of(self, call: CallTool, state: CallState,
                          admitted: Admitted = LOCAL) -> CallOutcome | None:
@@ -198,6 +207,7 @@ class Server:
             else:
                 outcome = await self.calls.call_tool(call, state, admitted)
             span.ended(outcome, state.run)
+            self.observer.call_answered(call.name, outcome)
             return outcome
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
@@ -208,7 +218,9 @@ class Server:
         self.log("call_failed", level="error", tool=call.name, run=state.run,
                  error=f"{type(error).__name__}: {error}",
                  traceback="".join(traceback.format_exception(error)))
-        return Failed(state.run, "internal", f"{type(error).__name__}: {error}")
+        failed = Failed(state.run, "internal", f"{type(error).__name__}: {error}")
+        self.observer.call_answered(call.name, failed)
+        return failed
 
     def answer_failed(self, call: CallTool, state: CallState, error: Exception) -> None:
         self.log("answer_failed", level="error", tool=call.name, run=state.run,
@@ -233,7 +245,9 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
                 early: Spawned | None = None, tracing: Tracing | None = None) -> int:
     """Start the server, serve with `transport` until it ends, close."""
     server = Server(manifest, log, early, tracing)
+    metrics_sock = None
     try:
+        metrics_sock = listen_for_metrics(manifest)
         await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
@@ -244,6 +258,8 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
             early.process.kill()
         if early is not None:
             shutil.rmtree(early.runtime_dir, ignore_errors=True)
+        if metrics_sock is not None:
+            metrics_sock.close()
         return 2
     loop = asyncio.get_running_loop()
     # SIGTERM (an SDK letting go of its probe, `docker stop`) ends serving as
@@ -251,9 +267,51 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
     # go of the lock and removes the runtime directory.
     loop.add_signal_handler(signal.SIGTERM, server.terminated)
     daily = asyncio.ensure_future(server.daily())
+    metrics = MetricsListener(server, metrics_sock)
     try:
         await transport(server)
     finally:
         daily.cancel()
+        await metrics.close()
         await server.close()
     return 0
+
+
+def listen_for_metrics(manifest: Manifest) -> socket.socket | None:
+    """The metrics listener's socket, bound before start-up: an address in
+    use stops the server before it recovers or serves anything."""
+    config = manifest.server.metrics
+    if config is None:
+        return None
+    from staal.supervisor.listeners import bind  # uvicorn: only with metrics on
+
+    try:
+        return bind(config.host, config.port, backlog=64)
+    except OSError as exc:
+        raise StartupFailed(f"server.metrics.listen {config.host}:{config.port}: cannot listen "
+                            f"there: {exc.strerror or exc}") from None
+
+
+class MetricsListener:
+    """Serves /metrics (metrics_http.py) beside the transport, until closed."""
+
+    def __init__(self, server: Server, sock: socket.socket | None) -> None:
+        self.log = server.log
+        self.done = asyncio.Event()
+        self.task: asyncio.Future | None = None
+        if sock is not None and server.metrics is not None:
+            from staal.supervisor.metrics_http import metrics_url, serve_metrics
+
+            # Said before the transport answers anything: the socket already
+            # accepts (connections wait in its backlog until uvicorn runs).
+            server.log("serving_metrics", url=metrics_url(sock))
+            self.task = asyncio.ensure_future(serve_metrics(server, server.metrics, sock, self.done))
+
+    async def close(self) -> None:
+        self.done.set()
+        if self.task is None:
+            return
+        try:
+            await self.task
+        except Exception as exc:  # noqa: BLE001 - the metrics must never keep the server from closing
+            self.log("metrics_failed", level="error", error=f"{type(exc).__name__}: {exc}")

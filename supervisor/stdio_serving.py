@@ -72,7 +72,7 @@ class StdioServing:
                 state.cancelled = True
 
     def start_call(self, call: CallTool) -> None:
-        busy = self.server.busy(len(self.tasks))
+        busy = self.server.busy(len(self.tasks), call.name)
         if busy is not None:
             self.answer(call, busy)
             return

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 OWN = {"staal", "staal.protocol", "staal.supervisor", "staal.worker"}
 THIRD_PARTY = {"orjson", "zmq", "psutil", "typer", "httpx", "httpcore", "h11", "click", "psycopg",
-               "uvicorn", "uvloop", "jwt"}
+               "uvicorn", "uvloop", "jwt", "prometheus_client"}
 # folder -> its import name (pyproject.toml, [tool.setuptools] package-dir)
 PACKAGES = {"shared": "staal", "protocol": "staal.protocol", "supervisor": "staal.supervisor",
             "worker": "staal.worker"}

@@ -22,6 +22,7 @@ from staal.protocol.http import Endpoint
 from staal.protocol.results import Done
 from staal.supervisor.http_serving import McpApp, settings_for
 from staal.supervisor.ledger import read_ledger
+from staal.supervisor.metrics import NO_METRICS
 from staal.supervisor.server import Server
 from tests.http_servers import HttpServer, modern_headers
 from tests.servers import WAIT, modern_meta
@@ -37,6 +38,7 @@ class HeldServer:
 
     manifest = SimpleNamespace(server=SimpleNamespace(max_concurrent_runs=1))
     busy = Server.busy
+    observer = NO_METRICS
 
     def __init__(self) -> None:
         self.release = asyncio.Event()

@@ -31,6 +31,7 @@ from staal.money import Money
 from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.redaction import redact
+from staal.timings import TIMINGS
 from staal.worker.broker import GrantState
 from staal.worker.confine import broker_section
 from staal.worker.spans import ActionNote, RunRecorder
@@ -303,7 +304,7 @@ class RunContext:
         if self.note is not None:
             self.note.key = key
         try:
-            done = perform(key)
+            done = _timed(spec.cap, perform, key)
         except InDoubt as exc:
             self._count(state, spec, ())
             self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
@@ -462,6 +463,16 @@ class RunContext:
         if error is None or self.program_dir is None:
             return ()
         return program_frames(error, self.program_dir, self.redact)
+
+
+def _timed(cap: str, perform: Callable[[str | None], Performed], key: str | None) -> Performed:
+    """The action performed, its time counted for the metrics (the action
+    alone: not its journal records), whether it succeeded or raised."""
+    began = time.perf_counter_ns()
+    try:
+        return perform(key)
+    finally:
+        TIMINGS.action(cap, time.perf_counter_ns() - began)
 
 
 def _deliver(result: Any, failure: Failure | None) -> Any:

@@ -44,6 +44,7 @@ from staal.outcomes import Failure
 from staal.records import Record
 from staal.redaction import redact
 from staal.runconfig import RunConfig, config_key
+from staal.timings import TIMINGS
 from staal.worker import confine
 from staal.worker.engine import RunOutcome
 from staal.worker.limits import bound_process
@@ -195,16 +196,19 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     spans = None if message.traceparent is None else \
         RunRecorder(message.run, message.tool, message.traceparent, message.resume)
     report: Ended | StoppedMsg
+    TIMINGS.reset()  # the run's own actions and fsyncs, not the zygote's or the rehearsal's
     try:
         channel.send(Started(run=message.run, pid=os.getpid()))
         outcome = execute(message, configs, prepared, channel, spans)
+        timings = TIMINGS.snapshot() if message.timed else None
         if outcome.outcome == "stopped":
-            report = StoppedMsg(run=message.run, op=outcome.op, message=outcome.message)
+            report = StoppedMsg(run=message.run, op=outcome.op, message=outcome.message,
+                                timings=timings)
         else:
             with confine.broker_section():  # the end is durable; the supervisor not yet told
                 kill_point("worker", "end")
             report = Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
-                           failure=outcome.failure, usage=outcome.usage)
+                           failure=outcome.failure, usage=outcome.usage, timings=timings)
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
