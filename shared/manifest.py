@@ -150,6 +150,15 @@ class HttpConfig:
     public_url: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PostgresStore:
+    """`server.store: {"postgres": {"dsn": {"env": NAME}}}`: the ledger in a
+    PostgreSQL database that several instances may share (issue 15). The DSN
+    is a secret, read from the supervisor's environment at start."""
+
+    dsn: SecretRef
+
+
 DEFAULT_VERIFY_TIMEOUT_MS = 2_000
 
 
@@ -179,6 +188,8 @@ class ServerConfig:
     notify: tuple[str, ...] | None = None
     notify_env: tuple[str, ...] = ()
     http: HttpConfig = HttpConfig()
+    # None: the file store, `<journals>/server.ledger` (the default).
+    store: PostgresStore | None = None
 
     @property
     def keep(self) -> Duration | None:

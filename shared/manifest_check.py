@@ -29,6 +29,7 @@ from staal.manifest import (
     ModelConfig,
     NetConfig,
     OnceConfig,
+    PostgresStore,
     QuotaConfig,
     ServerConfig,
     Tool,
@@ -43,7 +44,8 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 TOP = ("server", "model", "tools", "resources", "auth", "callers")
-SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http")
+SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http",
+          "store")
 HTTP = ("path", "origins", "public_url")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
@@ -174,12 +176,30 @@ class ManifestChecker:
         notify = self.notify(obj.get("notify"))
         notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
         http = self.http(obj.get("http", {}))
-        if None in (name, journals, limit, notify_env, http) or keep is False:
+        store = self.store(obj.get("store", "file"))
+        if None in (name, journals, limit, notify_env, http) or keep is False or store is False:
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
-            notify=notify, notify_env=notify_env, http=http,
+            notify=notify, notify_env=notify_env, http=http, store=store,
         )
+
+    def store(self, value: Any) -> PostgresStore | bool | None:
+        """`server.store`: "file" (the default) or {"postgres": {"dsn":
+        {"env": NAME}}}; False when refused."""
+        v = self.values
+        if value == "file":
+            return None
+        if not isinstance(value, dict) or list(value) != ["postgres"]:
+            v.add("server.store", "expected \"file\" or {\"postgres\": {\"dsn\": {\"env\": "
+                  "\"NAME\"}}} (the value is not repeated: it may hold a DSN, which is a "
+                  "secret and is named only by its environment variable)")
+            return False
+        obj = v.obj(value["postgres"], "server.store.postgres", ("dsn",), required=("dsn",))
+        if obj is None or "dsn" not in obj:
+            return False
+        dsn = v.secret(obj["dsn"], "server.store.postgres.dsn")
+        return False if dsn is None else PostgresStore(dsn)
 
     def http(self, value: Any) -> HttpConfig | None:
         v = self.values

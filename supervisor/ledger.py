@@ -143,7 +143,7 @@ def build_state(records: tuple[Any, ...], name: str) -> LedgerState:
     return state
 
 
-def _warn_on_stderr(message: str) -> None:
+def warn_on_stderr(message: str) -> None:
     print(f"staal-supervisor: warning: {message}", file=sys.stderr, flush=True)
 
 
@@ -237,7 +237,7 @@ class FileLedger:
         except BaseException:
             log.close()
             raise
-        ledger = cls(target, log, state, clock, syncer, warn or _warn_on_stderr)
+        ledger = cls(target, log, state, clock, syncer, warn or warn_on_stderr)
         ledger.now_ms()  # a clock behind the ledger is reported at once
         return ledger
 

@@ -34,7 +34,6 @@ from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
-from staal.supervisor.ledger import FileLedger
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.outcomes import charged_of
@@ -43,6 +42,7 @@ from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
+from staal.supervisor.store import describe_store, open_ledger
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
 
@@ -69,8 +69,8 @@ class Server:
             ServerLock.acquire, server.journals, 5.0,
             lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
         self.ledger = await asyncio.to_thread(
-            FileLedger.open, server.journals / "server.ledger", SYSTEM_CLOCK,
-            warn=lambda text: self.log("clock_behind", level="warning", message=text))
+            open_ledger, server, SYSTEM_CLOCK,
+            lambda text: self.log("clock_behind", level="warning", message=text))
         self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
@@ -93,7 +93,7 @@ class Server:
         self.server_info = ServerInfo(server.name, staal.__version__)
         self.pool.serving = True
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
-                 journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
+                 journals=str(server.journals), ledger=describe_store(server),
                  version=staal.__version__)
 
     async def serve_resources(self, tools: dict[str, ToolRuntime]) -> None:

@@ -18,8 +18,9 @@ from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.manifest import Manifest, QuotaConfig
 from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import LedgerState, read_ledger
+from staal.supervisor.ledger import LedgerState
 from staal.supervisor.quota import caller_key
+from staal.supervisor.store import describe_store, read_state
 
 
 def server_pid(journals: Path) -> int | None:
@@ -49,13 +50,14 @@ def _when(ms: int | None) -> str | None:
 
 def collect(manifest: Manifest) -> dict[str, Any]:
     journals = manifest.server.journals
-    state = read_ledger(journals / "server.ledger")
+    state = read_state(manifest.server)
     pid = server_pid(journals)
     runs = [_run(entry, journals, pid is not None) for entry in state.unsettled()]
     now = max([e.reserved_ms for e in state.runs()] + [_now_ms()])
     quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
               if tool.quota is not None]
-    return {"server": {"running": pid is not None, "pid": pid, "journals": str(journals)},
+    return {"server": {"running": pid is not None, "pid": pid, "journals": str(journals),
+                       "store": describe_store(manifest.server)},
             "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
 
 
