@@ -300,6 +300,7 @@ class PostgresLedger:
     # -- reading ----------------------------------------------------------------
 
     def _read(self, query: Callable[[], T]) -> T:
+        # `query` reads self._state when called: catching up may replace it.
         with self._lock, self._transaction(write=False):
             return query()
 
@@ -307,14 +308,14 @@ class PostgresLedger:
         return self._read(lambda: self._state.run(run_id))
 
     def runs(self) -> tuple[RunEntry, ...]:
-        return self._read(self._state.runs)
+        return self._read(lambda: self._state.runs())
 
     def once_holder(self, tool: str, key: str) -> RunEntry | None:
         return self._read(lambda: self._state.once_holder(
             tool, key, self._stamper.stamp(self._state.last_ms)))
 
     def unsettled(self) -> tuple[RunEntry, ...]:
-        return self._read(self._state.unsettled)
+        return self._read(lambda: self._state.unsettled())
 
     def mine(self) -> tuple[RunEntry, ...]:
         return self._read(lambda: tuple(e for e in self._state.runs()
