@@ -1,0 +1,177 @@
+"""Real servers on the PostgreSQL store (issue 15): `staal-supervisor
+serve` over stdio and `serve --http` with `server.store` postgres, its once
+keys and quotas answered from the database, an interrupted run resumed at
+start from its journal and its rows, a waiting run resolved with `staal
+resolve`, two HTTP instances on one store sharing one quota and one once
+key, and status reading the shared store. The DSN appears nowhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from staal.supervisor.files import RunFiles
+from tests.http_servers import HttpServer
+from tests.pg_store import PgStore, pg_store  # noqa: F401 - the fixture
+from tests.recorder import WAIT
+from tests.servers import Site
+from tests.serving import server_env, start, tool, write_manifest
+from tests.test_operators import waiting_manifest
+from tests.test_recovery import LOOKUP
+
+ENV = "STAAL_STORE_DSN"
+STORE = {"postgres": {"dsn": {"env": ENV}}}
+COUNT = """
+def main(n: int) -> dict:
+    return {"n": n}
+"""
+ONCE_AND_QUOTA = {"once": {"by": ["n"], "keep": "1h"}, "quota": {"window": "1h", "calls": 2}}
+
+
+def env_for(pg: PgStore) -> dict[str, str]:
+    return server_env(**{ENV: pg.dsn})
+
+
+def runs_in(pg: PgStore) -> list[tuple[str, str, str | None]]:
+    """Every run in the store: (tool, owner, how it ended), in ledger order."""
+    return pg.rows("SELECT r.tool, r.owner, e.kind FROM staal_runs r LEFT JOIN staal_ends e "
+                   "USING (run) ORDER BY r.seq")
+
+
+def status_of(manifest: Path, pg: PgStore) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+                           "--json"], capture_output=True, text=True, timeout=60, check=False,
+                          env=env_for(pg))
+    assert done.returncode == 0, done.stderr
+    assert pg.server_dsn not in done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_server_on_the_postgresql_store_answers_once_keys_and_quotas_from_the_database(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py", **ONCE_AND_QUOTA)],
+                              store=STORE)
+    with start(manifest, env_for(pg_store)) as served:
+        first = served.call("count", {"n": 1})["structuredContent"]
+        again = served.call("count", {"n": 1})["structuredContent"]
+        second = served.call("count", {"n": 2})["structuredContent"]
+        refused = served.call("count", {"n": 3})
+        stderr = served.stderr()
+        assert served.close() == 0
+    assert first == again == {"result": {"n": 1}}
+    assert second == {"result": {"n": 2}}
+    assert refused["isError"] is True and "quota" in json.dumps(refused)
+    assert [(t, e) for t, _, e in runs_in(pg_store)] == [("count", "settle"), ("count", "settle")]
+    assert not (tmp_path / "journals" / "server.ledger").exists()
+    assert pg_store.server_dsn not in stderr and f"${ENV}" in stderr
+    report = status_of(manifest, pg_store)
+    assert report["server"]["store"] == f"postgres (the DSN in ${ENV})"
+    (quota,) = report["quotas"]
+    assert (quota["calls"], quota["calls_limit"]) == (2, 2)
+
+
+def test_a_server_without_the_dsn_in_its_environment_refuses_to_start_naming_the_variable(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+                          input=b"", capture_output=True, timeout=120, env=server_env(),
+                          cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert f"${ENV}".encode() in done.stderr and b"not set" in done.stderr
+    assert pg_store.rows("SELECT count(*) FROM information_schema.tables WHERE table_schema = %s",
+                         (pg_store.schema,)) == [(0,)]
+
+
+def test_an_interrupted_run_is_resumed_at_start_from_its_journal_and_its_rows(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    (tmp_path / "lookup.py").write_text(f"BASE = {service.base!r}\n" + LOOKUP)
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
+    manifest = write_manifest(tmp_path, [tool("lookup", "lookup.py", grants)], store=STORE)
+    hold = service.hold("/v1/orders/o1")
+    served = start(manifest, env_for(pg_store))
+    served.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                 "params": {"name": "lookup", "arguments": {"order": "o1"}}})
+    assert hold.arrived.wait(WAIT), served.stderr()
+    family = psutil.Process(served.process.pid).children(recursive=True)
+    served.kill()
+    psutil.wait_procs(family, timeout=WAIT)
+    hold.release.set()
+    with service.lock:
+        del service.holds["/v1/orders/o1"]
+    ((run, ended),) = pg_store.rows("SELECT r.run, e.kind FROM staal_runs r LEFT JOIN "
+                                    "staal_ends e USING (run)")
+    assert ended is None
+    with start(manifest, env_for(pg_store)) as again:
+        assert [e["rule"] for e in again.events("recovered")] == ["resuming", "resumed"]
+        status = again.call("staal_run_status", {"run": run})
+        assert status["structuredContent"]["status"] == "done"
+        assert again.close() == 0
+    assert pg_store.rows("SELECT kind, event->>'outcome' FROM staal_ends WHERE run = %s",
+                         (run,)) == [("settle", "done")]
+    assert not RunFiles(tmp_path / "journals", "lookup", run).inputs.exists()
+
+
+def test_a_waiting_run_resolved_with_staal_resolve_is_settled_in_the_store_at_the_next_start(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    manifest = waiting_manifest(tmp_path, service, store=STORE)
+    with start(manifest, env_for(pg_store)) as served:
+        run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
+        assert served.close() == 0
+    assert status_of(manifest, pg_store)["runs"][0]["state"] == "waiting_for_operator"
+    files = RunFiles(tmp_path / "journals", "ticket", run)
+    answer = json.dumps({"status": 201, "text": "{}"})
+    resolved = subprocess.run([sys.executable, "-m", "staal.worker.cli", "resolve", "--journal",
+                               str(files.journal), "--op", "1", "--happened", "yes", "--result",
+                               answer], capture_output=True, text=True, timeout=60, check=False)
+    assert resolved.returncode == 0, resolved.stderr
+    with start(manifest, env_for(pg_store)) as served:
+        status = served.call("staal_run_status", {"run": run})
+        assert status["structuredContent"]["status"] == "done"
+        assert served.close() == 0
+    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    assert len(service.seen("POST")) == 1
+
+
+def http_site(root: Path) -> Site:
+    root.mkdir()
+    site = Site(root)
+    site.program("count.py", COUNT)
+    site.write([{"name": "count", "program": "count.py", **ONCE_AND_QUOTA}], store=STORE)
+    return site
+
+
+def call(server: HttpServer, n: int) -> dict[str, Any]:
+    answer = server.modern("tools/call", {"name": "count", "arguments": {"n": n}})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["result"]
+
+
+def test_two_http_instances_on_one_store_share_one_quota_and_one_once_key(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    env = {ENV: pg_store.dsn}
+    with HttpServer(http_site(tmp_path / "a"), env) as a, \
+            HttpServer(http_site(tmp_path / "b"), env) as b:
+        first = call(a, 1)
+        assert first["structuredContent"] == {"result": {"n": 1}}
+        # b finds a's run and does not run the call again; a's result is in
+        # a's journal, on a's disk, so b cannot give it (journals are not in
+        # the shared store yet) and says which run made the call.
+        again = call(b, 1)
+        (run,) = pg_store.rows("SELECT run FROM staal_runs")[0]
+        assert again["isError"] is True and f"already made as run {run}" in json.dumps(again)
+        assert call(b, 2)["structuredContent"] == {"result": {"n": 2}}
+        refused = call(a, 3)
+        assert refused["isError"] is True and "quota" in json.dumps(refused)
+        text = a.stderr.text + b.stderr.text
+    owners = [owner for _, owner, _ in runs_in(pg_store)]
+    assert len(owners) == 2 and owners[0] != owners[1]
+    assert all(kind == "settle" for _, _, kind in runs_in(pg_store))
+    assert pg_store.server_dsn not in text
