@@ -28,7 +28,7 @@ from staal.supervisor.ledger import (
     Reserved,
 )
 from staal.supervisor.ledger_postgres import PostgresLedger
-from tests.pg_store import PgStore, pg_store  # noqa: F401 - the fixture
+from tests.pg_store import PgStore
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000

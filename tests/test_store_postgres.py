@@ -19,7 +19,7 @@ from staal.ledger_records import OnceHold
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
-from tests.pg_store import PgStore, pg_store  # noqa: F401 - the fixture
+from tests.pg_store import PgStore
 from tests.store_racer import QUOTA_CALLS
 from tests.test_store_contract import HOUR, QUOTA, T0
 

@@ -17,7 +17,7 @@ import psutil
 
 from staal.supervisor.files import RunFiles
 from tests.http_servers import HttpServer
-from tests.pg_store import PgStore, pg_store  # noqa: F401 - the fixture
+from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.servers import Site
 from tests.serving import server_env, start, tool, write_manifest
