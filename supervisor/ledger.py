@@ -211,7 +211,25 @@ def checked_encoding(event: Event) -> dict[str, Any]:
     return encoded
 
 
-class FileLedger:
+class EndsRuns:
+    """A run's two ends, the same on every store: each store's `_end` stamps,
+    checks and writes the event `make` builds at the time it stamps."""
+
+    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
+        """Record what the run actually charged and how it ended."""
+        check_held(0, charged, "charged")
+        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
+                                            charged=tuple(charged)))
+
+    def release(self, run: str) -> RunEntry:
+        """Give back the reservation of a run that never started."""
+        return self._end(lambda now: Release(run=run, time=now))
+
+    def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
+        raise NotImplementedError
+
+
+class FileLedger(EndsRuns):
     """The embedded ledger over `<journals>/server.ledger`; made by `open`."""
 
     def __init__(self, path: Path, log: AppendLog, state: LedgerState, clock: Clock,
@@ -274,16 +292,6 @@ class FileLedger:
                 seq = self._commit.last()
         self._commit.wait(seq)
         return result
-
-    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
-        """Record what the run actually charged and how it ended."""
-        check_held(0, charged, "charged")
-        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
-                                            charged=tuple(charged)))
-
-    def release(self, run: str) -> RunEntry:
-        """Give back the reservation of a run that never started."""
-        return self._end(lambda now: Release(run=run, time=now))
 
     def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
         with self._lock:

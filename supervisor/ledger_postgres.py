@@ -37,9 +37,9 @@ from staal.errors import StaalError
 from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
-from staal.outcomes import Outcome
 from staal.redaction import redact
 from staal.supervisor.ledger import (
+    EndsRuns,
     Stamper,
     Warn,
     build_state,
@@ -120,7 +120,7 @@ def _secrets(dsn: str) -> tuple[str, ...]:
     return (dsn, password) if isinstance(password, str) and password else (dsn,)
 
 
-class PostgresLedger:
+class PostgresLedger(EndsRuns):
     """The shared ledger; made by `open`. One connection, used by one
     thread at a time: calls of this instance wait for each other as on the
     file ledger, and for other instances' writes on the head row."""
@@ -254,16 +254,6 @@ class PostgresLedger:
             cur.execute("INSERT INTO staal_once (tool, key, run) VALUES (%s, %s, %s)",
                         (event.tool, event.once.key, event.run))
         return int(seq)
-
-    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
-        """Record what the run charged and how it ended."""
-        check_held(0, charged, "charged")
-        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
-                                            charged=tuple(charged)))
-
-    def release(self, run: str) -> RunEntry:
-        """Give back the reservation of a run that never started."""
-        return self._end(lambda now: Release(run=run, time=now))
 
     def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
         with self._lock:

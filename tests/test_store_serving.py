@@ -13,16 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from staal.supervisor.files import RunFiles
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
-from tests.recorder import WAIT
 from tests.servers import Site
 from tests.serving import server_env, start, tool, write_manifest
 from tests.test_operators import waiting_manifest
-from tests.test_recovery import LOOKUP
+from tests.test_recovery import interrupt, lookup_manifest
 
 ENV = "STAAL_STORE_DSN"
 STORE = {"postgres": {"dsn": {"env": ENV}}}
@@ -91,21 +88,8 @@ def test_a_server_without_the_dsn_in_its_environment_refuses_to_start_naming_the
 
 def test_an_interrupted_run_is_resumed_at_start_from_its_journal_and_its_rows(
         tmp_path: Path, service: Any, pg_store: PgStore) -> None:
-    (tmp_path / "lookup.py").write_text(f"BASE = {service.base!r}\n" + LOOKUP)
-    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
-    grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
-    manifest = write_manifest(tmp_path, [tool("lookup", "lookup.py", grants)], store=STORE)
-    hold = service.hold("/v1/orders/o1")
-    served = start(manifest, env_for(pg_store))
-    served.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
-                 "params": {"name": "lookup", "arguments": {"order": "o1"}}})
-    assert hold.arrived.wait(WAIT), served.stderr()
-    family = psutil.Process(served.process.pid).children(recursive=True)
-    served.kill()
-    psutil.wait_procs(family, timeout=WAIT)
-    hold.release.set()
-    with service.lock:
-        del service.holds["/v1/orders/o1"]
+    manifest = lookup_manifest(tmp_path, service, store=STORE)
+    interrupt(manifest, service, env_for(pg_store))
     ((run, ended),) = pg_store.rows("SELECT r.run, e.kind FROM staal_runs r LEFT JOIN "
                                     "staal_ends e USING (run)")
     assert ended is None
