@@ -24,6 +24,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -353,21 +354,48 @@ class PostgresLedger(EndsRuns):
         self.close()
 
 
-def read_postgres(dsn: str) -> LedgerState:
-    """The shared ledger, read without registering an instance or changing
-    anything (for `staal-supervisor status`); no schema is an empty ledger."""
-    with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
-        try:
-            cur.execute("SELECT version FROM staal_schema")
-        except psycopg.errors.UndefinedTable:
-            return LedgerState()
-        check_version(cur.fetchone()[0])
-        cur.execute(_EVENTS_SINCE, {"seq": 0})
-        state = build_state(tuple(LEDGER.decode(row[1]) for row in cur.fetchall()),
-                            "the PostgreSQL store")
-        cur.execute("SELECT last_ms FROM staal_head")
-        state.last_ms = max(state.last_ms, cur.fetchone()[0])
-        return state
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One instance as the shared store knows it."""
+
+    instance: str
+    fence: int
+    started_ms: int
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class SharedView:
+    """The shared ledger, who owns each run, and the instances."""
+
+    state: LedgerState
+    owners: Mapping[str, str]
+    instances: tuple[Instance, ...]
+
+
+def read_postgres(dsn: str) -> SharedView:
+    """The shared ledger, read in one snapshot without registering an
+    instance or changing anything (for `staal-supervisor status` and the
+    console); no schema is an empty ledger."""
+    with connect(dsn) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction(), conn.cursor() as cur:
+            try:
+                cur.execute("SELECT version FROM staal_schema")
+            except psycopg.errors.UndefinedTable:
+                return SharedView(LedgerState(), {}, ())
+            check_version(cur.fetchone()[0])
+            cur.execute(_EVENTS_SINCE, {"seq": 0})
+            rows = cur.fetchall()
+            state = build_state(tuple(LEDGER.decode(row[1]) for row in rows),
+                                "the PostgreSQL store")
+            cur.execute("SELECT last_ms FROM staal_head")
+            state.last_ms = max(state.last_ms, cur.fetchone()[0])
+            cur.execute("SELECT instance, fence, started_ms, version FROM staal_instances "
+                        "ORDER BY instance")
+            instances = tuple(Instance(*row) for row in cur.fetchall())
+    owners = {row[1]["run"]: row[2] for row in rows if row[2] is not None}
+    return SharedView(state, owners, instances)
 
 
 def _check_settings(cur: psycopg.Cursor[Any]) -> None:

@@ -12,10 +12,16 @@ from collections.abc import Mapping
 from staal.clock import Clock
 from staal.manifest import ServerConfig
 from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
-from staal.supervisor.ledger_postgres import PostgresLedger, instance_name, read_postgres
+from staal.supervisor.ledger_postgres import (
+    PostgresLedger,
+    SharedView,
+    instance_name,
+    read_postgres,
+)
 from staal.supervisor.pg_schema import StoreError
 
-__all__ = ["StoreError", "describe_store", "open_ledger", "read_state"]
+__all__ = ["SharedView", "StoreError", "describe_store", "open_ledger", "read_state", "read_view",
+           "this_instance"]
 
 
 def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
@@ -30,9 +36,20 @@ def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
 
 def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:
     """The ledger as it is now, read without changing it (status, console)."""
+    return read_view(server, environ).state
+
+
+def read_view(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> SharedView:
+    """The ledger with each run's owner and the instances sharing it (none
+    on the file store, where this one server owns every run)."""
     if server.store is None:
-        return read_ledger(server.journals / LEDGER_FILE)
+        return SharedView(read_ledger(server.journals / LEDGER_FILE), {}, ())
     return read_postgres(dsn_of(server, environ))
+
+
+def this_instance(server: ServerConfig) -> str | None:
+    """This journal directory's instance on a shared store (None: the file store)."""
+    return None if server.store is None else instance_name(server.journals)
 
 
 def describe_store(server: ServerConfig) -> str:

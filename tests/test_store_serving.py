@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from staal.clock import SYSTEM_CLOCK
 from staal.supervisor.files import RunFiles
+from staal.supervisor.ledger_postgres import PostgresLedger, instance_name
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
 from tests.servers import Site
@@ -159,3 +161,28 @@ def test_two_http_instances_on_one_store_share_one_quota_and_one_once_key(
     assert len(owners) == 2 and owners[0] != owners[1]
     assert all(kind == "settle" for _, _, kind in runs_in(pg_store))
     assert pg_store.server_dsn not in text
+
+
+def test_status_on_a_shared_store_shows_the_instances_and_who_owns_each_unfinished_run(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
+    here = instance_name(tmp_path / "journals")
+    with PostgresLedger.open(pg_store.dsn, here, SYSTEM_CLOCK) as mine, \
+            PostgresLedger.open(pg_store.dsn, "other-host:/srv/journals", SYSTEM_CLOCK) as other:
+        own = mine.reserve_call("count", None, 1, (), None)
+        theirs = other.reserve_call("count", None, 1, (), None)
+    report = status_of(manifest, pg_store)
+    runs = {run["run"]: run for run in report["runs"]}
+    assert runs[theirs.run]["state"] == "owned by another instance"
+    assert runs[theirs.run]["owner"] == "other-host:/srv/journals"
+    assert runs[own.run]["state"] == "interrupted: resumed at the next start"
+    instances = {i["instance"]: i for i in report["instances"]}
+    assert instances[here]["this"] is True and instances[here]["unsettled_runs"] == 1
+    assert instances["other-host:/srv/journals"]["this"] is False
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest)],
+                           capture_output=True, text=True, timeout=60, check=False,
+                           env=env_for(pg_store))
+    assert human.returncode == 0, human.stderr
+    assert "owner:    other-host:/srv/journals" in human.stdout
+    assert f"instance {here} (this one)" in human.stdout
