@@ -73,6 +73,11 @@ _EVENTS_SINCE = """
     ORDER BY seq"""
 
 
+class ConnectionLost(StoreError):
+    """The connection broke during a transaction: whether it committed is
+    not known until the ledger is read again."""
+
+
 class Fenced(StoreError):
     """A write by an instance that no longer owns the run, or whose fencing
     token is not its instance's current one: nothing was written."""
@@ -168,18 +173,38 @@ class PostgresLedger(EndsRuns):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[psycopg.Cursor[Any]]:
         """A transaction, caught up with the ledger; a writing one holds the
-        head row until it commits. A database error is a `StoreError`, a
-        constraint refusing a row a `LedgerBug`, both without the DSN."""
+        head row until it commits. A database error is a `StoreError`
+        (`ConnectionLost` if the connection broke), a constraint refusing a
+        row a `LedgerBug`, all without the DSN."""
         try:
             conn = self._connection()
             with conn.transaction(), conn.cursor() as cur:
                 self._catch_up(cur, write)
                 yield cur
-        except psycopg.errors.IntegrityError as exc:
-            raise LedgerBug(f"the PostgreSQL store refused the event: "
-                            f"{reason(exc, self._hide)}") from None
-        except psycopg.Error as exc:
-            raise StoreError(f"the PostgreSQL store failed: {reason(exc, self._hide)}") from None
+        except BaseException as exc:
+            # The state may hold an event whose commit failed: read it anew.
+            self._generation = None
+            if isinstance(exc, psycopg.errors.IntegrityError):
+                raise LedgerBug(f"the PostgreSQL store refused the event: "
+                                f"{reason(exc, self._hide)}") from None
+            if isinstance(exc, psycopg.Error):
+                lost = self._conn is None or self._conn.broken or self._conn.closed
+                raise (ConnectionLost if lost else StoreError)(
+                    f"the PostgreSQL store failed: {reason(exc, self._hide)}") from None
+            raise
+
+    def _write(self, attempt: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """`attempt` in a writing transaction; if the connection broke, once
+        more on a new one, where `attempt` first looks whether its first try
+        committed (a commit whose answer was lost), so nothing is written
+        twice and a call is not failed for a connection a failover cut."""
+        with self._lock:
+            try:
+                with self._transaction(write=True) as cur:
+                    return attempt(cur)
+            except ConnectionLost:
+                with self._transaction(write=True) as cur:
+                    return attempt(cur)
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -229,16 +254,21 @@ class PostgresLedger(EndsRuns):
         """Check the once key and quotas and reserve, in one transaction
         holding the head row: no other instance decides in between."""
         check_held(calls, money, "money")
-        with self._lock:
-            with self._transaction(write=True) as cur:
-                now = self._stamp(cur)
-                result = decide(self._state, tool, quota, calls, money, once, admission, now)
-                if result is not None:
-                    return result
-                event = new_reserve(tool, now, calls, money, once, admission)
-                self._state.check(event)
-                seq = self._insert_reserve(cur, event)
-            return Reserved(event.run, now, self._applied(event, seq))
+        tried: list[str] = []
+
+        def attempt(cur: psycopg.Cursor[Any]) -> ReserveResult:
+            if tried and (entry := self._state.run(tried[0])) is not None:
+                return Reserved(entry.run, entry.reserved_ms, entry)  # the first try committed
+            now = self._stamp(cur)
+            result = decide(self._state, tool, quota, calls, money, once, admission, now)
+            if result is not None:
+                return result
+            event = new_reserve(tool, now, calls, money, once, admission)
+            tried[:] = [event.run]
+            self._state.check(event)
+            return Reserved(event.run, now, self._own(event, self._insert_reserve(cur, event)))
+
+        return self._write(attempt)
 
     def _insert_reserve(self, cur: psycopg.Cursor[Any], event: Reserve) -> int:
         cur.execute(
@@ -257,28 +287,36 @@ class PostgresLedger(EndsRuns):
         return int(seq)
 
     def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
-        with self._lock:
-            with self._transaction(write=True) as cur:
-                event = make(self._stamp(cur))
-                self._state.check(event)
-                # Only the run's owner, holding its instance's current
-                # fencing token, may end it: a stale writer inserts nothing.
-                cur.execute(
-                    "INSERT INTO staal_ends (run, kind, ended_ms, seq, event) "
-                    "SELECT %s, %s, %s, nextval('staal_event_seq'), %s FROM staal_runs r "
-                    "JOIN staal_instances i ON i.instance = r.owner "
-                    "WHERE r.run = %s AND r.owner = %s AND i.fence = %s RETURNING seq",
-                    (event.run, event.TYPE, event.time, Jsonb(checked_encoding(event)),
-                     event.run, self.instance, self.fence))
-                row = cur.fetchone()
-                if row is None:
-                    raise Fenced(f"run {event.run} is not this instance's to {event.TYPE} "
-                                 f"(instance {self.instance}, fencing token {self.fence}): "
-                                 "another instance owns it now, or this one restarted")
-            return self._applied(event, int(row[0]))
+        tried: list[str] = []
 
-    def _applied(self, event: Reserve | Settle | Release, seq: int) -> RunEntry:
-        """Apply a committed event of this instance's own to the state."""
+        def attempt(cur: psycopg.Cursor[Any]) -> RunEntry:
+            if tried and (entry := self._state.run(tried[0])) is not None and not entry.unsettled:
+                return entry  # the first try committed: only this instance ends its runs
+            event = make(self._stamp(cur))
+            tried[:] = [event.run]
+            self._state.check(event)
+            # Only the run's owner, holding its instance's current fencing
+            # token, may end it: a stale writer inserts nothing.
+            cur.execute(
+                "INSERT INTO staal_ends (run, kind, ended_ms, seq, event) "
+                "SELECT %s, %s, %s, nextval('staal_event_seq'), %s FROM staal_runs r "
+                "JOIN staal_instances i ON i.instance = r.owner "
+                "WHERE r.run = %s AND r.owner = %s AND i.fence = %s RETURNING seq",
+                (event.run, event.TYPE, event.time, Jsonb(checked_encoding(event)),
+                 event.run, self.instance, self.fence))
+            row = cur.fetchone()
+            if row is None:
+                raise Fenced(f"run {event.run} is not this instance's to {event.TYPE} "
+                             f"(instance {self.instance}, fencing token {self.fence}): "
+                             "another instance owns it now, or this one restarted")
+            return self._own(event, int(row[0]))
+
+        return self._write(attempt)
+
+    def _own(self, event: Reserve | Settle | Release, seq: int) -> RunEntry:
+        """Apply an event of this instance's own, inserted in the open
+        transaction, to the state (if the commit fails, the state is read
+        anew: `_transaction`)."""
         entry = self._state.apply(event)
         if isinstance(event, Reserve):
             self._owners[event.run] = self.instance

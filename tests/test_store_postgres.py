@@ -6,6 +6,7 @@ compaction across instances, and a DSN that never shows."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from staal.ledger_records import OnceHold
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
-from tests.pg_store import PgStore
+from tests.pg_store import CommitCutter, PgStore
 from tests.store_racer import QUOTA_CALLS
 from tests.test_store_contract import HOUR, QUOTA, T0
 
@@ -213,17 +214,42 @@ def test_the_store_commits_with_synchronous_commit_on_whatever_the_dsn_asks(
         assert ledger._conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
 
 
-def test_a_connection_lost_is_a_store_error_and_the_next_call_reconnects(
+def test_a_connection_cut_before_a_write_is_retried_once_on_a_new_connection(
         pg_store: PgStore) -> None:
     with open_ledger(pg_store) as ledger:
         run = reserve(ledger).run
-        pid = ledger._conn.info.backend_pid
-        pg_store.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        pg_store.execute("SELECT pg_terminate_backend(%s)", (ledger._conn.info.backend_pid,))
+        assert ledger.settle(run, "done", ()).state == "settled"
+        assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(1,)]
+
+
+def test_a_commit_whose_answer_was_lost_is_found_on_the_retry_and_never_written_twice(
+        pg_store: PgStore) -> None:
+    open_ledger(pg_store).close()  # the schema, made without the proxy
+    with CommitCutter(pg_store) as proxy, \
+            PostgresLedger.open(proxy.dsn, "a", FixedClock(T0)) as ledger:
+        proxy.cut_next_commit()
+        made = reserve(ledger)
+        assert proxy.cut.is_set()
+        proxy.cut_next_commit()
+        ended = ledger.settle(made.run, "done", ())
+        assert proxy.cut.is_set()
+        assert ended.state == "settled" and ledger.run(made.run) == ended
+    assert pg_store.rows("SELECT run FROM staal_runs") == [(made.run,)]
+    assert pg_store.rows("SELECT run, kind FROM staal_ends") == [(made.run, "settle")]
+
+
+def test_a_store_that_cannot_be_reached_is_a_store_error_and_nothing_is_written(
+        pg_store: PgStore) -> None:
+    with open_ledger(pg_store) as ledger:
+        run = reserve(ledger).run
+        ledger._dsn = re.sub(r"port=\d+", "port=1", ledger._dsn)  # the server is gone
+        pg_store.execute("SELECT pg_terminate_backend(%s)", (ledger._conn.info.backend_pid,))
         with pytest.raises(StoreError) as caught:
             ledger.settle(run, "done", ())
         assert caught.value.kind == "store"
-        assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
-        assert ledger.settle(run, "done", ()).state == "settled"
+        assert "could not connect to the PostgreSQL store" in caught.value.message
+    assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
 
 
 def test_neither_the_dsn_nor_its_password_appear_in_a_store_error() -> None:
