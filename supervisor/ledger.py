@@ -1,7 +1,7 @@
 """The ledger (seed 000 section 6): which runs exist and what they hold.
 
 The server reaches it only through `Ledger`, so a PostgreSQL ledger can take
-the place of the file one in version 2 (DESIGN.md section 8). `FileLedger` is
+the place of the file one (DESIGN.md section 8; `ledger_postgres.py`). `FileLedger` is
 the embedded implementation: `<journals>/server.ledger`, an `AppendLog` of
 `LEDGER` events, read whole at open into a `LedgerState` (`quota.py`).
 
