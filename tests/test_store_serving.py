@@ -153,6 +153,7 @@ def test_two_http_instances_on_one_store_share_one_quota_and_one_once_key(
         again = call(b, 1)
         (run,) = pg_store.rows("SELECT run FROM staal_runs")[0]
         assert again["isError"] is True and f"already made as run {run}" in json.dumps(again)
+        assert "another instance sharing the ledger ran it" in json.dumps(again)
         assert call(b, 2)["structuredContent"] == {"result": {"n": 2}}
         refused = call(a, 3)
         assert refused["isError"] is True and "quota" in json.dumps(refused)
