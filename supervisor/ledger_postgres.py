@@ -66,6 +66,12 @@ from staal.supervisor.quota import (
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10
+# Every session's settings: commits durable on return; a session idle inside
+# a transaction (its process paused or wedged while it holds the head row)
+# is ended by the server, so it cannot stop every other instance; no
+# statement, lock waits included, runs for ever.
+SESSION = {"synchronous_commit": "on", "idle_in_transaction_session_timeout": "10000",
+           "statement_timeout": "30000"}
 
 _EVENTS_SINCE = """
     SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
@@ -93,8 +99,8 @@ def instance_name(journals: Path) -> str:
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
-    """A connection with synchronous_commit on whatever the server's
-    default, so a commit is on the server's disk before it returns."""
+    """A connection with `SESSION`'s settings whatever the DSN or the
+    server's defaults say (given last, they win)."""
     hide = _secrets(dsn)
     try:
         given = str(conninfo_to_dict(dsn).get("options") or "")
@@ -103,7 +109,8 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
                          "connection string") from None
     try:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                               options=f"{given} -c synchronous_commit=on".strip())
+                               options=" ".join([given, *(f"-c {k}={v}" for k, v in
+                                                          SESSION.items())]).strip())
     except psycopg.Error as exc:
         raise StoreError(f"could not connect to the PostgreSQL store: "
                          f"{reason(exc, hide)}") from None

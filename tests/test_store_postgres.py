@@ -18,7 +18,7 @@ import pytest
 from staal.clock import FixedClock
 from staal.ledger_records import OnceHold
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
-from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
+from staal.supervisor.ledger_postgres import SESSION, Fenced, PostgresLedger, connect
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
 from tests.pg_store import CommitCutter, PgStore
 from tests.store_racer import QUOTA_CALLS
@@ -271,3 +271,26 @@ def test_existing_is_answered_for_a_once_key_another_instance_holds(pg_store: Pg
         again = b.reserve_call("t", None, 1, (), key)
         assert isinstance(made, Reserved) and isinstance(again, Existing)
         assert again.entry.run == made.run
+
+
+def test_a_session_paused_inside_a_transaction_is_ended_so_other_instances_go_on(
+        pg_store: PgStore) -> None:
+    open_ledger(pg_store).close()
+    paused = connect(pg_store.dsn)  # a session as staal opens them, then stuck mid-transaction
+    paused.execute("BEGIN")
+    paused.execute("SELECT * FROM staal_head FOR UPDATE")
+    with open_ledger(pg_store, "b") as other:
+        made = reserve(other)  # waits for the head row until the server ends the paused session
+        assert other.run(made.run) is not None
+    with pytest.raises(psycopg.Error):
+        paused.execute("SELECT 1")
+    paused.close()
+    assert paused.broken or paused.closed
+
+
+def test_every_session_has_the_settings_the_guarantees_need(pg_store: PgStore) -> None:
+    with open_ledger(pg_store) as ledger:
+        reserve(ledger)
+        for name, value in SESSION.items():
+            shown = ledger._conn.execute(f"SHOW {name}").fetchone()[0]
+            assert shown == (f"{int(value) // 1000}s" if value.isdigit() else value), name
