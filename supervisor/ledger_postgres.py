@@ -71,7 +71,7 @@ CONNECT_TIMEOUT_S = 10
 # is ended by the server, so it cannot stop every other instance; no
 # statement, lock waits included, runs for ever.
 SESSION = {"synchronous_commit": "on", "idle_in_transaction_session_timeout": "10000",
-           "statement_timeout": "30000"}
+           "statement_timeout": "120000"}
 
 _EVENTS_SINCE = """
     SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
