@@ -187,3 +187,14 @@ def test_status_on_a_shared_store_shows_the_instances_and_who_owns_each_unfinish
     assert human.returncode == 0, human.stderr
     assert "owner:    other-host:/srv/journals" in human.stdout
     assert f"instance {here} (this one)" in human.stdout
+
+
+def test_status_without_the_dsn_variable_says_which_and_prints_no_report(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+                           "--json"], capture_output=True, text=True, timeout=60, check=False,
+                          env=server_env())
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"${ENV}" in done.stderr and "not set" in done.stderr
