@@ -117,6 +117,11 @@ class Ledger(Protocol):
         shared store, the runs this instance reserved."""
         ...
 
+    def renew_lease(self, lease_ms: int) -> bool:
+        """Extend this instance's lease by `lease_ms`; False once another
+        process holds the instance's identity (supervisor/lease.py)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -325,6 +330,9 @@ class FileLedger(EndsRuns):
 
     def mine(self) -> tuple[RunEntry, ...]:
         return self.runs()
+
+    def renew_lease(self, lease_ms: int) -> bool:
+        return True  # one process, holding the directory's lock, for as long as it runs
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
         """`tool`'s use of `quota` over the window ending at `now` (default:

@@ -39,6 +39,7 @@ from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.redaction import redact
+from staal.supervisor.lease import LEASE_MS
 from staal.supervisor.ledger import (
     EndsRuns,
     Stamper,
@@ -163,7 +164,7 @@ class PostgresLedger(EndsRuns):
             with conn.transaction(), conn.cursor() as cur:
                 _check_settings(cur)
                 ensure_schema(cur)
-                fence = _register(cur, instance, clock.now_ms())
+                fence = _register(cur, instance, clock.now_ms(), LEASE_MS)
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
@@ -353,6 +354,16 @@ class PostgresLedger(EndsRuns):
     def unsettled(self) -> tuple[RunEntry, ...]:
         return self._read(lambda: self._state.unsettled())
 
+    def renew_lease(self, lease_ms: int) -> bool:
+        """Extend the lease while this process holds its instance's fencing
+        token; False once another registered the same instance."""
+        with self._lock, self._transaction(write=False) as cur:
+            cur.execute("UPDATE staal_instances SET lease_until_ms = %s "
+                        "WHERE instance = %s AND fence = %s RETURNING 1",
+                        (self._stamper.stamp(self._state.last_ms) + lease_ms, self.instance,
+                         self.fence))
+            return cur.fetchone() is not None
+
     def mine(self) -> tuple[RunEntry, ...]:
         return self._read(lambda: tuple(e for e in self._state.runs()
                                         if self._owners.get(e.run) == self.instance))
@@ -387,8 +398,19 @@ class PostgresLedger(EndsRuns):
             return Compaction(kept, dropped)
 
     def close(self) -> None:
+        """Give the lease up (status shows the instance stopped, not dead)
+        and close the connection; a store out of reach lets the lease expire."""
         with self._lock:
-            if self._conn is not None:
+            if self._conn is None:
+                return
+            try:
+                if not self._conn.broken:
+                    self._conn.execute("UPDATE staal_instances SET lease_until_ms = NULL "
+                                       "WHERE instance = %s AND fence = %s",
+                                       (self.instance, self.fence))
+            except psycopg.Error:
+                pass  # the lease runs out by itself
+            finally:
                 self._conn.close()
                 self._conn = None
 
@@ -406,6 +428,7 @@ class Instance:
     instance: str
     fence: int
     started_ms: int
+    lease_until_ms: int | None
     version: str
 
 
@@ -436,8 +459,8 @@ def read_postgres(dsn: str) -> SharedView:
                                 "the PostgreSQL store")
             cur.execute("SELECT last_ms FROM staal_head")
             state.last_ms = max(state.last_ms, cur.fetchone()[0])
-            cur.execute("SELECT instance, fence, started_ms, version FROM staal_instances "
-                        "ORDER BY instance")
+            cur.execute("SELECT instance, fence, started_ms, lease_until_ms, version "
+                        "FROM staal_instances ORDER BY instance")
             instances = tuple(Instance(*row) for row in cur.fetchall())
     owners = {row[1]["run"]: row[2] for row in rows if row[2] is not None}
     return SharedView(state, owners, instances)
@@ -452,11 +475,11 @@ def _check_settings(cur: psycopg.Cursor[Any]) -> None:
                          "be lost in a crash, so staal does not use it (set fsync = on)")
 
 
-def _register(cur: psycopg.Cursor[Any], instance: str, now: int) -> int:
+def _register(cur: psycopg.Cursor[Any], instance: str, now: int, lease_ms: int) -> int:
     cur.execute(
-        "INSERT INTO staal_instances (instance, fence, started_ms, version) "
-        "VALUES (%s, nextval('staal_fence_seq'), %s, %s) ON CONFLICT (instance) DO UPDATE "
+        "INSERT INTO staal_instances (instance, fence, started_ms, lease_until_ms, version) "
+        "VALUES (%s, nextval('staal_fence_seq'), %s, %s, %s) ON CONFLICT (instance) DO UPDATE "
         "SET fence = EXCLUDED.fence, started_ms = EXCLUDED.started_ms, "
-        "version = EXCLUDED.version RETURNING fence",
-        (instance, now, staal.__version__))
+        "lease_until_ms = EXCLUDED.lease_until_ms, version = EXCLUDED.version RETURNING fence",
+        (instance, now, now + lease_ms, staal.__version__))
     return int(cur.fetchone()[0])

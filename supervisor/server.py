@@ -34,6 +34,7 @@ from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
+from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.outcomes import charged_of
@@ -159,6 +160,26 @@ class Server:
             except StaalError as exc:
                 self.log("retention_failed", level="error", kind=exc.kind, message=exc.message)
 
+    async def keep_lease(self) -> None:
+        """Renew this instance's lease (supervisor/lease.py) until serving
+        ends; once another process holds the instance's identity, stop
+        taking calls: the runs this one would settle are no longer its."""
+        lease = Lease(self.ledger.renew_lease)
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                state = await asyncio.to_thread(lease.renew)
+            except StaalError as exc:  # the store unreachable: the lease runs down, try again
+                self.log("lease_renewal_failed", level="warning", kind=exc.kind,
+                         message=exc.message)
+                continue
+            if state is LeaseState.LOST:
+                self.log("lease_lost", level="error", message=(
+                    "another process registered this instance (the same host and journal "
+                    "directory) in the shared store; this one stops serving"))
+                self.stopping.set()
+                return
+
     async def close(self) -> None:
         self.waiting.stopping.set()
         await self.pool.close()
@@ -236,9 +257,11 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
     # go of the lock and removes the runtime directory.
     loop.add_signal_handler(signal.SIGTERM, server.terminated)
     daily = asyncio.ensure_future(server.daily())
+    lease = asyncio.ensure_future(server.keep_lease())
     try:
         await transport(server)
     finally:
         daily.cancel()
+        lease.cancel()
         await server.close()
     return 0

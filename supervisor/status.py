@@ -63,7 +63,8 @@ def collect(manifest: Manifest) -> dict[str, Any]:
                          "store": describe_store(manifest.server)},
               "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
     if view.instances:
-        report["instances"] = [_instance(i, me, view.owners, state) for i in view.instances]
+        report["instances"] = [_instance(i, me, view.owners, state, now)
+                               for i in view.instances]
     return report
 
 
@@ -75,11 +76,15 @@ def _elsewhere(entry: Any, owner: str) -> dict[str, Any]:
 
 
 def _instance(instance: Any, me: str | None, owners: Mapping[str, str],
-              state: LedgerState) -> dict[str, Any]:
+              state: LedgerState, now: int) -> dict[str, Any]:
+    """One instance; its lease is live while it renews it (supervisor/lease.py)."""
     unsettled = sum(1 for e in state.unsettled() if owners.get(e.run) == instance.instance)
+    until = instance.lease_until_ms
     return {"instance": instance.instance, "this": instance.instance == me,
             "fence": instance.fence, "started": _when(instance.started_ms),
-            "version": instance.version, "unsettled_runs": unsettled}
+            "version": instance.version, "lease_until": _when(until),
+            "lease": "released" if until is None else "live" if until > now else "expired",
+            "unsettled_runs": unsettled}
 
 
 def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str, Any]]:
@@ -175,8 +180,10 @@ def render(report: dict[str, Any]) -> str:
     lines.append("")
     for instance in report.get("instances", []):
         this = " (this one)" if instance["this"] else ""
+        until = f" until {instance['lease_until']}" if instance["lease_until"] else ""
         lines.append(f"instance {instance['instance']}{this}: fencing token {instance['fence']}, "
                      f"started {instance['started']}, staal {instance['version']}, "
+                     f"lease {instance['lease']}{until}, "
                      f"{instance['unsettled_runs']} unfinished runs")
     if report.get("instances"):
         lines.append("")

@@ -17,9 +17,11 @@ import pytest
 
 from staal.clock import FixedClock
 from staal.ledger_records import OnceHold
+from staal.supervisor.lease import LEASE_MS, TRANSITIONS, Lease, LeaseState
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.ledger_postgres import SESSION, Fenced, PostgresLedger, connect
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
+from staal.transitions import IllegalTransition, advance
 from tests.pg_store import CommitCutter, PgStore
 from tests.store_racer import QUOTA_CALLS
 from tests.test_store_contract import HOUR, QUOTA, T0
@@ -295,3 +297,38 @@ def test_every_session_has_the_settings_the_guarantees_need(pg_store: PgStore) -
             shown = ledger._conn.execute("SELECT setting FROM pg_settings WHERE name = %s",
                                          (name,)).fetchone()[0]
             assert shown == value, name  # timeouts in ms, as pg_settings gives them
+
+
+def lease_of(pg: PgStore, instance: str) -> int | None:
+    (until,) = pg.rows("SELECT lease_until_ms FROM staal_instances WHERE instance = %s",
+                       (instance,))[0]
+    return until
+
+
+def test_a_lease_is_renewed_while_held_lost_for_good_once_taken_and_given_up_at_close(
+        pg_store: PgStore) -> None:
+    clock = FixedClock(T0)
+    ledger = open_ledger(pg_store, "a", clock)
+    assert lease_of(pg_store, "a") == T0 + LEASE_MS
+    lease = Lease(ledger.renew_lease)
+    clock.advance(1000)
+    assert lease.renew() is LeaseState.HELD
+    assert lease_of(pg_store, "a") == T0 + 1000 + LEASE_MS
+    with open_ledger(pg_store, "a", clock):  # another process takes the identity
+        assert lease.renew() is LeaseState.LOST
+        with pytest.raises(IllegalTransition):
+            lease.renew()  # lost is for good
+        ledger.close()
+        assert lease_of(pg_store, "a") == T0 + 1000 + LEASE_MS  # not the old process's to end
+    assert lease_of(pg_store, "a") is None  # the holder closed: given up, not expired
+
+
+def test_only_a_held_lease_moves_and_only_as_its_table_says() -> None:
+    for state in LeaseState:
+        for event in ("renewed", "lost"):
+            if (state, event) in TRANSITIONS:
+                assert advance(TRANSITIONS, state, event) in LeaseState
+            else:
+                with pytest.raises(IllegalTransition):
+                    advance(TRANSITIONS, state, event)
+    assert {state for state, _ in TRANSITIONS} == {LeaseState.HELD}

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from staal.clock import SYSTEM_CLOCK
+from staal.clock import SYSTEM_CLOCK, FixedClock
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger_postgres import PostgresLedger, instance_name
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
+from tests.recorder import WAIT
 from tests.servers import Site
 from tests.serving import server_env, start, tool, write_manifest
 from tests.test_operators import waiting_manifest
@@ -198,3 +199,31 @@ def test_status_without_the_dsn_variable_says_which_and_prints_no_report(
                           env=server_env())
     assert done.returncode == 2 and done.stdout == ""
     assert f"${ENV}" in done.stderr and "not set" in done.stderr
+
+
+def test_status_tells_a_live_lease_from_an_expired_one_and_one_given_up(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
+    PostgresLedger.open(pg_store.dsn, "stopped:/j", SYSTEM_CLOCK).close()
+    dead = PostgresLedger.open(pg_store.dsn, "dead:/j", FixedClock(1_000_000))
+    dead._conn.close()  # dies without giving its lease up
+    with start(manifest, env_for(pg_store)) as served:
+        assert served.call("count", {"n": 1})["structuredContent"] == {"result": {"n": 1}}
+        leases = {i["instance"]: i["lease"] for i in status_of(manifest, pg_store)["instances"]}
+        assert served.close() == 0
+    assert leases == {"stopped:/j": "released", "dead:/j": "expired",
+                      instance_name(tmp_path / "journals"): "live"}
+
+
+def test_a_server_whose_identity_another_process_takes_stops_serving(
+        tmp_path: Path, pg_store: PgStore) -> None:
+    (tmp_path / "count.py").write_text(COUNT)
+    manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
+    with start(manifest, env_for(pg_store)) as served:
+        assert served.call("count", {"n": 1})["structuredContent"] == {"result": {"n": 1}}
+        with PostgresLedger.open(pg_store.dsn, instance_name(tmp_path / "journals"),
+                                 SYSTEM_CLOCK):
+            assert served.process.wait(timeout=WAIT) == 0  # at its next renewal, within 5 s
+        (lost,) = served.events("lease_lost")
+        assert "stops serving" in lost["message"]
