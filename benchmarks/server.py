@@ -14,7 +14,10 @@ each server, a stdio subprocess it starts itself:
   database in the same temporary directory, `synchronous=FULL` on every
   connection (`servers/ref_dbos.py`): a durable reference;
 - staal again with its directory on /dev/shm, where an fsync costs nothing,
-  to show what the fsyncs cost (--no-shm leaves it out).
+  to show what the fsyncs cost (--no-shm leaves it out);
+- with --postgres DSN, staal once more with its ledger in the PostgreSQL
+  store (`server.store`), in a schema of its own made for the run and
+  dropped after it (journals on disk as in the first row).
 
 FastMCP and DBOS are not staal dependencies: `pip install -e '.[bench]'`
 (or give FastMCP's interpreter with --fastmcp-python). The references run
@@ -87,7 +90,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server_contenders import GET, SCENARIOS, Contender, Scenario, Service, bench_dir, contenders
+from server_contenders import (
+    GET,
+    SCENARIOS,
+    STAAL_PG,
+    STORE_ENV,
+    Contender,
+    Scenario,
+    Service,
+    bench_dir,
+    contenders,
+)
 from server_measure import IN_FLIGHT, Samples, cold_start, median_phase, session
 from server_profile import hooks_dir, profile, py_spy, worker_costs
 from server_report import report
@@ -130,6 +143,26 @@ def service_latency(url: str, count: int = 50) -> float:
     return statistics.median(took)
 
 
+def postgres_schema(dsn: str) -> tuple[str, str]:
+    """A schema of the benchmark's own on the server at `dsn`, and a DSN
+    whose search_path names it."""
+    import uuid
+
+    import psycopg
+
+    schema = f"staal_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return schema, f"{dsn} options='-csearch_path={schema}'"
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 def chosen_servers(args: argparse.Namespace) -> list[Contender]:
     keys = set(args.servers.split(","))
     if args.no_shm:
@@ -159,6 +192,12 @@ async def bench(args: argparse.Namespace) -> None:
         supervisor = contenders(args.fastmcp_python, {"staal"})[0].command
         everyone.append(Contender(f"experiment:{experiment}", f"staal, --experiment {experiment}",
                                   supervisor, [], staal=True, env={"PYTHONPATH": str(tried)}))
+    schema = None
+    if args.postgres:
+        schema, dsn = postgres_schema(args.postgres)
+        supervisor = contenders(args.fastmcp_python, {"staal"})[0].command
+        everyone.append(Contender("pg", STAAL_PG, supervisor, [], staal=True,
+                                  env={STORE_ENV: dsn}, postgres=True))
     service = Service(args.service_delay_ms) if GET in scenarios else None
     results = {(c.name, s.key): Samples() for c in everyone for s in scenarios}
     cold: dict[str, list[float]] = {c.name: [] for c in everyone} if args.cold else {}
@@ -170,8 +209,10 @@ async def bench(args: argparse.Namespace) -> None:
         if service:
             service.close()
         for contender in everyone:
-            if contender.env:
+            if contender.env and "PYTHONPATH" in contender.env:
                 shutil.rmtree(contender.env["PYTHONPATH"], ignore_errors=True)
+        if schema is not None:
+            drop_schema(args.postgres, schema)
     run["load_after"] = loads()
     run["fsync_after"] = fsync_latency(base)
     run["load_rounds"] = ", ".join(run["load_rounds"])
@@ -229,6 +270,9 @@ def main() -> None:
                         help="the interpreter that has fastmcp installed")
     parser.add_argument("--no-shm", action="store_true",
                         help="leave out the staal row with its journals on /dev/shm")
+    parser.add_argument("--postgres", metavar="DSN",
+                        help="add a staal row with its ledger in the PostgreSQL store at DSN "
+                             "(a key=value DSN; a schema of the run's own is made and dropped)")
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
     parser.add_argument("--exit-race-workaround", action="store_true",
                         help="run staal with the workaround for the worker-exit race in "

@@ -30,6 +30,9 @@ MODE = "legacy"
 
 STAAL = "staal"
 STAAL_SHM = "staal, journals on /dev/shm (fsync costs nothing)"
+STAAL_PG = "staal, ledger on PostgreSQL (server.store)"
+# The variable the PostgreSQL row's manifest names for its store's DSN.
+STORE_ENV = "STAAL_BENCH_STORE_DSN"
 MCPSERVER = "MCPServer (official SDK)"
 FASTMCP = "FastMCP"
 DBOS = "MCPServer + DBOS workflow (SQLite)"
@@ -65,6 +68,7 @@ class Contender:
     env: dict[str, str] | None = None
     base: Path | None = None  # where its directory goes, if not the benchmark's
     takes_directory: bool = False  # its directory as one more argument (DBOS's system database)
+    postgres: bool = False  # staal's ledger in the PostgreSQL store whose DSN is env[STORE_ENV]
 
     def prepare(self, base: Path, scenario: Scenario = NOOP,
                 service: str | None = None) -> tuple[StdioServerParameters, Path]:
@@ -73,19 +77,23 @@ class Contender:
         directory = Path(tempfile.mkdtemp(prefix="bench-server-", dir=self.base or base))
         args = list(self.args)
         if self.staal:
-            write_staal_manifest(directory, scenario, service)
+            write_staal_manifest(directory, scenario, service, self.postgres)
             args = ["serve", str(directory / "manifest.json")]
         elif self.takes_directory:
             args.append(str(directory))
         return StdioServerParameters(command=self.command, args=args, env=self.env), directory
 
 
-def write_staal_manifest(directory: Path, scenario: Scenario, service: str | None) -> None:
+def write_staal_manifest(directory: Path, scenario: Scenario, service: str | None,
+                         postgres: bool = False) -> None:
     """`servers/staal_manifest.json` with only the scenario's tool (so the
     zygote imports what that tool needs, no more), its program beside it,
-    and the service's origin in the GET grant's `only`."""
+    and the service's origin in the GET grant's `only`; with `postgres`, the
+    ledger in the PostgreSQL store whose DSN is in STORE_ENV."""
     manifest = json.loads((SERVERS / "staal_manifest.json").read_text())
     manifest["tools"] = [tool for tool in manifest["tools"] if tool["name"] == scenario.tool]
+    if postgres:
+        manifest["server"]["store"] = {"postgres": {"dsn": {"env": STORE_ENV}}}
     text = json.dumps(manifest, indent=2)
     if service is not None:
         text = text.replace("SERVICE", service)

@@ -172,6 +172,13 @@ class MetricsConfig:
 
     host: str = "127.0.0.1"
     port: int = 9464
+@dataclass(frozen=True, slots=True)
+class PostgresStore:
+    """`server.store: {"postgres": {"dsn": {"env": NAME}}}`: the ledger in a
+    PostgreSQL database that several instances may share (issue 15). The DSN
+    is a secret, read from the supervisor's environment at start."""
+
+    dsn: SecretRef
 
 
 DEFAULT_VERIFY_TIMEOUT_MS = 2_000
@@ -207,6 +214,8 @@ class ServerConfig:
     traces: TracesConfig | None = None
     # None: no `metrics` section, no metrics listener.
     metrics: MetricsConfig | None = None
+    # None: the file store, `<journals>/server.ledger` (the default).
+    store: PostgresStore | None = None
 
     @property
     def keep(self) -> Duration | None:

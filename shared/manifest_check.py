@@ -32,6 +32,7 @@ from staal.manifest import (
     ModelConfig,
     NetConfig,
     OnceConfig,
+    PostgresStore,
     QuotaConfig,
     ServerConfig,
     Tool,
@@ -48,7 +49,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 TOP = ("server", "model", "tools", "resources", "auth", "callers")
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http",
-          "traces", "metrics")
+          "traces", "metrics", "store")
 HTTP = ("path", "origins", "public_url")
 TRACES = ("otlp_endpoint", "service_name")
 METRICS = ("listen", "allow_remote")
@@ -183,12 +184,14 @@ class ManifestChecker:
         http = self.http(obj.get("http", {}))
         traces = self.traces(obj["traces"]) if "traces" in obj else None
         metrics = v.optional(obj, "metrics", "server", self.metrics)
+        store = self.store(obj.get("store", "file"))
         if None in (name, journals, limit, notify_env, http) or keep is False or traces is False \
-                or v.failed(obj, "server", "metrics"):
+                or store is False or v.failed(obj, "server", "metrics"):
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
             notify=notify, notify_env=notify_env, http=http, traces=traces, metrics=metrics,
+            store=store,
         )
 
     def traces(self, value: Any) -> TracesConfig | bool:
@@ -227,6 +230,23 @@ class ManifestChecker:
         if allow_remote is None:
             return None
         return MetricsConfig(host=address[0], port=address[1])
+
+    def store(self, value: Any) -> PostgresStore | bool | None:
+        """`server.store`: "file" (the default) or {"postgres": {"dsn":
+        {"env": NAME}}}; False when refused."""
+        v = self.values
+        if value == "file":
+            return None
+        if not isinstance(value, dict) or list(value) != ["postgres"]:
+            v.add("server.store", "expected \"file\" or {\"postgres\": {\"dsn\": {\"env\": "
+                  "\"NAME\"}}} (the value is not repeated: it may hold a DSN, which is a "
+                  "secret and is named only by its environment variable)")
+            return False
+        obj = v.obj(value["postgres"], "server.store.postgres", ("dsn",), required=("dsn",))
+        if obj is None or "dsn" not in obj:
+            return False
+        dsn = v.secret(obj["dsn"], "server.store.postgres.dsn")
+        return False if dsn is None else PostgresStore(dsn)
 
     def http(self, value: Any) -> HttpConfig | None:
         v = self.values

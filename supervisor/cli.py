@@ -101,8 +101,13 @@ def status(
     import json
 
     from staal.supervisor.status import collect, render
+    from staal.supervisor.store import StoreError
 
-    report = collect(load_or_exit(manifest))
+    try:
+        report = collect(load_or_exit(manifest))
+    except StoreError as exc:
+        print(f"staal-supervisor status: {exc.message}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
     print(json.dumps(report, indent=2) if as_json else render(report))
 
 

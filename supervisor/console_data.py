@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from staal.manifest import Manifest
-from staal.supervisor.ledger import read_ledger
 from staal.supervisor.quota import LedgerState, RunEntry
 from staal.supervisor.status import _in_doubt, _now_ms, collect
+from staal.supervisor.store import read_state
 
 # Runs listed on the overview, newest first: enough to find a recent one by
 # eye, few enough that the page stays quick on a ledger of a busy month.
@@ -86,7 +86,7 @@ def overview(manifest: Manifest, query: str = "") -> Overview:
     of one, any case) narrows the run list."""
     query = check_query(query)
     report = collect(manifest)
-    state = read_ledger(manifest.server.journals / "server.ledger")
+    state = read_state(manifest.server)
     unfinished = {run["run"]: run for run in report["runs"]}
     waiting = tuple(
         WaitingRun(run["run"], run["tool"], _in_doubt(run), run["resolve"])
@@ -105,7 +105,7 @@ def overview(manifest: Manifest, query: str = "") -> Overview:
 
 def find_run(manifest: Manifest, run_id: str) -> RunRow | None:
     """The ledger's run `run_id`, with status's state if it is unfinished."""
-    state = read_ledger(manifest.server.journals / "server.ledger")
+    state = read_state(manifest.server)
     entry = state.run(run_id)
     if entry is None:
         return None

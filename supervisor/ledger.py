@@ -1,7 +1,7 @@
 """The ledger (seed 000 section 6): which runs exist and what they hold.
 
 The server reaches it only through `Ledger`, so a PostgreSQL ledger can take
-the place of the file one in version 2 (DESIGN.md section 8). `FileLedger` is
+the place of the file one (DESIGN.md section 8; `ledger_postgres.py`). `FileLedger` is
 the embedded implementation: `<journals>/server.ledger`, an `AppendLog` of
 `LEDGER` events, read whole at open into a `LedgerState` (`quota.py`).
 
@@ -111,6 +111,17 @@ class Ledger(Protocol):
 
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction: ...
 
+    def mine(self) -> tuple[RunEntry, ...]:
+        """The runs whose journals this server's journal directory holds, so
+        its recovery at start resumes them: every run of a file ledger; on a
+        shared store, the runs this instance reserved."""
+        ...
+
+    def renew_lease(self, lease_ms: int) -> bool:
+        """Extend this instance's lease by `lease_ms`; False once another
+        process holds the instance's identity (supervisor/lease.py)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -137,21 +148,101 @@ def build_state(records: tuple[Any, ...], name: str) -> LedgerState:
     return state
 
 
-def _warn_on_stderr(message: str) -> None:
+def warn_on_stderr(message: str) -> None:
     print(f"staal-supervisor: warning: {message}", file=sys.stderr, flush=True)
 
 
-class FileLedger:
+class Stamper:
+    """Ledger time (seed 000 section 6): the later of the clock and the last
+    event's time, so no quota window is shortened and no event reordered
+    when a clock steps back. A clock behind is reported once each time it
+    falls behind. Both stores stamp through it."""
+
+    def __init__(self, clock: Clock, warn: Warn, name: str) -> None:
+        self._clock = clock
+        self._warn = warn
+        self._name = name
+        self._behind = False
+
+    def stamp(self, last: int) -> int:
+        now = self._clock.now_ms()
+        if now >= last:
+            self._behind = False
+            return now
+        if not self._behind:
+            self._behind = True
+            self._warn(
+                f"the clock ({now} ms since 1970) is {last - now} ms behind the ledger "
+                f"{self._name}; events are stamped with the ledger's time until it catches up, "
+                "so no quota window is shortened and no event reordered")
+        return last
+
+
+def decide(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
+           money: tuple[Money, ...], once: OnceRequest | None, admission: Admission | None,
+           now: int) -> Existing | Different | OverQuota | None:
+    """What a reserve finds at `now`: the run already holding `once`'s key
+    (with the same arguments or not), a quota it would exceed (the tool's,
+    then the caller's own), or None: reserve a new run."""
+    if once is not None:
+        holder = state.once_holder(tool, once.key, now)
+        if holder is not None:
+            assert holder.once is not None
+            return Existing(holder) if holder.once.args == once.args else Different(holder)
+    if quota is not None:
+        over = state.over_quota(tool, quota, calls, tuple(money), now)
+        if over is not None:
+            return over
+    if admission is not None:
+        return state.over_admission(tool, admission, calls, tuple(money), now)
+    return None
+
+
+def new_reserve(tool: str, now: int, calls: int, money: tuple[Money, ...],
+                once: OnceRequest | None, admission: Admission | None) -> Reserve:
+    """The reserve event of a new run."""
+    return Reserve(run=new_run_id(), tool=tool, time=now, calls=calls, money=tuple(money),
+                   once=once, **_recorded(admission))
+
+
+def checked_encoding(event: Event) -> dict[str, Any]:
+    """`event` encoded, checked as a restart would read it back."""
+    encoded = LEDGER.encode(event)
+    try:
+        LEDGER.decode(encoded)
+    except RecordError as exc:
+        raise LedgerBug(f"a {event.TYPE} event the ledger could not read back: "
+                        f"{exc.message}") from None
+    return encoded
+
+
+class EndsRuns:
+    """A run's two ends, the same on every store: each store's `_end` stamps,
+    checks and writes the event `make` builds at the time it stamps."""
+
+    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
+        """Record what the run actually charged and how it ended."""
+        check_held(0, charged, "charged")
+        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
+                                            charged=tuple(charged)))
+
+    def release(self, run: str) -> RunEntry:
+        """Give back the reservation of a run that never started."""
+        return self._end(lambda now: Release(run=run, time=now))
+
+    def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
+        raise NotImplementedError
+
+
+class FileLedger(EndsRuns):
     """The embedded ledger over `<journals>/server.ledger`; made by `open`."""
 
     def __init__(self, path: Path, log: AppendLog, state: LedgerState, clock: Clock,
                  syncer: Syncer, warn: Warn) -> None:
         self._path = path
         self._state = state
-        self._clock = clock
         self._syncer = syncer
-        self._warn = warn
-        self._behind = False
+        self._stamper = Stamper(clock, warn, str(path))
         self._lock = threading.Lock()
         self._commit = GroupCommit(log)
 
@@ -169,7 +260,7 @@ class FileLedger:
         except BaseException:
             log.close()
             raise
-        ledger = cls(target, log, state, clock, syncer, warn or _warn_on_stderr)
+        ledger = cls(target, log, state, clock, syncer, warn or warn_on_stderr)
         ledger.now_ms()  # a clock behind the ledger is reported at once
         return ledger
 
@@ -184,19 +275,7 @@ class FileLedger:
             return self._stamp()
 
     def _stamp(self) -> int:
-        """The later of the clock and the last event's time; a clock behind
-        the ledger is reported once each time it falls behind."""
-        now, last = self._clock.now_ms(), self._state.last_ms
-        if now >= last:
-            self._behind = False
-            return now
-        if not self._behind:
-            self._behind = True
-            self._warn(
-                f"the clock ({now} ms since 1970) is {last - now} ms behind the ledger "
-                f"{self._path}; events are stamped with the ledger's time until it catches up, "
-                "so no quota window is shortened and no event reordered")
-        return last
+        return self._stamper.stamp(self._state.last_ms)
 
     # -- writing --------------------------------------------------------------
 
@@ -206,44 +285,18 @@ class FileLedger:
         """Find the run holding `once`'s key, check `quota` (and the
         caller's own limits, `admission`), or reserve a new run; all under
         one lock, and answered only once durable."""
-        _check_held(calls, money, "money")
+        check_held(calls, money, "money")
         with self._lock:
             self._commit.check_usable()
             now = self._stamp()
-            result = self._decide(tool, quota, calls, money, once, now)
-            if result is None and admission is not None:
-                result = self._state.over_admission(tool, admission, calls, tuple(money), now)
+            result = decide(self._state, tool, quota, calls, money, once, admission, now)
             if result is None:
-                event = Reserve(run=new_run_id(), tool=tool, time=now, calls=calls,
-                                money=tuple(money), once=once, **_recorded(admission))
-                entry, seq = self._append(event)
+                entry, seq = self._append(new_reserve(tool, now, calls, money, once, admission))
                 result = Reserved(entry.run, now, entry)
             else:
                 seq = self._commit.last()
         self._commit.wait(seq)
         return result
-
-    def _decide(self, tool: str, quota: QuotaConfig | None, calls: int,
-                money: tuple[Money, ...], once: OnceRequest | None,
-                now: int) -> Existing | Different | OverQuota | None:
-        if once is not None:
-            holder = self._state.once_holder(tool, once.key, now)
-            if holder is not None:
-                assert holder.once is not None
-                return Existing(holder) if holder.once.args == once.args else Different(holder)
-        if quota is not None:
-            return self._state.over_quota(tool, quota, calls, tuple(money), now)
-        return None
-
-    def settle(self, run: str, outcome: Outcome, charged: tuple[Money, ...]) -> RunEntry:
-        """Record what the run actually charged and how it ended."""
-        _check_held(0, charged, "charged")
-        return self._end(lambda now: Settle(run=run, time=now, outcome=outcome,
-                                            charged=tuple(charged)))
-
-    def release(self, run: str) -> RunEntry:
-        """Give back the reservation of a run that never started."""
-        return self._end(lambda now: Release(run=run, time=now))
 
     def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
         with self._lock:
@@ -256,12 +309,7 @@ class FileLedger:
         """Check `event` as a restart would read it back, apply it, and queue
         it for the next flush. Called under the lock, so the queue is in the
         order the state saw."""
-        encoded = LEDGER.encode(event)
-        try:
-            LEDGER.decode(encoded)
-        except RecordError as exc:
-            raise LedgerBug(f"a {event.TYPE} event the ledger could not read back: "
-                            f"{exc.message}") from None
+        encoded = checked_encoding(event)
         entry = self._state.apply(event)
         return entry, self._commit.submit(encoded)
 
@@ -279,6 +327,12 @@ class FileLedger:
 
     def unsettled(self) -> tuple[RunEntry, ...]:
         return self._read(self._state.unsettled)
+
+    def mine(self) -> tuple[RunEntry, ...]:
+        return self.runs()
+
+    def renew_lease(self, lease_ms: int) -> bool:
+        return True  # one process, holding the directory's lock, for as long as it runs
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
         """`tool`'s use of `quota` over the window ending at `now` (default:
@@ -367,7 +421,7 @@ def _recorded(admission: Admission | None) -> dict[str, str | None]:
     return {"caller": admission.caller, "profile": admission.profile, "grants": admission.grants}
 
 
-def _check_held(calls: int, money: tuple[Money, ...], what: str) -> None:
+def check_held(calls: int, money: tuple[Money, ...], what: str) -> None:
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
         raise LedgerBug(f"calls must be a whole number of at least 0, not {calls!r}")
     for amount in money:

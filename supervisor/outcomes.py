@@ -57,7 +57,8 @@ def answer_of_journal(entry: RunEntry, files: RunFiles) -> CallOutcome:
         return Refused(
             "in_progress",
             f"this call was already made as run {entry.run}, which ended as {entry.outcome}; "
-            "its journal is no longer kept, so its result cannot be given again")
+            "its journal is not on this server's disk (it is no longer kept, or another "
+            "instance sharing the ledger ran it), so its result cannot be given again here")
     return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
 
 

@@ -50,7 +50,9 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
                 f"journal {path} has no reservation in the ledger: staal cannot tell what this "
                 "run holds; move the journal out of the journal directory once you have checked "
                 "what it did (staal journal show), then start again")
-    for entry in entries.values():
+    # On a shared store another instance's runs are in the ledger too, with
+    # their journals on its own disk: only this one's are recovered here.
+    for entry in ledger.mine():
         files = RunFiles(journals, entry.tool, entry.run)
         if entry.state != "unsettled":
             if files.inputs.exists() or files.waiting.exists():

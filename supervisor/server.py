@@ -36,7 +36,7 @@ from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
-from staal.supervisor.ledger import FileLedger
+from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
@@ -46,6 +46,7 @@ from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
+from staal.supervisor.store import describe_store, open_ledger
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -79,8 +80,8 @@ class Server:
             ServerLock.acquire, server.journals, 5.0,
             lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
         self.ledger = await asyncio.to_thread(
-            FileLedger.open, server.journals / "server.ledger", SYSTEM_CLOCK,
-            warn=lambda text: self.log("clock_behind", level="warning", message=text))
+            open_ledger, server, SYSTEM_CLOCK,
+            lambda text: self.log("clock_behind", level="warning", message=text))
         self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
@@ -104,7 +105,7 @@ class Server:
         self.server_info = ServerInfo(server.name, staal.__version__)
         self.pool.serving = True
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
-                 journals=str(server.journals), ledger=str(server.journals / "server.ledger"),
+                 journals=str(server.journals), ledger=describe_store(server),
                  version=staal.__version__)
 
     async def serve_resources(self, tools: dict[str, ToolRuntime]) -> None:
@@ -169,6 +170,26 @@ class Server:
                 await self.keep_files()
             except StaalError as exc:
                 self.log("retention_failed", level="error", kind=exc.kind, message=exc.message)
+
+    async def keep_lease(self) -> None:
+        """Renew this instance's lease (supervisor/lease.py) until serving
+        ends; once another process holds the instance's identity, stop
+        taking calls: the runs this one would settle are no longer its."""
+        lease = Lease(self.ledger.renew_lease)
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                state = await asyncio.to_thread(lease.renew)
+            except StaalError as exc:  # the store unreachable: the lease runs down, try again
+                self.log("lease_renewal_failed", level="warning", kind=exc.kind,
+                         message=exc.message)
+                continue
+            if state is LeaseState.LOST:
+                self.log("lease_lost", level="error", message=(
+                    "another process registered this instance (the same host and journal "
+                    "directory) in the shared store; this one stops serving"))
+                self.stopping.set()
+                return
 
     async def close(self) -> None:
         self.waiting.stopping.set()
@@ -268,10 +289,12 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
     loop.add_signal_handler(signal.SIGTERM, server.terminated)
     daily = asyncio.ensure_future(server.daily())
     metrics = MetricsListener(server, metrics_sock)
+    lease = asyncio.ensure_future(server.keep_lease())
     try:
         await transport(server)
     finally:
         daily.cancel()
+        lease.cancel()
         await metrics.close()
         await server.close()
     return 0

@@ -9,6 +9,7 @@ name): its runs, its rate and its own quotas."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.manifest import Manifest, QuotaConfig
 from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import LedgerState, read_ledger
+from staal.supervisor.ledger import LedgerState
 from staal.supervisor.quota import caller_key
+from staal.supervisor.store import describe_store, read_view, this_instance
 
 
 def server_pid(journals: Path) -> int | None:
@@ -49,14 +51,40 @@ def _when(ms: int | None) -> str | None:
 
 def collect(manifest: Manifest) -> dict[str, Any]:
     journals = manifest.server.journals
-    state = read_ledger(journals / "server.ledger")
+    view = read_view(manifest.server)
+    state, me = view.state, this_instance(manifest.server)
     pid = server_pid(journals)
-    runs = [_run(entry, journals, pid is not None) for entry in state.unsettled()]
+    runs = [_run(entry, journals, pid is not None) if view.owners.get(entry.run, me) == me
+            else _elsewhere(entry, view.owners[entry.run]) for entry in state.unsettled()]
     now = max([e.reserved_ms for e in state.runs()] + [_now_ms()])
     quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
               if tool.quota is not None]
-    return {"server": {"running": pid is not None, "pid": pid, "journals": str(journals)},
-            "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
+    report = {"server": {"running": pid is not None, "pid": pid, "journals": str(journals),
+                         "store": describe_store(manifest.server)},
+              "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
+    if view.instances:
+        report["instances"] = [_instance(i, me, view.owners, state, now)
+                               for i in view.instances]
+    return report
+
+
+def _elsewhere(entry: Any, owner: str) -> dict[str, Any]:
+    """An unfinished run another instance owns: its journal is on that
+    instance's disk, so only the ledger's part is known here."""
+    return {"run": entry.run, "tool": entry.tool, "reserved": _when(entry.reserved_ms),
+            "state": "owned by another instance", "owner": owner}
+
+
+def _instance(instance: Any, me: str | None, owners: Mapping[str, str],
+              state: LedgerState, now: int) -> dict[str, Any]:
+    """One instance; its lease is live while it renews it (supervisor/lease.py)."""
+    unsettled = sum(1 for e in state.unsettled() if owners.get(e.run) == instance.instance)
+    until = instance.lease_until_ms
+    return {"instance": instance.instance, "this": instance.instance == me,
+            "fence": instance.fence, "started": _when(instance.started_ms),
+            "version": instance.version, "lease_until": _when(until),
+            "lease": "released" if until is None else "live" if until > now else "expired",
+            "unsettled_runs": unsettled}
 
 
 def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str, Any]]:
@@ -147,7 +175,18 @@ def render(report: dict[str, Any]) -> str:
             if run["state"] == "waiting_for_operator":
                 lines.append(f"      in doubt: {_in_doubt(run)}")
                 lines.append(f"      resolve:  {run['resolve']}")
+            if "owner" in run:
+                lines.append(f"      owner:    {run['owner']}")
     lines.append("")
+    for instance in report.get("instances", []):
+        this = " (this one)" if instance["this"] else ""
+        until = f" until {instance['lease_until']}" if instance["lease_until"] else ""
+        lines.append(f"instance {instance['instance']}{this}: fencing token {instance['fence']}, "
+                     f"started {instance['started']}, staal {instance['version']}, "
+                     f"lease {instance['lease']}{until}, "
+                     f"{instance['unsettled_runs']} unfinished runs")
+    if report.get("instances"):
+        lines.append("")
     if not report["quotas"]:
         lines.append("quotas: none")
     for quota in report["quotas"]:

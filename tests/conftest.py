@@ -9,6 +9,7 @@ import pytest
 from tests import services
 from tests.authorization import AuthorizationServer
 from tests.payments import payments  # noqa: F401  (the fixture, for every test module)
+from tests.pg_store import pg_store  # noqa: F401  (the fixture: a PostgreSQL store of its own)
 from tests.recorder import Recorder
 
 

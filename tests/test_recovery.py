@@ -29,18 +29,25 @@ def main(order: str, get: HttpGet) -> dict:
 """
 
 
-def lookup_manifest(tmp_path, service):
+def lookup_manifest(tmp_path, service, **server):
     (tmp_path / "lookup.py").write_text(f"BASE = {service.base!r}\n" + LOOKUP)
     service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
     grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
-    return write_manifest(tmp_path, [tool("lookup", "lookup.py", grants)])
+    return write_manifest(tmp_path, [tool("lookup", "lookup.py", grants)], **server)
 
 
 def interrupted(tmp_path, service):
     """A run killed with its server while the service holds its request."""
     manifest = lookup_manifest(tmp_path, service)
+    interrupt(manifest, service)
+    (entry,) = read_ledger(tmp_path / "journals" / "server.ledger").unsettled()
+    return manifest, entry.run
+
+
+def interrupt(manifest, service, env=None):
+    """Kill the server of `manifest` with its run's request held by the service."""
     hold = service.hold("/v1/orders/o1")
-    served = start(manifest)
+    served = start(manifest, env)
     served.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
                  "params": {"name": "lookup", "arguments": {"order": "o1"}}})
     assert hold.arrived.wait(WAIT), served.stderr()
@@ -54,8 +61,6 @@ def interrupted(tmp_path, service):
     hold.release.set()
     with service.lock:
         del service.holds["/v1/orders/o1"]
-    (entry,) = read_ledger(tmp_path / "journals" / "server.ledger").unsettled()
-    return manifest, entry.run
 
 
 def serve_once(manifest, env=None) -> subprocess.CompletedProcess:

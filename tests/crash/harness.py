@@ -30,6 +30,7 @@ from staal.appendlog import read_log
 from staal.journal_records import JOURNAL, End
 from staal.money import Money
 from staal.supervisor.ledger import read_ledger
+from staal.supervisor.ledger_postgres import read_postgres
 from tests.payments import Payments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,7 +266,11 @@ async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments
 # -- one cell ---------------------------------------------------------------------
 
 
-def manifest(workdir: Path, base: str, cell: Cell) -> Path:
+# The variable a cell on the PostgreSQL store names for its DSN.
+STORE_ENV = "STAAL_CRASH_STORE_DSN"
+
+
+def manifest(workdir: Path, base: str, cell: Cell, postgres: bool = False) -> Path:
     (workdir / "refund.py").write_text(PROGRAM)
     tool: dict[str, Any] = {
         "name": "refund_order", "description": "Refund part of an order.",
@@ -284,7 +289,9 @@ def manifest(workdir: Path, base: str, cell: Cell) -> Path:
     }
     if cell.once:
         tool["once"] = {"by": ["order"], "keep": "1d"}
-    data = {"server": {"name": "crash", "journals": "journals"}, "tools": [tool]}
+    data: dict[str, Any] = {"server": {"name": "crash", "journals": "journals"}, "tools": [tool]}
+    if postgres:
+        data["server"]["store"] = {"postgres": {"dsn": {"env": STORE_ENV}}}
     path = workdir / "manifest.json"
     path.write_text(json.dumps(data))
     return path
@@ -313,17 +320,20 @@ def kill_while_held(payments: Payments) -> Callable[[Server], dict[str, list[int
     return kill
 
 
-def run_cell(cell: Cell) -> Observed:
+def run_cell(cell: Cell, store_dsn: str | None = None) -> Observed:
+    """Run `cell`; with `store_dsn`, the ledger in that PostgreSQL store."""
     observed = Observed(cell)
     workdir = Path(tempfile.mkdtemp(prefix="staal-crash-"))
     payments = Payments()
     try:
         intent = payments.intent(amount=5000, currency="usd")
         arguments = {**CALL, "order": intent["id"]}
-        path = manifest(workdir, payments.base, cell)
+        path = manifest(workdir, payments.base, cell, postgres=store_dsn is not None)
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("STAAL_KILL")}
         base_env.pop("STAAL_TEST_KILL_POINTS", None)
         base_env["STRIPE_SECRET_KEY"] = payments.key
+        if store_dsn is not None:
+            base_env[STORE_ENV] = store_dsn
         first_env, meanwhile = base_env, None
         if cell.held:
             meanwhile = kill_while_held(payments)
@@ -357,7 +367,7 @@ def run_cell(cell: Cell) -> Observed:
             observed.first_run, observed.first_worker = started[0]["run"], started[0]["pid"]
         observed.requests = payments.requests()
         observed.refunds = payments.refunds()
-        gather_files(workdir / "journals", observed)
+        gather_files(workdir / "journals", observed, store_dsn)
         judge(cell, observed)
     finally:
         payments.stop()
@@ -390,8 +400,10 @@ def recovery(stderr: Path) -> tuple[list[tuple[str, str]], list[dict]]:
     return found, started
 
 
-def gather_files(journals: Path, observed: Observed) -> None:
-    runs = read_ledger(journals / "server.ledger").runs()
+def gather_files(journals: Path, observed: Observed, store_dsn: str | None = None) -> None:
+    state = (read_ledger(journals / "server.ledger") if store_dsn is None
+             else read_postgres(store_dsn).state)
+    runs = state.runs()
     observed.runs = [e.run for e in runs]
     observed.unsettled = [e.run for e in runs if e.state == "unsettled"]
     charged = Money.zero("USD")

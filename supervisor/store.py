@@ -1,0 +1,69 @@
+"""Which store holds the ledger (`server.store`, issue 15): the file store,
+`<journals>/server.ledger` (the default, and what version 1 did), or a
+PostgreSQL database several instances share. The server, status and the
+console reach a store only through these two functions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from staal.clock import Clock
+from staal.manifest import ServerConfig
+from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
+from staal.supervisor.ledger_postgres import (
+    PostgresLedger,
+    SharedView,
+    instance_name,
+    read_postgres,
+)
+from staal.supervisor.pg_schema import StoreError
+
+__all__ = ["SharedView", "StoreError", "describe_store", "open_ledger", "read_state", "read_view",
+           "this_instance"]
+
+
+def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
+                environ: Mapping[str, str] = os.environ) -> Ledger:
+    """The ledger the server writes, opened (and on PostgreSQL, its schema
+    created or upgraded and this instance registered)."""
+    if server.store is None:
+        return FileLedger.open(server.journals / LEDGER_FILE, clock, warn=warn)
+    return PostgresLedger.open(dsn_of(server, environ), instance_name(server.journals), clock,
+                               warn)
+
+
+def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:
+    """The ledger as it is now, read without changing it (status, console)."""
+    return read_view(server, environ).state
+
+
+def read_view(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> SharedView:
+    """The ledger with each run's owner and the instances sharing it (none
+    on the file store, where this one server owns every run)."""
+    if server.store is None:
+        return SharedView(read_ledger(server.journals / LEDGER_FILE), {}, ())
+    return read_postgres(dsn_of(server, environ))
+
+
+def this_instance(server: ServerConfig) -> str | None:
+    """This journal directory's instance on a shared store (None: the file store)."""
+    return None if server.store is None else instance_name(server.journals)
+
+
+def describe_store(server: ServerConfig) -> str:
+    """Where the ledger is, for logs and status: never the DSN itself."""
+    if server.store is None:
+        return str(server.journals / LEDGER_FILE)
+    return f"postgres (the DSN in ${server.store.dsn.env})"
+
+
+def dsn_of(server: ServerConfig, environ: Mapping[str, str]) -> str:
+    assert server.store is not None
+    name = server.store.dsn.env
+    dsn = environ.get(name)
+    if not dsn:
+        raise StoreError(f"server.store.postgres.dsn names ${name}, which is not set in the "
+                         "supervisor's environment")
+    return dsn

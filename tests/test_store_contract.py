@@ -1,0 +1,224 @@
+"""The store's contract (issue 15 item 1): every test here runs against the
+file store and the PostgreSQL store, through the `Ledger` interface alone,
+and each must give the same answers (seed 000 sections 5-7)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staal.canonical import sha256_hex
+from staal.clock import FixedClock
+from staal.durations import Duration
+from staal.ledger_records import OnceHold
+from staal.manifest import QuotaConfig
+from staal.money import Money
+from staal.supervisor.ledger import (
+    Admission,
+    Different,
+    Existing,
+    FileLedger,
+    Ledger,
+    LedgerBug,
+    OverQuota,
+    Reserved,
+)
+from staal.supervisor.ledger_postgres import PostgresLedger
+from tests.pg_store import PgStore
+
+T0 = 1_700_000_000_000
+HOUR = 3_600_000
+QUOTA = QuotaConfig(window=Duration.parse("1h"), calls=2, money=Money("10", "USD"))
+
+
+class Store:
+    """Opens ledgers of one store, all on one clock, collecting warnings."""
+
+    def __init__(self, opener: Callable[[FixedClock, Callable[[str], None]], Any]) -> None:
+        self.clock = FixedClock(T0)
+        self.warnings: list[str] = []
+        self._opener = opener
+        self._opened: list[Any] = []
+
+    def open(self) -> Any:
+        ledger = self._opener(self.clock, self.warnings.append)
+        self._opened.append(ledger)
+        return ledger
+
+    def close_all(self) -> None:
+        for ledger in self._opened:
+            ledger.close()
+
+
+@pytest.fixture(params=["file", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "file":
+        path = tmp_path / "journals" / "server.ledger"
+        made = Store(lambda clock, warn: FileLedger.open(path, clock, warn=warn))
+    else:
+        pg: PgStore = request.getfixturevalue("pg_store")
+        made = Store(lambda clock, warn: PostgresLedger.open(pg.dsn, "instance-1", clock, warn))
+    try:
+        yield made
+    finally:
+        made.close_all()
+
+
+def usd(amount: str) -> tuple[Money, ...]:
+    return (Money(amount, "USD"),)
+
+
+def hold(key: str = "a", args: str = "1", keep_ms: int | None = HOUR) -> OnceHold:
+    return OnceHold(key=key * 64, args=args * 64, keep_ms=keep_ms)
+
+
+def reserved(ledger: Ledger, tool: str = "t", **kwargs: Any) -> Reserved:
+    result = ledger.reserve_call(tool, kwargs.get("quota"), 1, kwargs.get("money", ()),
+                                 kwargs.get("once"), kwargs.get("admission"))
+    assert isinstance(result, Reserved), result
+    return result
+
+
+def test_the_postgresql_ledger_offers_every_method_of_the_ledger_interface_with_its_signature(
+        ) -> None:
+    methods = [name for name in vars(Ledger) if not name.startswith("_")]
+    assert "mine" in methods and "compact" in methods
+    for name in methods:
+        assert inspect.signature(getattr(PostgresLedger, name)) == \
+            inspect.signature(getattr(Ledger, name)), name
+
+
+def test_every_run_reserved_settled_or_released_is_read_back_as_it_was_after_reopening(
+        store: Store) -> None:
+    ledger = store.open()
+    a = reserved(ledger, money=usd("5"), once=hold())
+    b = reserved(ledger, tool="u")
+    c = reserved(ledger)
+    store.clock.advance(10)
+    ledger.settle(a.run, "done", usd("2"))
+    ledger.release(b.run)
+    before = ledger.runs()
+    ledger.close()
+    again = store.open()
+    assert again.runs() == before
+    assert [e.run for e in again.unsettled()] == [c.run]
+    assert [e.run for e in again.mine()] == [a.run, b.run, c.run]
+    settled = again.run(a.run)
+    assert (settled.state, settled.ended_ms, settled.outcome, settled.charged) == \
+        ("settled", T0 + 10, "done", usd("2"))
+    assert again.run("f" * 32) is None
+
+
+def test_a_second_settle_or_a_release_after_a_settle_is_refused_and_changes_nothing(
+        store: Store) -> None:
+    ledger = store.open()
+    run = reserved(ledger).run
+    ledger.settle(run, "done", usd("1"))
+    with pytest.raises(LedgerBug):
+        ledger.settle(run, "failed", usd("9"))
+    with pytest.raises(LedgerBug):
+        ledger.release(run)
+    with pytest.raises(LedgerBug):
+        ledger.release("e" * 32)
+    ledger.close()
+    entry = store.open().run(run)
+    assert (entry.state, entry.outcome, entry.charged) == ("settled", "done", usd("1"))
+
+
+def test_a_once_key_is_held_by_its_run_until_its_keep_ends_then_a_new_run_takes_it(
+        store: Store) -> None:
+    ledger = store.open()
+    first = reserved(ledger, once=hold())
+    same = ledger.reserve_call("t", None, 1, (), hold())
+    assert isinstance(same, Existing) and same.entry.run == first.run
+    other = ledger.reserve_call("t", None, 1, (), hold(args="2"))
+    assert isinstance(other, Different) and other.entry.run == first.run
+    assert ledger.once_holder("t", "a" * 64).run == first.run
+    ledger.settle(first.run, "done", ())
+    store.clock.advance(HOUR - 1)
+    assert isinstance(ledger.reserve_call("t", None, 1, (), hold()), Existing)
+    store.clock.advance(1)
+    second = reserved(ledger, once=hold())
+    assert second.run != first.run
+    assert ledger.once_holder("t", "a" * 64).run == second.run
+    assert len(ledger.runs()) == 2
+
+
+def test_a_released_run_gives_its_once_key_and_its_quota_back(store: Store) -> None:
+    ledger = store.open()
+    first = reserved(ledger, once=hold(), quota=QUOTA)
+    reserved(ledger, quota=QUOTA)
+    assert isinstance(ledger.reserve_call("t", QUOTA, 1, (), None), OverQuota)
+    ledger.release(first.run)
+    assert ledger.once_holder("t", "a" * 64) is None
+    again = reserved(ledger, once=hold(), quota=QUOTA)
+    assert again.run != first.run
+
+
+def test_a_quota_refuses_the_call_that_would_exceed_it_and_frees_as_its_window_passes(
+        store: Store) -> None:
+    ledger = store.open()
+    reserved(ledger, quota=QUOTA, money=usd("4"))
+    store.clock.advance(1000)
+    reserved(ledger, quota=QUOTA, money=usd("4"))
+    refused = ledger.reserve_call("t", QUOTA, 1, usd("1"), None)
+    assert isinstance(refused, OverQuota) and refused.which == "calls"
+    assert refused.frees_at_ms == T0 + HOUR + 1
+    assert len(ledger.runs()) == 2
+    use = ledger.quota_use("t", QUOTA)
+    assert (use.calls, use.money_held) == (2, Money("8", "USD"))
+    store.clock.advance(HOUR + 1 - 1000)
+    refused = ledger.reserve_call("t", QUOTA, 1, usd("7"), None)
+    assert isinstance(refused, OverQuota) and refused.which == "money"
+    assert isinstance(ledger.reserve_call("t", QUOTA, 1, usd("6"), None), Reserved)
+
+
+def test_a_callers_rate_counts_its_runs_of_every_tool_and_its_once_keys_are_its_own(
+        store: Store) -> None:
+    ledger = store.open()
+    a, b = sha256_hex(b"caller a"), sha256_hex(b"caller b")
+    rate = QuotaConfig(Duration(HOUR, "1h"), calls=2)
+
+    def admission(caller: str) -> Admission:
+        return Admission(caller=caller, profile="p", grants="g", rate=rate)
+
+    reserved(ledger, "t", admission=admission(a))
+    reserved(ledger, "u", admission=admission(a))
+    refused = ledger.reserve_call("v", None, 1, (), None, admission(a))
+    assert isinstance(refused, OverQuota) and refused.scope == "rate"
+    made = reserved(ledger, "v", admission=admission(b))
+    assert ledger.run(made.run).caller == b
+
+
+def test_a_clock_behind_the_ledger_stamps_with_the_ledgers_time_and_warns_once(
+        store: Store) -> None:
+    ledger = store.open()
+    first = reserved(ledger)
+    store.clock.advance(-5000)
+    second = reserved(ledger)
+    third = reserved(ledger)
+    assert (first.time, second.time, third.time) == (T0, T0, T0)
+    assert ledger.now_ms() == T0
+    assert len(store.warnings) == 1 and "5000 ms behind the ledger" in store.warnings[0]
+
+
+def test_compaction_drops_only_runs_no_file_window_or_once_key_keeps(store: Store) -> None:
+    ledger = store.open()
+    old = reserved(ledger)
+    held = reserved(ledger, once=hold(keep_ms=None))
+    ledger.settle(old.run, "done", ())
+    ledger.settle(held.run, "done", ())
+    store.clock.advance(2 * HOUR)
+    recent = reserved(ledger, "u")
+    result = ledger.compact(set(), {"t": HOUR, "u": HOUR})
+    assert (set(result.kept), set(result.dropped)) == ({held.run, recent.run}, {old.run})
+    assert [e.run for e in ledger.runs()] == [held.run, recent.run]
+    ledger.close()
+    again = store.open()
+    assert [e.run for e in again.runs()] == [held.run, recent.run]
+    assert isinstance(again.reserve_call("t", None, 1, (), hold(keep_ms=None)), Existing)
+    assert reserved(again).time == T0 + 2 * HOUR
