@@ -1,0 +1,122 @@
+"""staal.worker.serve.Channel: a worker's one ZeroMQ socket, used by the
+thread that serves the run, with heartbeats from a parked thread once the
+run began (issue 12 item 3). The supervisor's side is played by a real
+ROUTER on a real ipc endpoint; every wait is a bounded poll."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import zmq
+
+from staal.errors import StaalError
+from staal.messages import Check, Ended, Heartbeat, PrintLine, Run, pack, unpack
+from staal.worker.serve import Channel
+
+BOUND_MS = 20_000  # what a message may take to arrive on a loaded machine
+
+
+@pytest.fixture
+def router(tmp_path: Path):
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    socket.setsockopt(zmq.LINGER, 0)
+    endpoint = f"ipc://{tmp_path / 'workers'}"
+    socket.bind(endpoint)
+    yield socket, endpoint
+    socket.close()
+    context.term()
+
+
+def next_message(socket: zmq.Socket) -> tuple[bytes, object]:
+    assert socket.poll(BOUND_MS), "no message arrived within the bound"
+    identity, frame = socket.recv_multipart()
+    return identity, unpack(frame)
+
+
+def test_a_channel_says_it_is_ready_answers_checks_and_hands_over_the_run_in_order(router):
+    socket, endpoint = router
+    channel = Channel(endpoint)
+    try:
+        channel.start()
+        identity, ready = next_message(socket)
+        assert identity == f"w{os.getpid()}".encode()
+        assert ready == Heartbeat(pid=os.getpid())
+        socket.send_multipart([identity, pack(Check(manifest="m.json", tool="noop"))])
+        assert channel.receive() == Check(manifest="m.json", tool="noop")
+        run = Run(run="a" * 32, tool="noop", journal="j", inputs="i")
+        socket.send_multipart([identity, pack(run)])
+        assert channel.receive() == run
+        channel.begin_run(run.run)
+        sent = [PrintLine(run=run.run, text=f"line {i}") for i in range(50)]
+        for message in sent:
+            channel.send(message)
+        channel.send(Ended(run=run.run, outcome="done", result=1))
+        got = []
+        while len(got) < len(sent) + 1:
+            message = next_message(socket)[1]
+            if not isinstance(message, Heartbeat):
+                got.append(message)
+        assert got == [*sent, Ended(run=run.run, outcome="done", result=1)]
+    finally:
+        channel.finish()
+
+
+def test_while_the_run_runs_the_heartbeat_thread_sends_heartbeats_naming_it(router):
+    socket, endpoint = router
+    channel = Channel(endpoint)
+    try:
+        channel.start()
+        assert next_message(socket)[1] == Heartbeat(pid=os.getpid())
+        channel.begin_run("b" * 32)
+        # The serving thread is busy with the run (here: this test waiting);
+        # the beats come from the channel's own thread.
+        beats = [next_message(socket)[1] for _ in range(2)]
+        assert beats == [Heartbeat(pid=os.getpid(), run="b" * 32)] * 2
+    finally:
+        channel.finish()
+    # Stopped: no beat arrives after finish() returned.
+    assert not socket.poll(1_500)
+
+
+def test_an_idle_channel_sends_heartbeats_while_it_waits_for_a_message(router):
+    socket, endpoint = router
+    channel = Channel(endpoint)
+    received: list[object] = []
+    try:
+        channel.start()
+        identity, _ = next_message(socket)
+        waiting = threading.Thread(target=lambda: received.append(channel.receive()))
+        waiting.start()
+        beats = [next_message(socket)[1] for _ in range(2)]
+        assert beats == [Heartbeat(pid=os.getpid())] * 2  # no run named: it has none yet
+        socket.send_multipart([identity, pack(Check(manifest="m.json", tool="noop"))])
+        waiting.join(BOUND_MS / 1000)
+        assert received == [Check(manifest="m.json", tool="noop")]
+    finally:
+        channel.finish()
+
+
+def test_a_channel_finished_before_any_run_stops_its_parked_thread(router):
+    socket, endpoint = router
+    channel = Channel(endpoint)
+    channel.start()
+    assert next_message(socket)[1] == Heartbeat(pid=os.getpid())
+    channel.finish()  # returns only once the parked thread has returned
+    assert not socket.poll(1_500)  # and it sent nothing
+
+
+def test_a_frame_that_is_not_a_message_is_refused_by_name_and_the_channel_still_closes(router):
+    socket, endpoint = router
+    channel = Channel(endpoint)
+    try:
+        channel.start()
+        identity, _ = next_message(socket)
+        socket.send_multipart([identity, b"not json"])
+        with pytest.raises(StaalError, match="a message frame is not JSON"):
+            channel.receive()
+    finally:
+        channel.finish()
