@@ -22,6 +22,7 @@ import gc
 import os
 import select
 import signal
+import sys
 from pathlib import Path
 
 from staal.manifest import load_manifest
@@ -47,8 +48,9 @@ def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepar
 
 def warm(configs: dict[str, RunConfig]) -> None:
     """Do once here what every worker would otherwise do first: imports, the
-    step counter's view of which folders are not the program's, and the
-    record encoders' per-type plans. A fork inherits all of it."""
+    step counter's decision for every file imported so far, the grants' URL
+    patterns compiled, and the record encoders' per-type plans. A fork
+    inherits all of it."""
     import zmq  # noqa: F401
 
     from staal.worker.capabilities import implementation
@@ -66,9 +68,15 @@ def warm(configs: dict[str, RunConfig]) -> None:
     from staal.messages import MESSAGES
     from staal.records import _encoding_plan, _hints
     from staal.worker.limits import StepCounter
+    from staal.worker.urls import prepare_patterns
 
+    imported = [f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str)]
     for config in configs.values():
-        StepCounter(config.limits.max_steps, config.program.parent)
+        StepCounter(config.limits.max_steps, config.program.parent).decide_ahead(imported)
+        for grant in config.grants.values():
+            for inner in grant.walk():
+                if inner.only:
+                    prepare_patterns(tuple(inner.only))
     for family in (JOURNAL, MESSAGES):
         for record_type in family.types:
             _encoding_plan(record_type)
