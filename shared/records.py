@@ -16,6 +16,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from staal.errors import MoneyError, RecordError
@@ -66,7 +67,7 @@ class Family:
     types: tuple[type[Record], ...]
 
     def by_tag(self) -> Mapping[str, type[Record]]:
-        return {t.TYPE: t for t in self.types}
+        return _by_tag(self.types)
 
     def encode(self, record: Record) -> dict[str, Any]:
         if type(record) not in self.types:
@@ -153,11 +154,23 @@ def _hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls, include_extras=True)
 
 
+# Made once per family and per record type, not per record decoded: the
+# supervisor decodes every message a worker sends.
+@cache
+def _by_tag(types: tuple[type[Record], ...]) -> Mapping[str, type[Record]]:
+    return MappingProxyType({t.TYPE: t for t in types})
+
+
+@cache
+def _fields(cls: type) -> Mapping[str, dataclasses.Field]:
+    return MappingProxyType({f.name: f for f in dataclasses.fields(cls)})
+
+
 def _decode_dataclass(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
         raise RecordError(f"expected an object, not {_json_kind(data)}", path)
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = _fields(cls)
     for key in data:
         if key not in fields:
             raise RecordError("unknown field", _join(path, key))
