@@ -108,6 +108,32 @@ def _encoding_plan(cls: type) -> tuple[tuple[str, bool], ...]:
     return tuple((f.name, not _written_as_is(hints[f.name])) for f in dataclasses.fields(cls))
 
 
+def prepare_encoding(types: tuple[type, ...]) -> None:
+    """Make the encoding plan of each of `types` and of every dataclass their
+    fields can hold (a run's usage, a failure, a capability's result): a
+    process forked after this (a worker, from its zygote) finds them made,
+    instead of evaluating type hints for each on its first record."""
+    seen: set[type] = set()
+    pending = [t for t in types if dataclasses.is_dataclass(t)]
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        _encoding_plan(cls)
+        _fields(cls)
+        for tp in _hints(cls).values():
+            pending.extend(_dataclasses_in(tp))
+
+
+def _dataclasses_in(tp: Any) -> list[type]:
+    """The dataclasses a type names, itself or inside its arguments."""
+    found = [tp] if isinstance(tp, type) and dataclasses.is_dataclass(tp) else []
+    for arg in get_args(tp):
+        found.extend(_dataclasses_in(arg))
+    return found
+
+
 def _written_as_is(tp: Any) -> bool:
     origin = get_origin(tp)
     if tp is Any or tp in _AS_IS:

@@ -66,7 +66,7 @@ def warm(configs: dict[str, RunConfig]) -> None:
     import staal.worker.serve  # noqa: F401
     from staal.journal_records import JOURNAL
     from staal.messages import MESSAGES
-    from staal.records import _encoding_plan, _hints
+    from staal.records import prepare_encoding
     from staal.worker.limits import StepCounter
     from staal.worker.urls import prepare_patterns
 
@@ -77,10 +77,7 @@ def warm(configs: dict[str, RunConfig]) -> None:
             for inner in grant.walk():
                 if inner.only:
                     prepare_patterns(tuple(inner.only))
-    for family in (JOURNAL, MESSAGES):
-        for record_type in family.types:
-            _encoding_plan(record_type)
-            _hints(record_type)
+    prepare_encoding(JOURNAL.types + MESSAGES.types)
 
 
 class Zygote:
