@@ -1,5 +1,5 @@
 """staal.worker.serve.Channel: a worker's one ZeroMQ socket, used by the
-thread that serves the run, with heartbeats from a parked thread once the
+thread that serves the run, with heartbeats from its own thread once the
 run began (issue 12 item 3). The supervisor's side is played by a real
 ROUTER on a real ipc endpoint; every wait is a bounded poll."""
 
@@ -100,12 +100,12 @@ def test_an_idle_channel_sends_heartbeats_while_it_waits_for_a_message(router):
         channel.finish()
 
 
-def test_a_channel_finished_before_any_run_stops_its_parked_thread(router):
+def test_a_channel_finished_before_any_run_stops_its_heartbeat_thread_which_sent_nothing(router):
     socket, endpoint = router
     channel = Channel(endpoint)
     channel.start()
     assert next_message(socket)[1] == Heartbeat(pid=os.getpid())
-    channel.finish()  # returns only once the parked thread has returned
+    channel.finish()  # returns only once the heartbeat thread has returned
     assert not socket.poll(1_500)  # and it sent nothing
 
 

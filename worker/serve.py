@@ -4,7 +4,7 @@ It connects its own ZeroMQ DEALER to the supervisor's ROUTER and says it is
 ready (a heartbeat with no run). The main thread uses the socket itself
 (`Channel`): while idle it waits for a message, sending a heartbeat each
 second, and answers start-up checks; the first `run` message is its one
-run, during which a parked thread, started while idle to keep it off the
+run, during which a thread, started while idle to keep it off the
 run's path, sends the heartbeats. Failures leave as data (kind, message), never as tracebacks.
 """
 
@@ -56,7 +56,7 @@ class Channel:
 
     Heartbeats: while idle the main thread, waiting for a message, sends one
     each second itself. Once the run is received it is busy with the run, so
-    a small thread (started while idle, parked until then) sends them. It
+    a small thread (started while idle, silent until then) sends them. It
     takes the same lock as every send, so the socket is used by one thread at
     a time (ZeroMQ's rule), and it never receives: the supervisor sends a
     worker nothing after its run. It is a bare `_thread` thread: a
@@ -75,14 +75,14 @@ class Channel:
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(endpoint)
         self.run_id: str | None = None
-        self._lock = _thread.allocate_lock()  # held for every use of the socket
-        self._go = _locked()  # released when the run begins: the beats start
+        self._lock = _thread.allocate_lock()  # held for every use of the socket once the run began
         self._stop = _locked()  # released at the end: the beats stop
         self._done = _locked()  # released by the heartbeat thread as it returns
         self._beating = False
 
     def start(self) -> None:
-        """Say this worker is ready, and start the parked heartbeat thread."""
+        """Say this worker is ready, and start the heartbeat thread (silent
+        until the run begins)."""
         self.socket.send(pack(Heartbeat(pid=os.getpid())))
         _thread.start_new_thread(self._beat, ())
         self._beating = True
@@ -96,20 +96,23 @@ class Channel:
 
     def begin_run(self, run_id: str) -> None:
         """From here on the main thread runs the run: the heartbeat thread
-        takes over the beats (and names the run in them)."""
+        takes over the beats (and names the run in them). Called after the
+        main thread's last use of the socket without the lock."""
         self.run_id = run_id
-        self._go.release()
 
     def send(self, message: Record) -> None:
         with self._lock:
             self.socket.send(pack(message))
 
     def _beat(self) -> None:
+        # Wakes each second; sends only once the run began (before, the main
+        # thread owns the socket). Waking it at the run's start instead
+        # would put a lock release and a thread switch on the run's path.
         try:
-            self._go.acquire()
             while not self._stop.acquire(timeout=HEARTBEAT_S):
                 with self._lock:
-                    self.socket.send(pack(Heartbeat(pid=os.getpid(), run=self.run_id)))
+                    if self.run_id is not None:
+                        self.socket.send(pack(Heartbeat(pid=os.getpid(), run=self.run_id)))
         finally:
             self._done.release()
 
@@ -118,8 +121,6 @@ class Channel:
         (LINGER), within five seconds."""
         if self._beating:
             self._stop.release()
-            if self.run_id is None:
-                self._go.release()  # never began: let the parked thread see the stop
             self._done.acquire()
         self.socket.close()
         self.context.term()
