@@ -118,12 +118,14 @@ class Channel:
 
     def finish(self) -> None:
         """Stop the beats, then close: what was sent is delivered first
-        (LINGER), within five seconds."""
+        (LINGER), within five seconds. Finishing again does nothing."""
         if self._beating:
+            self._beating = False
             self._stop.release()
             self._done.acquire()
-        self.socket.close()
-        self.context.term()
+        if not self.context.closed:
+            self.socket.close()
+            self.context.term()
 
 
 def _locked() -> _thread.LockType:
