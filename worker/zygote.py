@@ -87,6 +87,7 @@ class Zygote:
         self.configs = configs
         self.prepared = prepared
         self.children: set[int] = set()
+        self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -119,7 +120,11 @@ class Zygote:
         for pid in list(self.children):
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except ProcessLookupError:
+                # Forked, but not yet in a group of its own (its first act):
+                # killed by pid, or it would outlive this zygote.
+                _kill(pid)
+            except PermissionError:
                 pass
         self.reap()
 
@@ -153,6 +158,8 @@ class Zygote:
             os.setpgid(0, 0)  # its own group, so a stuck worker is killed whole
             with confine.broker_section():
                 die_with_parent()
+            if os.getppid() != self.pid:
+                return  # the zygote died before that took hold: no run will ever come
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in (self.report, self.wake_r, self.wake_w):
                 os.close(fd)
@@ -177,6 +184,13 @@ class Zygote:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def flush_c_stdio() -> None:
