@@ -283,11 +283,12 @@ def main() -> None:
                         help="--py-spy: sample the zygote and its workers instead")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--experiment", action="append", default=[],
-                        choices=["defer-fork", "preimport-http"],
+                        choices=["defer-fork", "preimport-http", "no-rehearsal"],
                         help="try a change to staal from outside (servers/trace/tracer.py), as "
                              "one more staal row (--profile: on the traced server): defer-fork "
                              "asks for a replacement worker when a run ends; preimport-http has "
-                             "the zygote import httpcore, h11 and certifi")
+                             "the zygote import httpcore, h11 and certifi; no-rehearsal has idle "
+                             "workers skip serve.rehearse")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")

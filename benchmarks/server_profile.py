@@ -252,9 +252,12 @@ def worker_costs(args: argparse.Namespace) -> None:
     labels = {
         "A": "fork, exit at once",
         "B": "A + the worker's ZeroMQ context and DEALER socket, closed again",
-        "C": "B + the channel's Python thread",
+        "C": "B + a `threading.Thread` (the channel's before issue 12 item 3)",
         "D": "A + one run of the no-op tool (journal " + ("on /dev/shm" if args.on_shm else "on disk") + ")",
         "E": "C + D: a worker's work, without its messages",
+        "F": "D after the idle rehearsal (`serve.rehearse`)",
+        "G": "D with the collector off (`gc.disable()` after the fork)",
+        "H": "B + a bare `_thread` thread (the channel's heartbeat thread now)",
     }
     print(f"\n### What one worker costs ({args.forks} forks per case; the zygote: "
           f"{zygote.get('VmRSS', '?')} resident, {zygote.get('VmSize', '?')} mapped)\n")

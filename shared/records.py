@@ -16,6 +16,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from staal.errors import MoneyError, RecordError
@@ -66,7 +67,7 @@ class Family:
     types: tuple[type[Record], ...]
 
     def by_tag(self) -> Mapping[str, type[Record]]:
-        return {t.TYPE: t for t in self.types}
+        return _by_tag(self.types)
 
     def encode(self, record: Record) -> dict[str, Any]:
         if type(record) not in self.types:
@@ -105,6 +106,32 @@ def _encoding_plan(cls: type) -> tuple[tuple[str, bool], ...]:
     JSON or scalar type is written as it is, without walking it."""
     hints = _hints(cls)
     return tuple((f.name, not _written_as_is(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def prepare_encoding(types: tuple[type, ...]) -> None:
+    """Make the encoding plan of each of `types` and of every dataclass their
+    fields can hold (a run's usage, a failure, a capability's result): a
+    process forked after this (a worker, from its zygote) finds them made,
+    instead of evaluating type hints for each on its first record."""
+    seen: set[type] = set()
+    pending = [t for t in types if dataclasses.is_dataclass(t)]
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        _encoding_plan(cls)
+        _fields(cls)
+        for tp in _hints(cls).values():
+            pending.extend(_dataclasses_in(tp))
+
+
+def _dataclasses_in(tp: Any) -> list[type]:
+    """The dataclasses a type names, itself or inside its arguments."""
+    found = [tp] if isinstance(tp, type) and dataclasses.is_dataclass(tp) else []
+    for arg in get_args(tp):
+        found.extend(_dataclasses_in(arg))
+    return found
 
 
 def _written_as_is(tp: Any) -> bool:
@@ -153,11 +180,23 @@ def _hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls, include_extras=True)
 
 
+# Made once per family and per record type, not per record decoded: the
+# supervisor decodes every message a worker sends.
+@cache
+def _by_tag(types: tuple[type[Record], ...]) -> Mapping[str, type[Record]]:
+    return MappingProxyType({t.TYPE: t for t in types})
+
+
+@cache
+def _fields(cls: type) -> Mapping[str, dataclasses.Field]:
+    return MappingProxyType({f.name: f for f in dataclasses.fields(cls)})
+
+
 def _decode_dataclass(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
         raise RecordError(f"expected an object, not {_json_kind(data)}", path)
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = _fields(cls)
     for key in data:
         if key not in fields:
             raise RecordError("unknown field", _join(path, key))

@@ -20,7 +20,7 @@ from staal.money import Money
 from staal.outcomes import Usage
 from staal.program import CapabilityRefused
 from staal.worker.broker import GrantState, ParamUsage
-from staal.worker.urls import UrlRefused, allowed
+from staal.worker.urls import UrlRefused, _segment_regex, allowed, prepare_patterns
 
 REFUND = "payments.stripe.refund"
 
@@ -601,3 +601,15 @@ def test_usage_charged_is_sorted_by_currency_and_one_per_currency():
     usage.add((Money("2", "EUR"), Money("3", "USD")))
     usage.add(())
     assert usage.frozen() == Usage(actions=3, charged=(Money("2", "EUR"), Money("4", "USD")))
+
+
+def test_patterns_prepared_ahead_match_as_before_and_leave_nothing_to_compile():
+    """The zygote prepares each grant's `only` (worker/zygote.py `warm`): a
+    worker's check then compiles no regular expression."""
+    patterns = ("https://api.example.com/v9/*-prepared/**", "https://api.example.com/v9/ok")
+    prepare_patterns(patterns)
+    compiled = _segment_regex.cache_info().misses
+    assert allowed(patterns, "https://api.example.com/v9/x-prepared/a/b")
+    assert allowed(patterns, "https://api.example.com/v9/ok")
+    assert not allowed(patterns, "https://api.example.com/v9/x-other/a")
+    assert _segment_regex.cache_info().misses == compiled

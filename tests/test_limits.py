@@ -239,6 +239,37 @@ def test_code_outside_the_program_root_is_not_counted(root, impl):
     assert result["steps"] == 3 + 2 * len(data)
 
 
+def test_a_counter_counts_alike_from_decisions_taken_ahead_and_asks_the_file_system_nothing(root):
+    """The zygote decides ahead for every file it imported (worker/zygote.py
+    `warm`); a worker's counter then counts as one deciding itself would,
+    without a realpath per file."""
+    data = list(range(40))
+    result = result_of(
+        run(
+            f"""
+            sys.path.insert(0, str(ROOT / "elsewhere"))
+            import heapq, library
+            files = [m.__file__ for m in list(sys.modules.values())
+                     if isinstance(getattr(m, "__file__", None), str)]
+            StepCounter(100_000, ROOT / "program", implementation="c").decide_ahead(files)
+            counter = StepCounter(100_000, ROOT / "program", implementation="c")
+            asked = []
+            real = os.path.realpath
+            os.path.realpath = lambda path, *a, **k: asked.append(path) or real(path, *a, **k)
+            counter.start()
+            program.sort_both_ways({data!r})
+            library.library_loop(100)
+            counter.stop()
+            os.path.realpath = real
+            report(steps=counter.steps, asked=asked)
+            """,
+            root,
+        )
+    )
+    assert result["steps"] == 3 + 2 * len(data)  # the program's lines only, as without
+    assert result["asked"] == []
+
+
 def test_threads_started_by_the_program_are_counted(root, impl):
     result = result_of(
         run(

@@ -277,3 +277,38 @@ def test_any_json_result_round_trips_in_an_ended_message(run, time, result):
     assert unpack(pack(message)) == message
     end = End(outcome="done", time=time, result=result)
     assert JOURNAL.decode(orjson.loads(orjson.dumps(JOURNAL.encode(end)))) == end
+
+
+def test_encodings_prepared_ahead_leave_a_forked_worker_no_type_hints_to_evaluate():
+    """The zygote prepares every journal and message type and the dataclasses
+    they hold (worker/zygote.py `warm`); a run's end, with its usage and a
+    failure with frames, then evaluates no type hints when it is encoded."""
+    import subprocess
+    import sys
+
+    script = """
+import json
+from staal import records
+from staal.journal_records import JOURNAL, End
+from staal.messages import MESSAGES
+from staal.money import Money
+from staal.outcomes import Failure, Frame, Usage
+
+def end():
+    return End(outcome="failed", time=1, failure=Failure("value", "no", (Frame("p.py", 3, "f", "x"),)),
+               usage={"pay": Usage(actions=1, charged=(Money("1.00", "EUR"),))})
+
+if PREPARE:
+    records.prepare_encoding(JOURNAL.types + MESSAGES.types)
+before = records._hints.cache_info().misses
+encoded = JOURNAL.encode(end())
+print(json.dumps({"evaluated": records._hints.cache_info().misses - before,
+                  "same": JOURNAL.decode(encoded) == end()}))
+"""
+    results = {}
+    for prepare in (False, True):
+        out = subprocess.run([sys.executable, "-c", f"PREPARE = {prepare}\n" + script],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        results[prepare] = orjson.loads(out)
+    assert results[False]["evaluated"] > 0  # unprepared, the encoder evaluates hints
+    assert results[True] == {"evaluated": 0, "same": True}

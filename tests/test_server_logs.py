@@ -158,3 +158,21 @@ def test_a_run_id_is_logged_when_its_run_starts(tmp_path):
     lines = session.stderr.lines
     assert lines.index(next(line for line in lines if '"run_started"' in line)) < lines.index(
         next(line for line in lines if '"run_ended"' in line))
+
+
+def test_a_log_line_s_time_is_the_utc_clock_to_the_millisecond_from_one_second_to_the_next():
+    """The formatted second is kept between lines (supervisor/log.py `_now`):
+    a line's time is still the clock's, read between two readings of it."""
+    import datetime
+
+    from staal.supervisor.log import _now
+
+    seconds = set()
+    while len(seconds) < 2:  # across at least one change of second
+        before = datetime.datetime.now(datetime.UTC)
+        text = _now()
+        after = datetime.datetime.now(datetime.UTC)
+        assert TIME.match(text), text
+        moment = datetime.datetime.fromisoformat(text)
+        assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= moment <= after
+        seconds.add(text[:19])

@@ -23,7 +23,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -187,11 +187,27 @@ class StepCounter:
     # --------------------------------------------------------- C tracing
 
     def _counts_file(self, filename: str) -> bool:
-        """Asked by the C counter once per `co_filename`."""
+        """Asked by the C counter once per `co_filename` (per counter: a run
+        has its own), answered from what this process decided before."""
+        key = (self.program_root, filename)
         try:
-            return self._counts(filename)
+            return _DECIDED[key]
+        except KeyError:
+            pass
+        try:
+            counted = self._counts(filename)
         except (TypeError, ValueError, OSError):  # an odd file name
-            return False
+            counted = False
+        _DECIDED[key] = counted
+        return counted
+
+    def decide_ahead(self, filenames: Iterable[str]) -> None:
+        """Decide now whether each of `filenames` is counted: the zygote does
+        so for every module it imported, so its workers' counters ask the
+        file system (realpath, one comparison per excluded folder) about
+        none of them."""
+        for filename in filenames:
+            self._counts_file(filename)
 
     def _failure(self) -> RunFailed:
         return RunFailed("budget", f"the run exceeded max_steps ({self.max_steps} line events)")
@@ -254,6 +270,12 @@ class StepCounter:
         if not path.is_relative_to(self.program_root):
             return False
         return not any(path.is_relative_to(excluded) for excluded in self._excluded)
+
+
+# Whether a file is counted, by (program root, file name): it depends on
+# the two paths only, so every counter of this process shares the answers,
+# and a worker inherits those its zygote took.
+_DECIDED: dict[tuple[Path, str], bool] = {}
 
 
 @functools.lru_cache(maxsize=64)

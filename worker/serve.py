@@ -1,23 +1,20 @@
 """A worker: one forked process that serves exactly one run, then exits.
 
 It connects its own ZeroMQ DEALER to the supervisor's ROUTER and says it is
-ready (a heartbeat with no run). A background thread owns the socket from
-the start: it sends a heartbeat every second, passes what arrives (checks,
-the run) to the main thread, and sends what the run reports (started,
-print, stopped, ended). Starting it while idle keeps it off a run's path.
-While idle the worker answers start-up checks; the first `run` message is
-its one run. Failures leave as data (kind, message), never as tracebacks.
+ready (a heartbeat with no run). The main thread uses the socket itself
+(`Channel`): while idle it waits for a message, sending a heartbeat each
+second, and answers start-up checks; the first `run` message is its one
+run, during which a thread, started while idle to keep it off the
+run's path, sends the heartbeats. Failures leave as data (kind, message), never as tracebacks.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
-import queue
-import threading
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import orjson
 import zmq
@@ -52,15 +49,25 @@ from staal.worker.run import Prepared, RunRequest, note_violation, resume, start
 from staal.worker.spans import RunRecorder
 
 HEARTBEAT_S = 1.0
-_STOP = object()
 
 
-class Channel(threading.Thread):
-    """Owns the worker's socket: heartbeats, arrivals into `inbox`, and the
-    messages `send` queues, in order."""
+class Channel:
+    """Owns the worker's DEALER socket, from the main thread: it receives
+    (checks, then the run) and sends (checked, started, print, progress,
+    stopped, ended) itself, so a message crosses no thread inside the worker.
+
+    Heartbeats: while idle the main thread, waiting for a message, sends one
+    each second itself. Once the run is received it is busy with the run, so
+    a small thread (started while idle, silent until then) sends them. It
+    takes the same lock as every send, so the socket is used by one thread at
+    a time (ZeroMQ's rule), and it never receives: the supervisor sends a
+    worker nothing after its run. It is a bare `_thread` thread: a
+    `threading.Thread` costs a forked worker several times its CPU in
+    copy-on-write faults (BENCHMARKS.md, issue 12 item 3). It is a Python
+    thread on purpose: a run stuck in C code holding the interpreter stops
+    the heartbeats, and the supervisor kills it (supervisor/pool.py)."""
 
     def __init__(self, endpoint: str) -> None:
-        super().__init__(name="staal-channel", daemon=True)
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.IDENTITY, f"w{os.getpid()}".encode())
@@ -69,48 +76,64 @@ class Channel(threading.Thread):
         # overlap): retry a refused connect every 10 ms, not every 100.
         self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
         self.socket.connect(endpoint)
-        # The main thread wakes this one through a pair of inproc sockets.
-        self.wake_in = self.context.socket(zmq.PAIR)
-        self.wake_in.bind(f"inproc://wake-{id(self)}")
-        self.wake_out = self.context.socket(zmq.PAIR)
-        self.wake_out.connect(f"inproc://wake-{id(self)}")
-        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.inbox: queue.SimpleQueue[Record] = queue.SimpleQueue()
         self.run_id: str | None = None
+        self._lock = _thread.allocate_lock()  # held for every use of the socket once the run began
+        self._stop = _locked()  # released at the end: the beats stop
+        self._done = _locked()  # released by the heartbeat thread as it returns
+        self._beating = False
+
+    def start(self) -> None:
+        """Say this worker is ready, and start the heartbeat thread (silent
+        until the run begins)."""
+        self.socket.send(pack(Heartbeat(pid=os.getpid())))
+        _thread.start_new_thread(self._beat, ())
+        self._beating = True
+
+    def receive(self) -> Record:
+        """The next message from the supervisor (main thread, before the run
+        began), sending a heartbeat each second without one."""
+        while not self.socket.poll(int(HEARTBEAT_S * 1000)):
+            self.socket.send(pack(Heartbeat(pid=os.getpid())))
+        return unpack(self.socket.recv())
+
+    def begin_run(self, run_id: str) -> None:
+        """From here on the main thread runs the run: the heartbeat thread
+        takes over the beats (and names the run in them). Called after the
+        main thread's last use of the socket without the lock."""
+        self.run_id = run_id
 
     def send(self, message: Record) -> None:
-        self.outgoing.put(message)
-        self.wake_out.send(b"")
+        with self._lock:
+            self.socket.send(pack(message))
+
+    def _beat(self) -> None:
+        # Wakes each second; sends only once the run began (before, the main
+        # thread owns the socket). Waking it at the run's start instead
+        # would put a lock release and a thread switch on the run's path.
+        try:
+            while not self._stop.acquire(timeout=HEARTBEAT_S):
+                with self._lock:
+                    if self.run_id is not None:
+                        self.socket.send(pack(Heartbeat(pid=os.getpid(), run=self.run_id)))
+        finally:
+            self._done.release()
 
     def finish(self) -> None:
-        self.outgoing.put(_STOP)
-        self.wake_out.send(b"")
-        self.join()
-        for sock in (self.wake_out, self.wake_in, self.socket):
-            sock.close()
-        self.context.term()
+        """Stop the beats, then close: what was sent is delivered first
+        (LINGER), within five seconds. Finishing again does nothing."""
+        if self._beating:
+            self._beating = False
+            self._stop.release()
+            self._done.acquire()
+        if not self.context.closed:
+            self.socket.close()
+            self.context.term()
 
-    def run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
-        poller.register(self.wake_in, zmq.POLLIN)
-        self.socket.send(pack(Heartbeat(pid=os.getpid())))
-        while True:
-            ready = dict(poller.poll(int(HEARTBEAT_S * 1000)))
-            if not ready:
-                self.socket.send(pack(Heartbeat(pid=os.getpid(), run=self.run_id)))
-            if self.socket in ready:
-                self.inbox.put(unpack(self.socket.recv()))
-            if self.wake_in in ready:
-                self.wake_in.recv()
-                while True:
-                    try:
-                        item = self.outgoing.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is _STOP:
-                        return
-                    self.socket.send(pack(item))
+
+def _locked() -> _thread.LockType:
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    return lock
 
 
 def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOutcome]) -> None:
@@ -158,14 +181,14 @@ def serve_one(endpoint: str, configs: dict[str, RunConfig],
     except Exception:  # noqa: BLE001 - a rehearsal is an optimisation; the run reports real problems
         pass
     channel = Channel(endpoint)
-    channel.start()
     try:
+        channel.start()
         while True:
-            message = channel.inbox.get()
+            message = channel.receive()
             if isinstance(message, Check):
                 channel.send(checked(message.tool, configs, prepared))
             elif isinstance(message, Run):
-                channel.run_id = message.run
+                channel.begin_run(message.run)
                 serve_run(channel, message, configs, prepared)
                 return 0
     finally:

@@ -109,6 +109,15 @@ def _match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     return ok and _match(rest, path[1:])
 
 
+def prepare_patterns(patterns: tuple[str, ...]) -> None:
+    """Compile `patterns` and their wildcard segments now (the zygote, for
+    each grant's `only`), so that a worker forked later finds them cached."""
+    for text in patterns:
+        for segment in compile_pattern(text).segments:
+            if "*" in segment and segment != "**":
+                _segment_regex(segment)
+
+
 def allowed(patterns: tuple[str, ...], url: str) -> bool:
     target = parse_request_url(url)
     return any(compile_pattern(p).matches(target) for p in patterns)

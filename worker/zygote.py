@@ -22,6 +22,7 @@ import gc
 import os
 import select
 import signal
+import sys
 from pathlib import Path
 
 from staal.manifest import load_manifest
@@ -47,8 +48,9 @@ def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepar
 
 def warm(configs: dict[str, RunConfig]) -> None:
     """Do once here what every worker would otherwise do first: imports, the
-    step counter's view of which folders are not the program's, and the
-    record encoders' per-type plans. A fork inherits all of it."""
+    step counter's decision for every file imported so far, the grants' URL
+    patterns compiled, and the record encoders' per-type plans. A fork
+    inherits all of it."""
     import zmq  # noqa: F401
 
     from staal.worker.capabilities import implementation
@@ -64,15 +66,18 @@ def warm(configs: dict[str, RunConfig]) -> None:
     import staal.worker.serve  # noqa: F401
     from staal.journal_records import JOURNAL
     from staal.messages import MESSAGES
-    from staal.records import _encoding_plan, _hints
+    from staal.records import prepare_encoding
     from staal.worker.limits import StepCounter
+    from staal.worker.urls import prepare_patterns
 
+    imported = [f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str)]
     for config in configs.values():
-        StepCounter(config.limits.max_steps, config.program.parent)
-    for family in (JOURNAL, MESSAGES):
-        for record_type in family.types:
-            _encoding_plan(record_type)
-            _hints(record_type)
+        StepCounter(config.limits.max_steps, config.program.parent).decide_ahead(imported)
+        for grant in config.grants.values():
+            for inner in grant.walk():
+                if inner.only:
+                    prepare_patterns(tuple(inner.only))
+    prepare_encoding(JOURNAL.types + MESSAGES.types)
 
 
 class Zygote:
@@ -82,6 +87,7 @@ class Zygote:
         self.configs = configs
         self.prepared = prepared
         self.children: set[int] = set()
+        self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -114,7 +120,11 @@ class Zygote:
         for pid in list(self.children):
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except ProcessLookupError:
+                # Forked, but not yet in a group of its own (its first act):
+                # killed by pid, or it would outlive this zygote.
+                _kill(pid)
+            except PermissionError:
                 pass
         self.reap()
 
@@ -148,6 +158,8 @@ class Zygote:
             os.setpgid(0, 0)  # its own group, so a stuck worker is killed whole
             with confine.broker_section():
                 die_with_parent()
+            if os.getppid() != self.pid:
+                return  # the zygote died before that took hold: no run will ever come
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in (self.report, self.wake_r, self.wake_w):
                 os.close(fd)
@@ -172,6 +184,13 @@ class Zygote:
 
 
 PR_SET_PDEATHSIG = 1
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def flush_c_stdio() -> None:

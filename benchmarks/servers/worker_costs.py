@@ -11,11 +11,18 @@ barely moves them. The parent's own CPU per fork is the page-table copy.
     A  fork, exit at once
     B  A + the worker's ZeroMQ context and DEALER socket (its I/O and reaper
        threads), closed again
-    C  B + the channel's Python thread, started and joined
+    C  B + a `threading.Thread`, started and joined (the channel's thread
+       before issue 12 item 3)
+    H  B + the heartbeat thread as `serve.Channel` starts it now (a bare
+       `_thread` thread), started and joined
     D  A + one run of the no-op tool (`staal.worker.run.start`, journal in
        --journals), as `serve.execute` does it: narrow the tripwire, CPU
        backstop, read the inputs file
     E  C + D: what a worker does, without the messages
+    F  D after the idle rehearsal (`serve.rehearse`): what rehearsing adds
+       to a worker's CPU (it moves work off the run's path, not out of it)
+    G  D with the collector off for the child's life (`gc.disable()` right
+       after the fork): what the collector costs a one-run life
 
 Prints one JSON object: per case, medians of child CPU (µs), minor faults,
 wall time from fork to reaped (µs), and the parent's CPU per fork (µs).
@@ -70,6 +77,14 @@ def main() -> None:
         thread.start()
         thread.join()
 
+    def bare_thread() -> None:
+        import _thread
+
+        done = _thread.allocate_lock()
+        done.acquire()
+        _thread.start_new_thread(done.release, ())
+        done.acquire()
+
     def one_run() -> None:
         confine.narrow_tripwire(uses_ffi(config), note_violation)
         cpu_backstop(config.limits.cpu_ms / 1000)
@@ -80,12 +95,20 @@ def main() -> None:
                                    run_id=None, prepared=loaded))
         assert outcome.outcome == "done", outcome
 
+    def rehearsal() -> None:
+        from staal.worker.serve import rehearse
+
+        rehearse(configs, prepared)
+
     cases = {
         "A": (),
         "B": (zmq_socket,),
         "C": (zmq_socket, channel_thread),
         "D": (one_run,),
         "E": (zmq_socket, channel_thread, one_run),
+        "F": (rehearsal, one_run),
+        "G": (gc.disable, one_run),
+        "H": (zmq_socket, bare_thread),
     }
     status = Path("/proc/self/status").read_text()
     size = {line.split(":")[0]: line.split(":")[1].strip() for line in status.splitlines()

@@ -156,6 +156,10 @@ def _patch(module: Any) -> None:
         _defer_exits(module)
     if "defer-fork" in _experiments and module.__name__ == "staal.supervisor.pool":
         _defer_forks(module)
+    if "no-rehearsal" in _experiments and module.__name__ == "staal.worker.serve":
+        # An idle worker rehearses nothing: less CPU per worker, and the
+        # first touches of the engine's pages on the run's path instead.
+        module.rehearse = lambda configs, prepared: None
 
 
 def _patch_one(module: Any, target: str) -> None:
@@ -331,7 +335,8 @@ def install(path: str | None, fix_exit_race: bool = False,
     """In a staal process: trace to `path` (None: no tracing), with
     `fix_exit_race` apply the workaround in `_defer_exits`, and try the
     named `experiments` ("defer-fork": `_defer_forks`; "preimport-http":
-    the zygote imports httpx's lazy imports)."""
+    the zygote imports httpx's lazy imports; "no-rehearsal": idle workers
+    do not rehearse the engine's path)."""
     global _role, _tracing, _fix_exit_race, _wanted, _experiments
     argv = " ".join(sys.orig_argv)
     _role = ("zyg" if "staal.worker.zygote" in argv
@@ -346,6 +351,8 @@ def install(path: str | None, fix_exit_race: bool = False,
         import httpcore  # noqa: F401
     if fix_exit_race or "defer-fork" in _experiments:
         _wanted.add("staal.supervisor.pool")
+    if "no-rehearsal" in _experiments:
+        _wanted.add("staal.worker.serve")
     if _wanted:
         sys.meta_path.insert(0, _Hook())
     if not _tracing:
@@ -493,7 +500,7 @@ PHASES = (
      "sup:write_inputs<"),
     ("checkout: fork request to the zygote, log `run_started`", "sup:write_inputs<", "sup:send.Run"),
     ("ZeroMQ, supervisor to worker", "sup:send.Run", "wrk:recv.Run"),
-    ("worker: channel thread to main thread", "wrk:recv.Run", "wrk:serve_run>"),
+    ("worker: the run received to serve_run", "wrk:recv.Run", "wrk:serve_run>"),
     ("worker: tripwire, CPU backstop, read inputs, check, hash", "wrk:serve_run>",
      "wrk:JournalWriter.create>"),
     ("worker: journal created (header, fsync file and directory)", "wrk:JournalWriter.create>",
@@ -501,7 +508,7 @@ PHASES = (
     ("worker: bind, step counter, the program itself", "wrk:JournalWriter.create<",
      "wrk:RunContext.finish>"),
     ("worker: end record, fsync", "wrk:RunContext.finish>", "wrk:RunContext.finish<"),
-    ("worker: close, queue the end, channel thread sends it", "wrk:RunContext.finish<",
+    ("worker: close, send the end", "wrk:RunContext.finish<",
      "wrk:send.Ended"),
     ("ZeroMQ, worker to supervisor", "wrk:send.Ended", "sup:recv.Ended"),
     ("conclude: run log line, settle (thread hop, fsync)", "sup:recv.Ended",
