@@ -31,8 +31,10 @@ _STDIN_MESSAGE = "a tool may not read standard input (sys.stdin.{}); its inputs 
 _replaced_stdin: list[object] = []
 
 
-class _RefusedStdinBuffer(io.BufferedIOBase):
-    """`sys.stdin.buffer` of a tool: every read is refused."""
+class _Descriptor0:
+    """What both refused streams say of themselves: readable (so a library
+    that checks before reading reads, and is refused), on descriptor 0,
+    which is /dev/null by then, and no terminal."""
 
     def readable(self) -> bool:
         return True
@@ -42,6 +44,10 @@ class _RefusedStdinBuffer(io.BufferedIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+class _RefusedStdinBuffer(_Descriptor0, io.BufferedIOBase):
+    """`sys.stdin.buffer` of a tool: every read is refused."""
 
     def read(self, size: int | None = -1) -> bytes:
         refuse(_STDIN_MESSAGE.format("buffer.read"))
@@ -65,7 +71,7 @@ class _RefusedStdinBuffer(io.BufferedIOBase):
         refuse(_STDIN_MESSAGE.format("buffer.peek"))
 
 
-class _RefusedStdin(io.TextIOBase):
+class _RefusedStdin(_Descriptor0, io.TextIOBase):
     """`sys.stdin` of a tool: every read is refused. `fileno()` is 0, which
     is /dev/null by then."""
 
@@ -88,15 +94,6 @@ class _RefusedStdin(io.TextIOBase):
     @property
     def name(self) -> str:
         return "<stdin>"
-
-    def readable(self) -> bool:
-        return True
-
-    def fileno(self) -> int:
-        return 0
-
-    def isatty(self) -> bool:
-        return False
 
     def read(self, size: int | None = -1) -> str:
         refuse(_STDIN_MESSAGE.format("read"))
