@@ -14,7 +14,7 @@ from pathlib import Path
 
 from staal.manifest import Manifest
 from staal.supervisor.quota import LedgerState, RunEntry
-from staal.supervisor.status import _in_doubt, _now_ms, collect
+from staal.supervisor.status import collect, in_doubt, ledger_now_ms
 from staal.supervisor.store import read_state
 
 # Runs listed on the overview, newest first: enough to find a recent one by
@@ -89,14 +89,14 @@ def overview(manifest: Manifest, query: str = "") -> Overview:
     state = read_state(manifest.server)
     unfinished = {run["run"]: run for run in report["runs"]}
     waiting = tuple(
-        WaitingRun(run["run"], run["tool"], _in_doubt(run), run["resolve"])
+        WaitingRun(run["run"], run["tool"], in_doubt(run), run["resolve"])
         for run in report["runs"] if run["state"] == "waiting_for_operator")
     rows = [_row(entry, unfinished) for entry in state.runs()]
     rows.sort(key=lambda row: (row.reserved_ms, row.run), reverse=True)
     needle = query.lower()
     matched = [row for row in rows if not needle or needle in
                f"{row.run}\n{row.tool}\n{row.state}".lower()]
-    now = max([e.reserved_ms for e in state.runs()] + [_now_ms()])
+    now = ledger_now_ms(state)
     quotas = tuple(_chart(state, quota, now) for quota in report["quotas"])
     server = report["server"]
     return Overview(server["running"], server["pid"], manifest.server.journals, waiting, quotas,

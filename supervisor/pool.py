@@ -41,6 +41,7 @@ import zmq.asyncio
 from staal.errors import StaalError
 from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pack, unpack
 from staal.records import Record
+from staal.supervisor.exits import describe_exit, wait_status
 from staal.supervisor.poolstate import (
     HAS_ZYGOTE,
     POOL_TRANSITIONS,
@@ -69,22 +70,6 @@ CALL_WAIT_S = 10.0
 ZYGOTE_SILENT_S = 3.0
 ZYGOTE_BOOT_S = 60.0
 WATCH_S = 1.0
-
-
-def _status_of(returncode: int) -> int:
-    """A wait status from a Popen return code (negative: killed by a signal)."""
-    return -returncode if returncode < 0 else returncode << 8
-
-
-def describe_exit(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        return f"was killed by {name}"
-    return f"exited with code {os.waitstatus_to_exitcode(status)}"
 
 
 class Pool:
@@ -417,7 +402,7 @@ class Pool:
                 self._exited(int(pid_text), int(status))
             self._owed()
         code = await asyncio.to_thread(zygote.wait)
-        self._zygote_died(describe_exit(_status_of(code)))
+        self._zygote_died(describe_exit(wait_status(code)))
 
     def _forked(self, pid: int) -> None:
         self.asked = max(0, self.asked - 1)

@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.manifest import Manifest, QuotaConfig
@@ -42,6 +43,14 @@ def server_pid(journals: Path) -> int | None:
     return pid if "serve" in command else None
 
 
+def ledger_now_ms(state: LedgerState, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Now, for a reader beside the server: the later of the clock and the
+    latest reservation the ledger holds, so a clock set back never puts a
+    quota's window before the runs it counts (the ledger's own `now_ms` is
+    the later of the clock and its last event, likewise)."""
+    return max([e.reserved_ms for e in state.runs()] + [clock.now_ms()])
+
+
 def _when(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -56,7 +65,7 @@ def collect(manifest: Manifest) -> dict[str, Any]:
     pid = server_pid(journals)
     runs = [_run(entry, journals, pid is not None) if view.owners.get(entry.run, me) == me
             else _elsewhere(entry, view.owners[entry.run]) for entry in state.unsettled()]
-    now = max([e.reserved_ms for e in state.runs()] + [_now_ms()])
+    now = ledger_now_ms(state)
     quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
               if tool.quota is not None]
     report = {"server": {"running": pid is not None, "pid": pid, "journals": str(journals),
@@ -114,12 +123,6 @@ def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str,
     return list(callers.values())
 
 
-def _now_ms() -> int:
-    import time
-
-    return time.time_ns() // 1_000_000
-
-
 def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
     files = RunFiles(journals, entry.tool, entry.run)
     run: dict[str, Any] = {"run": entry.run, "tool": entry.tool,
@@ -173,7 +176,7 @@ def render(report: dict[str, Any]) -> str:
         for run in runs:
             lines.append(f"  {run['run']:<32}  {run['tool']:<20}  {run['state']:<36}  {run['reserved']}")
             if run["state"] == "waiting_for_operator":
-                lines.append(f"      in doubt: {_in_doubt(run)}")
+                lines.append(f"      in doubt: {in_doubt(run)}")
                 lines.append(f"      resolve:  {run['resolve']}")
             if "owner" in run:
                 lines.append(f"      owner:    {run['owner']}")
@@ -226,7 +229,7 @@ def _render_callers(callers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _in_doubt(run: dict) -> str:
+def in_doubt(run: dict) -> str:
     """The stop message, which names its op itself unless it is not the
     engine's usual one."""
     message = run.get("message") or ""

@@ -2,10 +2,11 @@
 the one reader): each op from its intent to its outcome, the prints, a stop,
 an operator's answer and the end, in the journal's order.
 
-What a page may show is chosen here: no argument values (the journal holds
-only their hash), no results (a result may repeat an argument or a secret
-a service echoed), an action's failure by its kind alone; the stop and the
-end with their messages (the caller was given them too), prints as printed.
+What a page may show is `disclosure.py`'s rule for the `OPERATOR`
+audience: no argument values (the journal holds only their hash), no results
+(a result may repeat an argument or a secret a service echoed), an action's
+failure by its kind alone; the stop and the end with their messages, the
+program's frames, prints as printed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Literal
 from staal.errors import LogDamaged
 from staal.journal import read_journal
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
-from staal.outcomes import format_frames
+from staal.supervisor.disclosure import OPERATOR, action_failure, end_failure, end_frames, printed
 
 EventKind = Literal["op", "value", "print", "stop", "answer", "end"]
 
@@ -67,7 +68,7 @@ def timeline(journal: Path, run: str, tool: str) -> Timeline:
     events: list[Event] = []
     ops: dict[int, int] = {}  # op -> its current event's index, to close it at its outcome
     for record in state.history:
-        event = _event(record, start)
+        event = _event(record, start, run)
         if isinstance(record, OutcomeRecord) and record.op in ops:
             opened = events[ops[record.op]]
             events[ops[record.op]] = _closed(opened, record, start)
@@ -87,7 +88,7 @@ def timeline(journal: Path, run: str, tool: str) -> Timeline:
     return Timeline(run, tool, start, tuple(events))
 
 
-def _event(record: object, start: int) -> Event | None:
+def _event(record: object, start: int, run: str) -> Event | None:
     if isinstance(record, Intent):
         read = ", a read" if record.read else ""
         return Event("op", f"op {record.op}: {record.action} via {record.param!r}",
@@ -97,8 +98,8 @@ def _event(record: object, start: int) -> Event | None:
         return Event("value", f"op {record.op}: {record.cap}", "a value, journaled",
                      record.time - start, record.time - start, op=record.op, ok=True)
     if isinstance(record, Print):
-        return Event("print", f"print {record.seq}", record.text, record.time - start,
-                     record.time - start)
+        return Event("print", f"print {record.seq}", printed(record, OPERATOR) or "",
+                     record.time - start, record.time - start)
     if isinstance(record, Stopped):
         return Event("stop", f"stopped at op {record.op}", record.message, record.time - start,
                      record.time - start, op=record.op)
@@ -107,11 +108,11 @@ def _event(record: object, start: int) -> Event | None:
         return Event("answer", f"operator's answer for op {record.op}", said,
                      record.time - start, record.time - start, op=record.op, ok=record.happened)
     if isinstance(record, End):
-        failure = record.failure
-        detail = "" if failure is None else f"{failure.kind}: {failure.message}"
-        frames = tuple(format_frames(failure.traceback)) if failure is not None else ()
+        failure = end_failure(record, run, OPERATOR)
+        detail = "" if failure is None else f"{failure[0]}: {failure[1]}"
         return Event("end", f"end: {record.outcome}", detail, record.time - start,
-                     record.time - start, ok=record.outcome == "done", traceback=frames)
+                     record.time - start, ok=record.outcome == "done",
+                     traceback=end_frames(record, OPERATOR))
     return None
 
 
@@ -119,11 +120,10 @@ def _closed(opened: Event, outcome: OutcomeRecord, start: int) -> Event:
     if outcome.ok:
         detail = opened.detail.replace("no outcome yet", "done")
     else:
-        # The kind only: an action's message may quote its URL or the service's
-        # answer, which may hold an argument (supervisor/journal_view.py on main
-        # leaves it out for the same reason); the run's end says what it told the caller.
-        failure = outcome.failure
-        said = f"failed: {failure.kind}" if failure else "failed"
+        # The kind only (disclosure.py): an action's message may quote its URL
+        # or the service's answer; the run's end says what it told the caller.
+        kind = action_failure(outcome)
+        said = f"failed: {kind}" if kind else "failed"
         detail = opened.detail.replace("no outcome yet", said)
     return Event("op", opened.label, detail, opened.start_ms, outcome.time - start,
                  op=opened.op, ok=outcome.ok)

@@ -48,7 +48,7 @@ from staal.outcomes import Failure
 from staal.protocol.credentials import credential_values, only_credentials
 from staal.protocol.http import Head
 from staal.redaction import redact
-from staal.supervisor.pool import _status_of, describe_exit
+from staal.supervisor.exits import describe_exit, wait_status
 from staal.supervisor.poolstate import POOL_TRANSITIONS, Backoff, PoolState
 from staal.supervisor.principal import AuthRefusal, Principal
 from staal.supervisor.verdict import judge, unavailable
@@ -187,7 +187,7 @@ class ProviderAuthenticator:
         told, and unless the server is closing it is replaced."""
         asyncio.get_running_loop().remove_reader(proc.pidfd)
         os.close(proc.pidfd)
-        proc.how = describe_exit(_status_of(proc.process.wait()))
+        proc.how = describe_exit(wait_status(proc.process.wait()))
         lost = VerifierLost(proc.how)
         for waiter in proc.pending.values():
             if not waiter.done():

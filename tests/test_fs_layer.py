@@ -23,7 +23,7 @@ PATH_CALLS = {"unlink", "write_bytes", "write_text", "rename", "mkdir", "touch",
 ALLOWED = {
     ("shared/killpoints.py", "os.open"): "a crash test's kill-once marker, beside the journals",
     ("supervisor/stdio.py", "os.open"): "/dev/null for standard input",
-    ("worker/confine.py", "os.open"): "/dev/null for standard input",
+    ("worker/inherited.py", "os.open"): "/dev/null for standard input",
     ("worker/serve.py", "os.open"): "/dev/null for the warm-up journal",
     ("worker/verifier.py", "os.open"): "/dev/null for the verifier's standard output and error",
     ("worker/zygote.py", "os.write"): "the report and wake-up pipes",

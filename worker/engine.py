@@ -33,7 +33,7 @@ from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.redaction import redact
 from staal.timings import TIMINGS
 from staal.worker.broker import GrantState
-from staal.worker.confine import broker_section
+from staal.worker.refusal import broker_section
 from staal.worker.spans import ActionNote, RunRecorder
 from staal.worker.tracebacks import program_frames
 

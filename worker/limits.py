@@ -32,7 +32,7 @@ from staal.budgets import MEMORY_EXIT_CODE, cpu_message
 from staal.program import RunFailed
 from staal.runconfig import Limits
 from staal.sizes import MIB
-from staal.worker.confine import broker_section, in_broker_section
+from staal.worker.refusal import broker_section, in_broker_section
 
 try:
     from staal.worker import _steps
