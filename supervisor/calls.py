@@ -15,6 +15,7 @@ at one step does none of the later ones.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,8 +125,9 @@ class Calls:
     tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
-    # Work that may wait until the answer is written (the server runs it).
-    after_answer: list[Callable[[], None]] = field(default_factory=list)
+    # Settles and their clean-ups still in their threads (`settle`): the
+    # server waits for them before it closes.
+    settling: set[asyncio.Future[None]] = field(default_factory=set)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
 
@@ -325,14 +327,46 @@ class Calls:
         lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
         append_log(files, b"".join(lines))
 
-    def _settle(self, files: RunFiles, final: Ended) -> None:
-        self.ledger.settle(files.run, final.outcome, charged_of(final))
-        kill_point("supervisor", "settle")
+    async def settle(self, files: RunFiles, final: Ended) -> None:
+        """Step 7's settle, returning once it is durable; then, in the same
+        thread and while the call is answered, the clean-up. One hop to a
+        thread per call instead of two: the answer waits for the settle
+        alone, as it did when the clean-up was a second hop after it."""
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def settle_then_clean_up() -> None:
+            try:
+                self.ledger.settle(files.run, final.outcome, charged_of(final))
+                kill_point("supervisor", "settle")
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
+                loop.call_soon_threadsafe(_resolve, settled, exc)
+                return
+            loop.call_soon_threadsafe(_resolve, settled, None)
+            try:
+                self._clean_up(files, final)
+            except Exception as exc:  # noqa: BLE001 - the call is answered; the log says it
+                loop.call_soon_threadsafe(self._clean_up_failed, files, exc)
+
+        # As asyncio.to_thread does: the caller's context (its span) goes along.
+        thread = loop.run_in_executor(None, contextvars.copy_context().run, settle_then_clean_up)
+        self.settling.add(thread)
+        thread.add_done_callback(self.settling.discard)
+        await settled
+
+    async def finish_settling(self) -> None:
+        """Wait for the clean-ups still running after their answers."""
+        await asyncio.gather(*self.settling)
+
+    def _clean_up_failed(self, files: RunFiles, error: Exception) -> None:
+        # What is left is the next start's to remove (its arguments file).
+        self.log("clean_up_failed", level="error", run=files.run, tool=files.tool,
+                 error=f"{type(error).__name__}: {error}")
 
     def _clean_up(self, files: RunFiles, final: Ended) -> None:
-        """After a settled run is answered: its log, its arguments file (a
-        crash before this leaves it for the next start to remove) and any
-        waiting record."""
+        """Once a run is settled: its log, its arguments file (a crash
+        before this leaves it for the next start to remove) and any waiting
+        record."""
         self._flush_log(files, final.outcome, final.failure)
         remove_inputs(files)
         self.waiting.remove(files)
@@ -359,8 +393,7 @@ class Calls:
             return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
-        await asyncio.to_thread(self._settle, files, final)
-        self.after_answer.append(lambda: self._clean_up(files, final))
+        await self.settle(files, final)
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if final.failure is not None and final.failure.traceback:
@@ -405,6 +438,15 @@ class Calls:
 
 
 Progress = Callable[[int, str], None]
+
+
+def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if future.cancelled():
+        return  # the awaiting call was cancelled; the settle is durable or failed regardless
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def increasing(progress: Progress | None) -> Progress:
