@@ -15,7 +15,6 @@ at one step does none of the later ones.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,9 +124,6 @@ class Calls:
     tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
-    # Settles and their clean-ups still in their threads (`settle`): the
-    # server waits for them before it closes.
-    settling: set[asyncio.Future[None]] = field(default_factory=set)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
 
@@ -327,41 +323,19 @@ class Calls:
         lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
         append_log(files, b"".join(lines))
 
-    async def settle(self, files: RunFiles, final: Ended) -> None:
-        """Step 7's settle, returning once it is durable; then, in the same
-        thread and while the call is answered, the clean-up. One hop to a
-        thread per call instead of two: the answer waits for the settle
-        alone, as it did when the clean-up was a second hop after it."""
-        loop = asyncio.get_running_loop()
-        settled: asyncio.Future[None] = loop.create_future()
-
-        def settle_then_clean_up() -> None:
-            try:
-                self.ledger.settle(files.run, final.outcome, charged_of(final))
-                kill_point("supervisor", "settle")
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
-                loop.call_soon_threadsafe(_resolve, settled, exc)
-                return
-            loop.call_soon_threadsafe(_resolve, settled, None)
-            try:
-                self._clean_up(files, final)
-            except Exception as exc:  # noqa: BLE001 - the call is answered; the log says it
-                loop.call_soon_threadsafe(self._clean_up_failed, files, exc)
-
-        # As asyncio.to_thread does: the caller's context (its span) goes along.
-        thread = loop.run_in_executor(None, contextvars.copy_context().run, settle_then_clean_up)
-        self.settling.add(thread)
-        thread.add_done_callback(self.settling.discard)
-        await settled
-
-    async def finish_settling(self) -> None:
-        """Wait for the clean-ups still running after their answers."""
-        await asyncio.gather(*self.settling)
-
-    def _clean_up_failed(self, files: RunFiles, error: Exception) -> None:
-        # What is left is the next start's to remove (its arguments file).
-        self.log("clean_up_failed", level="error", run=files.run, tool=files.tool,
-                 error=f"{type(error).__name__}: {error}")
+    def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
+        """Step 7's settle and, once it is durable, the clean-up, in one
+        thread: one hop per call instead of two. The answer waits for both
+        (a clean-up left running beside the answer measured slower:
+        BENCHMARKS.md). A failed clean-up is returned, not raised: the run
+        is settled and its outcome is still the answer."""
+        self.ledger.settle(files.run, final.outcome, charged_of(final))
+        kill_point("supervisor", "settle")
+        try:
+            self._clean_up(files, final)
+        except Exception as exc:  # noqa: BLE001 - handed back to be logged
+            return exc
+        return None
 
     def _clean_up(self, files: RunFiles, final: Ended) -> None:
         """Once a run is settled: its log, its arguments file (a crash
@@ -393,7 +367,11 @@ class Calls:
             return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
-        await self.settle(files, final)
+        failed = await asyncio.to_thread(self._settle_and_clean_up, files, final)
+        if failed is not None:
+            # What is left is the next start's to remove (its arguments file).
+            self.log("clean_up_failed", level="error", run=files.run, tool=tool.name,
+                     error=f"{type(failed).__name__}: {failed}")
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if final.failure is not None and final.failure.traceback:
@@ -438,15 +416,6 @@ class Calls:
 
 
 Progress = Callable[[int, str], None]
-
-
-def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.cancelled():
-        return  # the awaiting call was cancelled; the settle is durable or failed regardless
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
 
 
 def increasing(progress: Progress | None) -> Progress:

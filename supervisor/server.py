@@ -192,7 +192,6 @@ class Server:
 
     async def close(self) -> None:
         self.waiting.stopping.set()
-        await self.calls.finish_settling()  # before the journals' lock is released
         await self.pool.close()
         self.ledger.close()
         self.lock.release()
