@@ -419,46 +419,18 @@ def test_a_call_answered_is_already_settled_and_its_files_are_beside_its_journal
     assert result["structuredContent"] == {"result": {"echo": "hello"}}
     folder = site.journals / "echo" / run[:2]
     assert (folder / f"{run}.journal").is_file()
-    # The run's log and the removal of its arguments file follow the answer;
-    # a server that exits has done them.
-    server.stderr.wait_event("print", run=run, text="echoing hello")
+    # The run's log and the removal of its arguments file come with the
+    # settle, in its thread, before the answer.
+    assert not (folder / f"{run}.inputs.json").exists()
+    log = [json.loads(line) for line in (folder / f"{run}.log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "ended" and log[-1]["outcome"] == "done"
     server.close_stdin()
     assert server.wait_exit() == 0
-    log = [json.loads(line) for line in (folder / f"{run}.log.jsonl").read_text().splitlines()]
     assert {"event": "print", "text": "echoing hello"}.items() <= next(
         r for r in log if r["event"] == "print").items()
-    assert not (folder / f"{run}.inputs.json").exists()
     # The print went to stderr (in the log), never to the client.
     assert all("echoing" not in line.raw.decode() for line in server.lines)
 
-
-
-def test_a_clean_up_that_fails_once_the_run_is_settled_is_logged_and_the_call_gets_its_outcome(
-        server, site, service):
-    slow = service.hold("/slow")
-    server.initialize()
-    request = server.request("tools/call", {"name": "fetch", "arguments": {"url": service.base + "/slow"}})
-    assert slow.arrived.wait(WAIT), server.stderr.text
-    run = server.stderr.wait_event("run_started", tool="fetch")["run"]
-    folder = site.journals / "fetch" / run[:2]
-    # The worker has read its arguments; a directory in their file's place
-    # cannot be unlinked, so the clean-up after the settle fails.
-    inputs = folder / f"{run}.inputs.json"
-    inputs.unlink()
-    inputs.mkdir()
-    (inputs / "kept").write_bytes(b"")
-    slow.release.set()
-    answer = server.answer(request)
-    assert answer["result"]["structuredContent"] == {"result": {"status": 200}}
-    failed = server.stderr.wait_event("clean_up_failed", run=run)
-    assert failed["tool"] == "fetch" and "IsADirectoryError" in failed["error"]
-    [entry] = read_ledger(site.ledger_path).runs()
-    assert (entry.run, entry.state, entry.outcome) == (run, "settled", "done")
-    # The clean-up's first part, the run's log, was written; the GET was made once.
-    assert (folder / f"{run}.log.jsonl").is_file()
-    assert len(service.seen("GET", "/slow")) == 1
-    server.close_stdin()
-    assert server.wait_exit() == 0
 
 def test_a_cancelled_call_whose_run_has_not_started_does_nothing(server, site, service):
     server.initialize()
