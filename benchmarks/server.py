@@ -70,7 +70,12 @@ nothing once the pool has the fix. --experiment defer-fork adds a staal row
 that asks for each replacement worker when a run ends instead of when it
 starts; --experiment preimport-http one whose zygote imports what httpx
 leaves to its first client (httpcore, h11, certifi), which every worker
-otherwise imports again (experiments, from outside; see BENCHMARKS.md).
+otherwise imports again; --experiment fold-arguments one without the
+arguments file's two fsyncs (as if the arguments rode in the reserve's
+ledger event), --experiment journal-ahead one whose workers make a file and
+its directory entry durable while idle and create the run's journal without
+its directory's fsync (`servers/trace/folds.py`; experiments, from outside;
+see BENCHMARKS.md).
 
 Prints Markdown: a paragraph on the run, then tables under #### headings, to be
 pasted as they are under a run's ### heading in BENCHMARKS.md.
@@ -283,12 +288,14 @@ def main() -> None:
                         help="--py-spy: sample the zygote and its workers instead")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--experiment", action="append", default=[],
-                        choices=["defer-fork", "preimport-http", "no-rehearsal"],
+                        choices=["defer-fork", "preimport-http", "no-rehearsal",
+                                 "fold-arguments", "journal-ahead"],
                         help="try a change to staal from outside (servers/trace/tracer.py), as "
                              "one more staal row (--profile: on the traced server): defer-fork "
                              "asks for a replacement worker when a run ends; preimport-http has "
                              "the zygote import httpcore, h11 and certifi; no-rehearsal has idle "
-                             "workers skip serve.rehearse")
+                             "workers skip serve.rehearse; fold-arguments and journal-ahead "
+                             "model two folds of the durable steps (servers/trace/folds.py)")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")

@@ -56,7 +56,7 @@ def hooks_dir(base: Path, trace: Path | None, fix_exit_race: bool,
         f"sys.path.append({str(TRACE_DIR)!r})\n"
         "import tracer\n"
         f"tracer.install({str(trace) if trace else None!r}, fix_exit_race={fix_exit_race!r}, "
-        f"experiments={tuple(experiments)!r})\n")
+        f"experiments={tuple(experiments)!r}, scratch={str(directory)!r})\n")
     return directory
 
 

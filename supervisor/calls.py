@@ -124,8 +124,6 @@ class Calls:
     tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
-    # Work that may wait until the answer is written (the server runs it).
-    after_answer: list[Callable[[], None]] = field(default_factory=list)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
 
@@ -325,14 +323,24 @@ class Calls:
         lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
         append_log(files, b"".join(lines))
 
-    def _settle(self, files: RunFiles, final: Ended) -> None:
+    def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
+        """Step 7's settle and, once it is durable, the clean-up, in one
+        thread: one hop per call instead of two. The answer waits for both
+        (a clean-up left running beside the answer measured slower:
+        BENCHMARKS.md). A failed clean-up is returned, not raised: the run
+        is settled and its outcome is still the answer."""
         self.ledger.settle(files.run, final.outcome, charged_of(final))
         kill_point("supervisor", "settle")
+        try:
+            self._clean_up(files, final)
+        except Exception as exc:  # noqa: BLE001 - handed back to be logged
+            return exc
+        return None
 
     def _clean_up(self, files: RunFiles, final: Ended) -> None:
-        """After a settled run is answered: its log, its arguments file (a
-        crash before this leaves it for the next start to remove) and any
-        waiting record."""
+        """Once a run is settled: its log, its arguments file (a crash
+        before this leaves it for the next start to remove) and any waiting
+        record."""
         self._flush_log(files, final.outcome, final.failure)
         remove_inputs(files)
         self.waiting.remove(files)
@@ -359,8 +367,11 @@ class Calls:
             return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
-        await asyncio.to_thread(self._settle, files, final)
-        self.after_answer.append(lambda: self._clean_up(files, final))
+        failed = await asyncio.to_thread(self._settle_and_clean_up, files, final)
+        if failed is not None:
+            # What is left is the next start's to remove (its arguments file).
+            self.log("clean_up_failed", level="error", run=files.run, tool=tool.name,
+                     error=f"{type(failed).__name__}: {failed}")
         self.log("run_ended", run=files.run, tool=tool.name, outcome=final.outcome,
                  kind=final.failure.kind if final.failure else None)
         if final.failure is not None and final.failure.traceback:

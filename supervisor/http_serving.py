@@ -213,7 +213,6 @@ class McpApp:
         try:
             answer = await self.server.read_resource(reply.read, admitted, CallState())
             await respond(send, endpoint.read_response(reply.read, answer))
-            await self.server.clean_up()
         finally:
             self.in_progress -= 1
 
@@ -260,7 +259,6 @@ class CallExchange:
         try:
             await self._answer(outcome, pumping)
             kill_point("supervisor", "answer")
-            await self.server.clean_up()
         finally:
             watcher.cancel()
 

@@ -154,7 +154,6 @@ class Server:
         for files in plan.resume:  # one after another, before anything is served
             self.log("recovered", rule="resuming", run=files.run, tool=files.tool)
             outcome = await self.calls.resume_run(files)
-            await self.clean_up()
             self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
                      outcome=type(outcome).__name__.lower())
 
@@ -247,12 +246,6 @@ class Server:
         self.log("answer_failed", level="error", tool=call.name, run=state.run,
                  error=f"{type(error).__name__}: {error}",
                  traceback="".join(traceback.format_exception(error)))
-
-    async def clean_up(self) -> None:
-        """What settled runs left to do once their calls were answered."""
-        work, self.calls.after_answer[:] = list(self.calls.after_answer), []
-        for job in work:
-            await asyncio.to_thread(job)
 
     def terminated(self) -> None:
         self.log("terminated", signal="SIGTERM")

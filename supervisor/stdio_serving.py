@@ -94,7 +94,6 @@ class StdioServing:
         try:
             # stdio has no principal: the local client sees the server's own runs.
             self._answer_read(read, await self.server.read_resource(read, LOCAL, state))
-            await self.server.clean_up()
         finally:
             self.tasks.pop(read.request_id, None)
             self.states.pop(read.request_id, None)
@@ -110,7 +109,6 @@ class StdioServing:
             if outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
-            await self.server.clean_up()
         except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task
             failure = self.server.internal_failure(call, state, exc)
             if call in self.connection.in_flight():  # else answered already: the log has it

@@ -73,7 +73,8 @@ def test_a_fault_after_the_reservation_is_an_internal_failure_naming_the_run(tmp
     assert all(r.state == "released" for r in read_ledger(site.ledger_path).runs())
 
 
-def test_a_fault_after_the_answer_is_logged_and_the_server_serves_on(tmp_path, service):
+def test_a_fault_in_the_clean_up_after_the_settle_is_logged_and_the_call_gets_its_outcome(
+        tmp_path, service):
     site = lookup_site(tmp_path, service.base)
     held = service.hold("/slow")
     with RawServer(site) as server:
@@ -84,12 +85,14 @@ def test_a_fault_after_the_answer_is_logged_and_the_server_serves_on(tmp_path, s
         started = server.stderr.wait_event("run_started")
         inputs = site.journal("lookup", started["run"]).with_suffix(".inputs.json")
         inputs.unlink()
-        inputs.mkdir()  # the clean-up after the answer cannot remove it
+        inputs.mkdir()  # the clean-up after the settle cannot remove it
         held.release.set()
         answer = server.answer(request)
         assert answer["result"]["structuredContent"] == {"result": {"status": 404}}
-        failed = server.stderr.wait_event("call_failed", run=started["run"])
-        assert "IsADirectoryError" in failed["traceback"]
+        failed = server.stderr.wait_event("clean_up_failed", run=started["run"])
+        assert failed["tool"] == "lookup" and "IsADirectoryError" in failed["error"]
+        [entry] = read_ledger(site.ledger_path).runs()
+        assert (entry.state, entry.outcome) == ("settled", "done")
         again = server.call_tool("lookup", {"url": service.base + "/o2"})
         assert again["structuredContent"] == {"result": {"status": 404}}
         server.close_stdin()

@@ -52,9 +52,6 @@ class HeldServer:
         await self.release.wait()
         return Done(run="r", result={"n": call.arguments["n"]})
 
-    async def clean_up(self) -> None:
-        return None
-
 
 async def asgi_call(app: McpApp, name: str, n: int) -> list[dict[str, Any]]:
     """One POST through the ASGI application; what it sent back."""

@@ -419,15 +419,15 @@ def test_a_call_answered_is_already_settled_and_its_files_are_beside_its_journal
     assert result["structuredContent"] == {"result": {"echo": "hello"}}
     folder = site.journals / "echo" / run[:2]
     assert (folder / f"{run}.journal").is_file()
-    # The run's log and the removal of its arguments file follow the answer;
-    # a server that exits has done them.
-    server.stderr.wait_event("print", run=run, text="echoing hello")
+    # The run's log and the removal of its arguments file come with the
+    # settle, in its thread, before the answer.
+    assert not (folder / f"{run}.inputs.json").exists()
+    log = [json.loads(line) for line in (folder / f"{run}.log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "ended" and log[-1]["outcome"] == "done"
     server.close_stdin()
     assert server.wait_exit() == 0
-    log = [json.loads(line) for line in (folder / f"{run}.log.jsonl").read_text().splitlines()]
     assert {"event": "print", "text": "echoing hello"}.items() <= next(
         r for r in log if r["event"] == "print").items()
-    assert not (folder / f"{run}.inputs.json").exists()
     # The print went to stderr (in the log), never to the client.
     assert all("echoing" not in line.raw.decode() for line in server.lines)
 

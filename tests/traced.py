@@ -58,7 +58,6 @@ def run_traced(manifest: Path, calls: list[CallTool], log_path: Path,
     async def transport(server: Server) -> None:
         for call in calls:
             outcomes.append(await server.outcome_of(call, CallState(), admitted))
-            await server.clean_up()
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

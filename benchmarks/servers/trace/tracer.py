@@ -38,6 +38,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import folds
+
 _fd: int | None = None
 _buffer: list[tuple[int, str, str, int]] = []
 _role = "cli"
@@ -147,6 +149,7 @@ def _wrap(fn: Callable, name: str) -> Callable:
 
 
 def _patch(module: Any) -> None:
+    folds.patch(module, _experiments)  # first, so that a traced run wraps what a fold put in
     if _tracing:
         for target in SPANS.get(module.__name__, ()):
             _patch_one(module, target)
@@ -331,12 +334,13 @@ def start(path: str) -> None:
 
 
 def install(path: str | None, fix_exit_race: bool = False,
-            experiments: tuple[str, ...] = ()) -> None:
+            experiments: tuple[str, ...] = (), scratch: str | None = None) -> None:
     """In a staal process: trace to `path` (None: no tracing), with
     `fix_exit_race` apply the workaround in `_defer_exits`, and try the
     named `experiments` ("defer-fork": `_defer_forks`; "preimport-http":
     the zygote imports httpx's lazy imports; "no-rehearsal": idle workers
-    do not rehearse the engine's path)."""
+    do not rehearse the engine's path; the folds of folds.py, whose spares
+    go to `scratch`)."""
     global _role, _tracing, _fix_exit_race, _wanted, _experiments
     argv = " ".join(sys.orig_argv)
     _role = ("zyg" if "staal.worker.zygote" in argv
@@ -353,6 +357,7 @@ def install(path: str | None, fix_exit_race: bool = False,
         _wanted.add("staal.supervisor.pool")
     if "no-rehearsal" in _experiments:
         _wanted.add("staal.worker.serve")
+    _wanted |= folds.install(_experiments, _role, scratch)
     if _wanted:
         sys.meta_path.insert(0, _Hook())
     if not _tracing:
@@ -513,7 +518,7 @@ PHASES = (
     ("ZeroMQ, worker to supervisor", "wrk:send.Ended", "sup:recv.Ended"),
     ("conclude: run log line, settle (thread hop, fsync)", "sup:recv.Ended",
      "sup:FileLedger.settle<"),
-    ("conclude: remove inputs, waiting record, log `run_ended` (thread hops)",
+    ("conclude: log `run_ended` (the clean-up goes on in the settle's thread)",
      "sup:FileLedger.settle<", "sup:Server.answer>"),
     ("answer: encode the line", "sup:Server.answer>", "sup:LineWriter.send>"),
     ("write the line; client: read, parse, validate, return", "sup:LineWriter.send>", "cli:call<"),
