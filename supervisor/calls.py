@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from staal.budgets import message_of, own_limit
+from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
-from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
+from staal.messages import Ended, JournalAppend, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
@@ -59,6 +60,7 @@ from staal.supervisor.outcomes import (
 )
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
@@ -123,6 +125,10 @@ class Calls:
     # Spans (supervisor/tracing.py): the workers' are exported from here.
     tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
+    # Where the runs' journals are durable (the worker's file, or the store's rows).
+    run_journals: RunJournals = FILE_JOURNALS
+    # Runs whose journal record the store refused, and why (`commit_record`).
+    cut_off: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
     # Work that may wait until the answer is written (the server runs it).
     after_answer: list[Callable[[], None]] = field(default_factory=list)
@@ -261,7 +267,7 @@ class Calls:
                 self.log("no_worker", level="error", run=files.run, tool=tool.name,
                          message=none.message, deaths=deaths)
                 return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths,
-                                               f"{how}; then {none.message}")
+                                               f"{how}; then {none.message}", self.run_journals)
             except WorkerLost as lost:
                 deaths += 1
                 how = lost.how
@@ -273,11 +279,13 @@ class Calls:
                     message = message_of(limit, limits.cpu_ms, limits.memory_mib)
                     self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
                              pid=lost.pid, how=how, limit=limit)
-                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message)
+                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,
+                                                   self.run_journals)
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
-                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how)
+                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
+                                                   self.run_journals)
 
     def limits(self, tool: Tool) -> Limits:
         """The limits the tool's runs run under, as its workers set them."""
@@ -295,7 +303,7 @@ class Calls:
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
-                      timed=self.metrics.timed,
+                      timed=self.metrics.timed, sink=self.run_journals.sink,
                       secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
                       traceparent=traceparent)
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
@@ -311,9 +319,27 @@ class Calls:
             elif isinstance(reply, RunSpans) and traceparent is not None:
                 self.tracing.worker_spans(reply, traceparent)
 
-        final = await self.pool.run(worker, message, on_message)
+        final = await self.pool.run(worker, message, on_message,
+                                    lambda append: self.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final
+
+    async def commit_record(self, files: RunFiles, append: JournalAppend) -> str | None:
+        """A worker's journal record on a shared store, committed before the
+        worker goes on; else why not. A run with a refused record is cut
+        off: this instance answers it as failed and neither settles nor
+        serves it further (another instance owns it, or it is resumed from
+        its rows at the next start)."""
+        if append.run != files.run:
+            return f"the record names run {append.run}, not the worker's run {files.run}"
+        try:
+            await asyncio.to_thread(self.run_journals.append, files, append.record)
+        except StaalError as exc:
+            self.cut_off[files.run] = exc.message
+            self.log("journal_refused", level="error", run=files.run, tool=files.tool,
+                     kind=exc.kind, message=exc.message)
+            return exc.message
+        return None
 
     def run_log(self, files: RunFiles) -> list[bytes]:
         """The run's log lines, written beside its journal when it ends (or
@@ -341,6 +367,15 @@ class Calls:
                        final: Ended | StoppedMsg | None) -> CallOutcome:
         """Step 7: a stopped run waits (no settle); any other is settled,
         its arguments removed, and answered from its outcome."""
+        cut = self.cut_off.pop(files.run, None)
+        if cut is not None:
+            await asyncio.to_thread(self._flush_log, files, "cut off")
+            message = (f"run {files.run} stopped on this instance: its journal record was "
+                       f"refused ({cut}); nothing was performed after it, and the run is not "
+                       "settled here")
+            self.log("internal_error", level="error", run=files.run, tool=tool.name,
+                     message=message)
+            return Failed(files.run, "internal", message)
         if isinstance(final, StoppedMsg):
             await asyncio.to_thread(self._flush_log, files, "stopped")
             await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
@@ -391,7 +426,7 @@ class Calls:
                 "in_progress",
                 f"this call is already in progress as run {entry.run}; follow it with "
                 f"staal_run_status {{\"run\": \"{entry.run}\"}}")
-        return answer_of_journal(entry, files)
+        return answer_of_journal(entry, files, self.run_journals)
 
     # -- staal_run_status ------------------------------------------------------
 
@@ -401,7 +436,7 @@ class Calls:
         entry = self.ledger.run(run)
         if entry is None or not admitted.owns(entry):
             return RunStatus(run, "unknown")
-        return run_status(entry, self.files(entry.tool, run), self.waiting)
+        return run_status(entry, self.files(entry.tool, run), self.waiting, self.run_journals)
 
 
 Progress = Callable[[int, str], None]

@@ -102,7 +102,7 @@ def instance_name(journals: Path) -> str:
 def connect(dsn: str) -> psycopg.Connection[Any]:
     """A connection with `SESSION`'s settings whatever the DSN or the
     server's defaults say (given last, they win)."""
-    hide = _secrets(dsn)
+    hide = secrets_of(dsn)
     try:
         given = str(conninfo_to_dict(dsn).get("options") or "")
     except psycopg.Error:
@@ -126,7 +126,7 @@ def reason(exc: BaseException, hide: tuple[str, ...]) -> str:
     return redact(f"{text} (SQLSTATE {sqlstate})" if sqlstate else text, hide)
 
 
-def _secrets(dsn: str) -> tuple[str, ...]:
+def secrets_of(dsn: str) -> tuple[str, ...]:
     try:
         password = conninfo_to_dict(dsn).get("password")
     except psycopg.Error:
@@ -142,7 +142,7 @@ class PostgresLedger(EndsRuns):
     def __init__(self, dsn: str, conn: psycopg.Connection[Any], instance: str, fence: int,
                  clock: Clock, warn: Warn) -> None:
         self._dsn = dsn
-        self._hide = _secrets(dsn)
+        self._hide = secrets_of(dsn)
         self._conn: psycopg.Connection[Any] | None = conn
         self.instance = instance
         self.fence = fence
@@ -168,7 +168,7 @@ class PostgresLedger(EndsRuns):
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
-                             f"{reason(exc, _secrets(dsn))}") from None
+                             f"{reason(exc, secrets_of(dsn))}") from None
         except BaseException:
             conn.close()
             raise

@@ -24,7 +24,7 @@ from typing import Any
 import staal
 from staal.errors import StaalError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -61,6 +61,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             key text NOT NULL,
             run text NOT NULL UNIQUE REFERENCES staal_runs ON DELETE CASCADE,
             PRIMARY KEY (tool, key))""",
+    ),
+    (
+        # Version 2: run journals as rows (supervisor/journal_rows.py), one
+        # per record in line order; a run's journal goes with its run.
+        """CREATE TABLE staal_journal (
+            run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
+            line integer NOT NULL CHECK (line >= 1),
+            record jsonb NOT NULL,
+            PRIMARY KEY (run, line))""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

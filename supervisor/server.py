@@ -35,7 +35,7 @@ from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
-from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
+from staal.supervisor.files import RunFiles, make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
@@ -46,7 +46,7 @@ from staal.supervisor.recovery import RecoveryPlan, plan_recovery
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.startup import check_tools
-from staal.supervisor.store import describe_store, open_ledger
+from staal.supervisor.store import describe_store, open_journals, open_ledger
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -82,7 +82,13 @@ class Server:
         self.ledger = await asyncio.to_thread(
             open_ledger, server, SYSTEM_CLOCK,
             lambda text: self.log("clock_behind", level="warning", message=text))
+        self.run_journals = await asyncio.to_thread(open_journals, server, self.ledger)
         self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
+        # On a shared store the rows are the journals: this instance's copies
+        # of its unfinished runs' are made whole from them before recovery.
+        await asyncio.to_thread(self.run_journals.restore, [
+            RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
+            if e.state == "unsettled"])
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))
@@ -95,7 +101,8 @@ class Server:
         if problems:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
-                           tracing=self.tracing, metrics=self.observer)
+                           tracing=self.tracing, metrics=self.observer,
+                           run_journals=self.run_journals)
         await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
@@ -194,6 +201,7 @@ class Server:
     async def close(self) -> None:
         self.waiting.stopping.set()
         await self.pool.close()
+        self.run_journals.close()
         self.ledger.close()
         self.lock.release()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
