@@ -35,9 +35,7 @@ from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import (
     RunFiles,
     append_log,
-    remove_inputs,
     remove_never_started,
-    write_inputs,
 )
 from staal.supervisor.ledger import (
     Admission,
@@ -231,7 +229,7 @@ class Calls:
             return result
         state.run = result.run
         kill_point("supervisor", "reserve")
-        write_inputs(self.files(tool.name, result.run), arguments)
+        self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
         kill_point("supervisor", "inputs")
         return result
 
@@ -360,7 +358,7 @@ class Calls:
         crash before this leaves it for the next start to remove) and any
         waiting record."""
         self._flush_log(files, final.outcome, final.failure)
-        remove_inputs(files)
+        self.run_journals.forget_inputs(files)
         self.waiting.remove(files)
 
     async def conclude(self, tool: Tool, files: RunFiles,

@@ -1,5 +1,7 @@
 """Run journals as rows of the PostgreSQL store (issue 15): the one writer
-and the one reader of `staal_journal`, whose schema is `pg_schema.py`'s.
+and the one reader of `staal_journal` and of `staal_inputs` (kept
+arguments), and the takeover of a dead instance's runs; the schema is
+`pg_schema.py`'s.
 
 A record is durable when its row is committed (synchronous_commit on, as
 every session of the store): that commit is "durable before anything
@@ -30,7 +32,7 @@ from staal.supervisor.ledger_postgres import (
     reason,
     secrets_of,
 )
-from staal.supervisor.pg_schema import StoreError
+from staal.supervisor.pg_schema import StoreError, lock_key
 
 T = TypeVar("T")
 
@@ -60,11 +62,7 @@ class JournalRows:
         JOURNAL.decode(record)  # a record the reader would refuse is not written
 
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> int:
-            cur.execute(_OWNED, (run, self.instance, self.fence))
-            if cur.fetchone() is None:
-                raise Fenced(f"run {run} is not this instance's to journal (instance "
-                             f"{self.instance}, fencing token {self.fence}): another instance "
-                             "took it over, or this one restarted")
+            self._check_owned(cur, run, "journal")
             cur.execute("SELECT line, record FROM staal_journal WHERE run = %s "
                         "ORDER BY line DESC LIMIT 1", (run,))
             last = cur.fetchone()
@@ -76,6 +74,64 @@ class JournalRows:
             return line
 
         return self._run(attempt)
+
+    def keep_inputs(self, run: str, arguments: dict[str, Any]) -> None:
+        """Keep the run's arguments (fenced as an append), for a resume on
+        any instance; kept as first written."""
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> None:
+            self._check_owned(cur, run, "keep the arguments of")
+            cur.execute("INSERT INTO staal_inputs (run, arguments) VALUES (%s, %s) "
+                        "ON CONFLICT (run) DO NOTHING", (run, Jsonb(arguments)))
+
+        self._run(attempt)
+
+    def inputs(self, run: str) -> dict[str, Any] | None:
+        """The run's kept arguments (None: none are kept)."""
+        def query(cur: psycopg.Cursor[Any], again: bool) -> dict[str, Any] | None:
+            cur.execute("SELECT arguments FROM staal_inputs WHERE run = %s", (run,))
+            row = cur.fetchone()
+            return None if row is None else row[0]
+
+        return self._run(query)
+
+    def forget_inputs(self, run: str) -> None:
+        """The run ended: its arguments are not kept any more."""
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> None:
+            cur.execute("DELETE FROM staal_inputs WHERE run = %s", (run,))
+
+        self._run(attempt)
+
+    def take_over(self, now_ms: int) -> list[tuple[str, str, str]]:
+        """Take over, in one transaction under this instance's current token,
+        the unfinished runs of every other instance whose lease expired
+        before `now_ms`: each becomes this instance's, so the dead one's
+        appends and ends are refused from here on. Only an instance whose
+        own lease is live takes over, one at a time (an advisory lock).
+        The runs taken, as (run, tool, from whom)."""
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> list[tuple[str, str, str]]:
+            cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('takeover')})")
+            cur.execute("SELECT 1 FROM staal_instances WHERE instance = %s AND fence = %s "
+                        "AND lease_until_ms >= %s FOR SHARE", (self.instance, self.fence, now_ms))
+            if cur.fetchone() is None:
+                return []  # not live itself: it takes nothing
+            cur.execute(
+                "WITH dead AS (SELECT instance FROM staal_instances WHERE instance <> %(me)s "
+                "AND lease_until_ms IS NOT NULL AND lease_until_ms < %(now)s FOR UPDATE) "
+                "UPDATE staal_runs r SET owner = %(me)s, fence = %(fence)s FROM dead "
+                "WHERE r.owner = dead.instance AND NOT EXISTS "
+                "(SELECT 1 FROM staal_ends e WHERE e.run = r.run) "
+                "RETURNING r.run, r.tool, dead.instance",
+                {"me": self.instance, "now": now_ms, "fence": self.fence})
+            return [(str(run), str(tool), str(dead)) for run, tool, dead in cur.fetchall()]
+
+        return self._run(attempt)
+
+    def _check_owned(self, cur: psycopg.Cursor[Any], run: str, what: str) -> None:
+        cur.execute(_OWNED, (run, self.instance, self.fence))
+        if cur.fetchone() is None:
+            raise Fenced(f"run {run} is not this instance's to {what} (instance "
+                         f"{self.instance}, fencing token {self.fence}): another instance "
+                         "took it over, or this one restarted")
 
     def records(self, run: str) -> list[dict[str, Any]]:
         """The run's journal rows in line order (any instance's run)."""

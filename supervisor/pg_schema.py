@@ -64,12 +64,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (
         # Version 2: run journals as rows (supervisor/journal_rows.py), one
-        # per record in line order; a run's journal goes with its run.
+        # per record in line order, and kept arguments; both go with their run.
         """CREATE TABLE staal_journal (
             run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
             line integer NOT NULL CHECK (line >= 1),
             record jsonb NOT NULL,
             PRIMARY KEY (run, line))""",
+        # A run's kept arguments, while it may be resumed (by any instance).
+        """CREATE TABLE staal_inputs (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            arguments jsonb NOT NULL)""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from staal.appendlog import read_log
@@ -24,7 +25,7 @@ from staal.canonical import canonical_json
 from staal.fsio import FS, make_private_dir
 from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import JOURNAL
-from staal.supervisor.files import RunFiles
+from staal.supervisor.files import RunFiles, remove_inputs, write_inputs
 from staal.supervisor.journal_rows import JournalRows
 
 Sink = Literal["file", "supervisor"]
@@ -45,9 +46,21 @@ class RunJournals(Protocol):
         """The writer the supervisor appends its own last word with (None:
         the journal file)."""
 
+    def keep_inputs(self, files: RunFiles, arguments: dict[str, Any]) -> None:
+        """Keep a new run's arguments durably (step 6a), with a local copy
+        for its worker."""
+
+    def forget_inputs(self, files: RunFiles) -> None:
+        """The run ended: remove its kept arguments."""
+
     def restore(self, runs: Iterable[RunFiles]) -> None:
-        """Make the local copies of these runs' journals whole, before
-        recovery reads them."""
+        """Make the local copies of these runs' journals and kept arguments
+        whole, before recovery reads them."""
+
+    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+        """The unfinished runs of instances whose leases expired before
+        `now_ms`, made this instance's and their local copies restored;
+        each with the instance it was taken from."""
 
     def close(self) -> None: ...
 
@@ -67,8 +80,17 @@ class FileJournals:
     def reopen(self, files: RunFiles) -> Callable[[], JournalWriter] | None:
         return None
 
+    def keep_inputs(self, files: RunFiles, arguments: dict[str, Any]) -> None:
+        write_inputs(files, arguments)
+
+    def forget_inputs(self, files: RunFiles) -> None:
+        remove_inputs(files)
+
     def restore(self, runs: Iterable[RunFiles]) -> None:
         pass
+
+    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+        return []  # one server owns every run of the file store
 
     def close(self) -> None:
         pass
@@ -80,8 +102,9 @@ FILE_JOURNALS = FileJournals()
 class StoreJournals:
     sink: Sink = "supervisor"
 
-    def __init__(self, rows: JournalRows) -> None:
+    def __init__(self, rows: JournalRows, journals: Path) -> None:
         self.rows = rows
+        self.journals = journals  # this instance's journal directory
 
     def append(self, files: RunFiles, record: dict[str, Any]) -> None:
         self.rows.append(files.run, record)
@@ -92,6 +115,14 @@ class StoreJournals:
 
     def reopen(self, files: RunFiles) -> Callable[[], JournalWriter] | None:
         return lambda: JournalWriter(_SupervisorSink(self, files))
+
+    def keep_inputs(self, files: RunFiles, arguments: dict[str, Any]) -> None:
+        self.rows.keep_inputs(files.run, arguments)
+        write_inputs(files, arguments)  # the worker's copy; durable already as a row
+
+    def forget_inputs(self, files: RunFiles) -> None:
+        remove_inputs(files)
+        self.rows.forget_inputs(files.run)
 
     def restore(self, runs: Iterable[RunFiles]) -> None:
         """Each copy made whole from the rows. A copy holding every row and
@@ -108,6 +139,15 @@ class StoreJournals:
                 rows = rows + local[len(rows):]
             if rows and local != rows:
                 _copy(files, rows, append=False)
+            arguments = self.rows.inputs(files.run)
+            if arguments is not None and not files.inputs.exists():
+                write_inputs(files, arguments)
+
+    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+        taken = [(RunFiles(self.journals, tool, run), dead)
+                 for run, tool, dead in self.rows.take_over(now_ms)]
+        self.restore(files for files, _ in taken)
+        return taken
 
     def close(self) -> None:
         self.rows.close()

@@ -42,9 +42,10 @@ from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
-from staal.supervisor.recovery import RecoveryPlan, plan_recovery
+from staal.supervisor.recovery import RecoveryPlan, plan_recovery, plan_taken
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.startup import check_tools
 from staal.supervisor.store import describe_store, open_journals, open_ledger
 from staal.supervisor.tracing import Tracing, tracing_for
@@ -67,6 +68,9 @@ class Server:
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        self.run_journals: RunJournals = FILE_JOURNALS
+        # Runs taken over from dead instances, being resumed (`take_over`).
+        self.resuming: set[asyncio.Future[None]] = set()
         # Counted only with a `server.metrics` section; else reports are dropped.
         self.metrics = Metrics(manifest) if manifest.server.metrics is not None else None
         self.observer: Observer = self.metrics or NO_METRICS
@@ -165,6 +169,13 @@ class Server:
             self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
                      outcome=type(outcome).__name__.lower())
 
+    async def recover_taken(self, plan: RecoveryPlan) -> None:
+        try:
+            await self.recover(plan)
+        except Exception as exc:  # noqa: BLE001 - the runs stay this instance's, resumed at its start
+            self.log("takeover_failed", level="error", error=f"{type(exc).__name__}: {exc}",
+                     traceback="".join(traceback.format_exception(exc)))
+
     async def keep_files(self) -> None:
         result = await asyncio.to_thread(sweep, self.manifest, self.ledger)
         self.log("retention", deleted=len(result.deleted), kept=len(result.compaction.kept),
@@ -197,6 +208,30 @@ class Server:
                     "directory) in the shared store; this one stops serving"))
                 self.stopping.set()
                 return
+            await self.take_over(lease)
+
+    async def take_over(self, lease: Lease) -> None:
+        """The unfinished runs of instances whose leases expired become this
+        one's, and are resumed from their journal rows as at start, off the
+        lease's path (a waiting run stops at its op in doubt again)."""
+        try:
+            now = await asyncio.to_thread(self.ledger.now_ms)
+            taken = await asyncio.to_thread(lease.take_over,
+                                            lambda: self.run_journals.take_over(now))
+        except StaalError as exc:
+            self.log("takeover_failed", level="warning", kind=exc.kind, message=exc.message)
+            return
+        if not taken:
+            return
+        for files, dead in taken:
+            self.log("taken_over", level="warning", run=files.run, tool=files.tool, instance=dead)
+        plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger,
+                                       [files for files, _ in taken])
+        for problem in plan.problems:
+            self.log("takeover_problem", level="error", message=problem)
+        task = asyncio.ensure_future(self.recover_taken(plan))
+        self.resuming.add(task)
+        task.add_done_callback(self.resuming.discard)
 
     async def close(self) -> None:
         self.waiting.stopping.set()

@@ -43,7 +43,8 @@ def open_journals(server: ServerConfig, ledger: Ledger,
     token (the ledger's), on a connection of their own."""
     if not isinstance(ledger, PostgresLedger):
         return FILE_JOURNALS
-    return StoreJournals(JournalRows(dsn_of(server, environ), ledger.instance, ledger.fence))
+    return StoreJournals(JournalRows(dsn_of(server, environ), ledger.instance, ledger.fence),
+                         server.journals)
 
 
 def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:

@@ -6,10 +6,14 @@ and nothing after it is performed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
+import psutil
 import pytest
 
 from staal.appendlog import read_log
@@ -18,13 +22,16 @@ from staal.errors import RecordError
 from staal.journal_records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.supervisor.files import RunFiles
 from staal.supervisor.journal_rows import JournalRows
+from staal.supervisor.lease import LEASE_MS, RENEW_EVERY_S
 from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
+from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
+from tests.servers import Site
 from tests.serving import start, tool, write_manifest
 from tests.test_recovery import interrupt, lookup_manifest
 from tests.test_store_contract import T0
-from tests.test_store_serving import STORE, env_for
+from tests.test_store_serving import ENV, STORE, env_for
 
 TWO_READS = """
 from staal.caps import HttpGet
@@ -164,3 +171,118 @@ def test_another_instances_run_cannot_be_journaled_by_this_one(pg_store: PgStore
     rows.close()
     owner.close()
     other.close()
+
+
+LOOKUP = """
+from staal.caps import HttpGet
+
+def main(order: str, get: HttpGet) -> dict:
+    return {"status": get.get(BASE + "/v1/orders/" + order).status_code}
+"""
+# An instance's lease runs out LEASE_MS after its last renewal; another
+# notices at its next renewal, RENEW_EVERY_S later at most; then it resumes.
+TAKEOVER_BOUND_S = LEASE_MS / 1000 + RENEW_EVERY_S + WAIT * 3
+
+
+def lookup_site(root: Path, program: Path, service: Any) -> Site:
+    """An instance's site: its own journal directory, the fleet's one program."""
+    root.mkdir()
+    site = Site(root)
+    grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
+    site.write([{"name": "lookup", "program": str(program), "grants": grants}], store=STORE)
+    return site
+
+
+def kill_family(server: HttpServer) -> None:
+    """SIGKILL the server, its zygote and its workers, and wait until they are gone."""
+    family = [psutil.Process(server.process.pid),
+              *psutil.Process(server.process.pid).children(recursive=True)]
+    for process in family:
+        process.kill()
+    psutil.wait_procs(family, timeout=WAIT)
+    server.process.wait(timeout=WAIT)
+
+
+def test_a_dead_instances_unfinished_run_is_taken_over_and_resumed_from_its_rows_by_another(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    hold = service.hold("/v1/orders/o1")
+    env = {ENV: pg_store.dsn}
+    program = tmp_path / "lookup.py"
+    program.write_text(f"BASE = {service.base!r}\n" + LOOKUP)
+    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
+            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+        def call_a() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # a dies before it answers
+                a.modern("tools/call", {"name": "lookup", "arguments": {"order": "o1"}})
+
+        calling = threading.Thread(target=call_a, daemon=True)
+        calling.start()
+        assert hold.arrived.wait(WAIT), a.stderr.text
+        run = the_run(pg_store)
+        kill_family(a)
+        hold.release.set()
+        with service.lock:
+            del service.holds["/v1/orders/o1"]
+        taken = b.stderr.wait_event("taken_over", timeout=TAKEOVER_BOUND_S, run=run)
+        b.stderr.wait_event("recovered", timeout=WAIT * 3, run=run, rule="resumed")
+        status = b.modern("tools/call", {"name": "staal_run_status", "arguments": {"run": run}})
+    assert taken["instance"] != instance_of(pg_store, run)
+    assert status.json()["result"]["structuredContent"]["status"] == "done"
+    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    rows = journal_rows(pg_store, run)
+    assert isinstance(rows[-1], End) and rows[-1].outcome == "done"
+    assert len(service.seen("GET", "/v1/orders/o1")) == 2  # a read is sent again on resume
+    assert pg_store.rows("SELECT count(*) FROM staal_inputs") == [(0,)]
+
+
+def instance_of(pg: PgStore, run: str) -> str:
+    ((owner,),) = pg.rows("SELECT owner FROM staal_runs WHERE run = %s", (run,))
+    return owner
+
+
+def signal_family(server: HttpServer, stop: bool) -> None:
+    """SIGSTOP (or SIGCONT) the server, its zygote and its workers."""
+    family = [psutil.Process(server.process.pid),
+              *psutil.Process(server.process.pid).children(recursive=True)]
+    for process in family:
+        process.suspend() if stop else process.resume()
+
+
+def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_wakes(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    hold = service.hold("/v1/orders/o1")
+    env = {ENV: pg_store.dsn}
+    program = tmp_path / "lookup.py"
+    program.write_text(f"BASE = {service.base!r}\n" + LOOKUP)
+    answers: list[httpx.Response] = []
+    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
+            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+        calling = threading.Thread(target=lambda: answers.append(a.modern(
+            "tools/call", {"name": "lookup", "arguments": {"order": "o1"}},
+            timeout=TAKEOVER_BOUND_S * 2)), daemon=True)
+        calling.start()
+        assert hold.arrived.wait(WAIT), a.stderr.text
+        run = the_run(pg_store)
+        signal_family(a, stop=True)
+        b.stderr.wait_event("taken_over", timeout=TAKEOVER_BOUND_S, run=run)
+        # b resumes the run: its read is sent again, and answered at once.
+        hold.release.set()
+        with service.lock:
+            del service.holds["/v1/orders/o1"]
+        b.stderr.wait_event("recovered", timeout=WAIT * 3, run=run, rule="resumed")
+        signal_family(a, stop=False)  # a wakes: its worker has the first answer now
+        # Its next record is refused (or, if a's supervisor finds the worker
+        # silent too long and resumes the run in a new one, that one's is).
+        a.stderr.wait_event("internal_error", timeout=TAKEOVER_BOUND_S, run=run)
+        calling.join(TAKEOVER_BOUND_S)
+    (answer,) = answers
+    result = answer.json()["result"]
+    assert result["isError"] is True and run in json.dumps(result)
+    # One reserve, one settle (b's), and the journal b finished: a wrote nothing after its pause.
+    assert pg_store.rows("SELECT owner FROM staal_runs") == [(instance_of(pg_store, run),)]
+    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    rows = journal_rows(pg_store, run)
+    assert [type(r) for r in rows].count(End) == 1 and isinstance(rows[-1], End)
+    assert [type(r) for r in rows].count(OutcomeRecord) == 1
