@@ -73,7 +73,7 @@ def channel(answer: Callable[[JournalAppend], str | None], records: int, run: st
             dealer.send(pack(message))
             return unpack(dealer.recv())
 
-        sink = ChannelSink(run, request)
+        sink = ChannelSink(run, Path(tempfile.gettempdir()) / f"{run}.journal", request)
         writer = JournalWriter(sink, SYSTEM_CLOCK)
         writer.write(Header(run=run, **HEADER))
         result.extend(timed(records, lambda i: writer.write(Print(seq=i + 1, text="x", time=1))))

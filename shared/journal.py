@@ -334,6 +334,11 @@ class JournalSink(Protocol):
     its supervisor, which commits it as a row before it answers
     (worker/journal_sink.py)."""
 
+    # The journal file an operator names to `staal resolve` (on a shared
+    # store, the instance's copy).
+    @property
+    def path(self) -> Path: ...
+
     def append(self, record: Mapping[str, Any], sync: bool = True) -> None: ...
 
     def close(self) -> None: ...

@@ -58,7 +58,7 @@ from staal.supervisor.outcomes import (
 )
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
-from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, WaitingOf
 from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
@@ -417,7 +417,7 @@ class Calls:
                 "it is a different operation under the same key, and is refused")
         files = self.files(entry.tool, entry.run)
         if entry.state == "unsettled":
-            stopped = self.waiting.read(files)
+            stopped = WaitingOf(self.waiting, self.run_journals).read(files)
             if stopped is not None:
                 return Stopped(entry.run, stopped["op"], stopped["message"])
             return Refused(
@@ -434,7 +434,8 @@ class Calls:
         entry = self.ledger.run(run)
         if entry is None or not admitted.owns(entry):
             return RunStatus(run, "unknown")
-        return run_status(entry, self.files(entry.tool, run), self.waiting, self.run_journals)
+        return run_status(entry, self.files(entry.tool, run),
+                          WaitingOf(self.waiting, self.run_journals), self.run_journals)
 
 
 Progress = Callable[[int, str], None]

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from staal.appendlog import read_log
 from staal.canonical import canonical_json
+from staal.errors import LogDamaged
 from staal.fsio import FS, make_private_dir
 from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import JOURNAL
@@ -159,6 +160,7 @@ class _SupervisorSink:
     def __init__(self, journals: StoreJournals, files: RunFiles) -> None:
         self._journals = journals
         self._files = files
+        self.path = files.journal
 
     def append(self, record: Mapping[str, Any], sync: bool = True) -> None:
         self._journals.append(self._files, dict(record))
@@ -190,3 +192,25 @@ def _copy(files: RunFiles, records: Iterable[Mapping[str, Any]], append: bool) -
         os.close(fd)
     if not append:
         os.replace(target, files.journal)
+
+
+class WaitingOf:
+    """Whether a run waits for an operator, and at which op: its waiting
+    record on this instance's disk, else, on a shared store, the stop its
+    journal rows end with (a run another instance serves, or took over)."""
+
+    def __init__(self, waiting: Any, journals: RunJournals) -> None:
+        self._waiting = waiting
+        self._journals = journals
+
+    def read(self, files: RunFiles) -> dict[str, Any] | None:
+        record = self._waiting.read(files)
+        if record is not None or self._journals.sink == "file":
+            return record
+        try:
+            journal = self._journals.read(files)
+        except LogDamaged:
+            return None  # said where it matters: when the run is resumed
+        if journal is None or journal.stopped is None or journal.end is not None:
+            return None
+        return {"op": journal.stopped.op, "message": journal.stopped.message}

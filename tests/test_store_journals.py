@@ -29,6 +29,7 @@ from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.servers import Site
 from tests.serving import start, tool, write_manifest
+from tests.test_operators import POST
 from tests.test_recovery import interrupt, lookup_manifest
 from tests.test_store_contract import T0
 from tests.test_store_serving import ENV, STORE, env_for
@@ -286,3 +287,49 @@ def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_w
     rows = journal_rows(pg_store, run)
     assert [type(r) for r in rows].count(End) == 1 and isinstance(rows[-1], End)
     assert [type(r) for r in rows].count(OutcomeRecord) == 1
+
+
+def ticket_site(root: Path, program: Path, service: Any) -> Site:
+    """An instance whose one tool's unkeyed POST is never answered in time:
+    its run stops in doubt and waits for an operator."""
+    root.mkdir()
+    site = Site(root)
+    grants = {"post": {"cap": "net.http.post", "only": [service.base + "/v1/tickets"]}}
+    site.write([{"name": "ticket", "program": str(program), "grants": grants,
+                 "once": {"by": ["order"], "keep": "1h"},
+                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=STORE)
+    return site
+
+
+def structured(server: HttpServer, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    answer = server.modern("tools/call", {"name": name, "arguments": arguments})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["result"]
+
+
+def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_taken_over(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    program = tmp_path / "ticket.py"
+    program.write_text(f"BASE = {service.base!r}\n" + POST)
+    service.hold("/v1/tickets")
+    env = {ENV: pg_store.dsn}
+    with HttpServer(ticket_site(tmp_path / "a", program, service), env) as a, \
+            HttpServer(ticket_site(tmp_path / "b", program, service), env) as b:
+        first = structured(a, "ticket", {"order": "o1"})
+        run = the_run(pg_store)
+        assert run in json.dumps(first) and "may or may not have happened" in json.dumps(first)
+        # b has no waiting record of a's run: it reads the stop from the rows.
+        again = structured(b, "ticket", {"order": "o1"})
+        status = structured(b, "staal_run_status", {"run": run})["structuredContent"]
+        assert (status["status"], status["op"]) == ("waiting_for_operator", 1)
+        kill_family(a)
+        b.stderr.wait_event("taken_over", timeout=TAKEOVER_BOUND_S, run=run)
+        resumed = b.stderr.wait_event("recovered", timeout=WAIT * 3, run=run, rule="resumed")
+        after = structured(b, "staal_run_status", {"run": run})["structuredContent"]
+        b_log = b.stderr.text
+    assert json.dumps(again) == json.dumps(first)
+    assert resumed["outcome"] == "stopped", b_log
+    assert after["status"] == "waiting_for_operator"
+    assert len(service.seen("POST", "/v1/tickets")) == 1  # never sent again
+    assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
+    assert instance_of(pg_store, run).endswith(str(tmp_path / "b" / "journals"))

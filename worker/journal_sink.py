@@ -13,6 +13,7 @@ after a record that is not durable may be performed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from staal.errors import StaalError
@@ -31,8 +32,9 @@ class ChannelSink:
     one message and returns the supervisor's answer (worker/serve.py's
     channel)."""
 
-    def __init__(self, run: str, request: Callable[[Record], Record]) -> None:
+    def __init__(self, run: str, path: Path, request: Callable[[Record], Record]) -> None:
         self.run = run
+        self.path = path  # the supervisor's copy of the journal, for a stop's resolve hint
         self._request = request
         self._closed = False
 

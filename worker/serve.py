@@ -281,7 +281,7 @@ def sink_of(message: Run, channel: Channel | None) -> ChannelSink | None:
     the worker writes the journal file itself)."""
     if message.sink != "supervisor" or channel is None:
         return None
-    return ChannelSink(message.run, channel.request)
+    return ChannelSink(message.run, Path(message.journal), channel.request)
 
 
 def execute(message: Run, configs: dict[str, RunConfig],
