@@ -28,9 +28,9 @@ from staal.journal_records import JOURNAL
 from staal.supervisor.ledger_postgres import (
     ConnectionLost,
     Fenced,
-    connect,
     reason,
     secrets_of,
+    usable,
 )
 from staal.supervisor.pg_schema import StoreError, lock_key
 
@@ -168,12 +168,7 @@ class JournalRows:
                 f"{reason(exc, self._hide)}") from None
 
     def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
-            return conn
-        if conn is not None:
-            conn.close()
-        self._conn = connect(self._dsn)
+        self._conn = usable(self._conn, self._dsn)
         return self._conn
 
     def close(self) -> None:

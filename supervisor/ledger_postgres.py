@@ -117,6 +117,15 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
                          f"{reason(exc, hide)}") from None
 
 
+def usable(conn: psycopg.Connection[Any] | None, dsn: str) -> psycopg.Connection[Any]:
+    """`conn` if it can still be used, else a new connection (the old one closed)."""
+    if conn is not None and not conn.closed and not conn.broken:
+        return conn
+    if conn is not None:
+        conn.close()
+    return connect(dsn)
+
+
 def reason(exc: BaseException, hide: tuple[str, ...]) -> str:
     """One line for a database error, with the DSN and password cut out."""
     diag = getattr(exc, "diag", None)
@@ -215,12 +224,7 @@ class PostgresLedger(EndsRuns):
                     return attempt(cur)
 
     def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
-            return conn
-        if conn is not None:
-            conn.close()
-        self._conn = connect(self._dsn)
+        self._conn = usable(self._conn, self._dsn)
         return self._conn
 
     def _catch_up(self, cur: psycopg.Cursor[Any], write: bool) -> None:
@@ -379,8 +383,8 @@ class PostgresLedger(EndsRuns):
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction:
         """Delete the runs seed 000 section 6 no longer keeps, one instance
         at a time (an advisory lock), in one transaction. Another
-        instance's runs are kept: their journals are on its disk, and it
-        compacts them itself."""
+        instance's runs are kept: their journal copies, kept arguments and
+        logs are on its disk, and it compacts them itself."""
         with self._lock:
             with self._transaction(write=True) as cur:
                 cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('compact')})")

@@ -194,10 +194,24 @@ def lookup_site(root: Path, program: Path, service: Any) -> Site:
     return site
 
 
+def family_of(server: HttpServer) -> list[psutil.Process]:
+    """The server, its zygote and its workers."""
+    return [psutil.Process(server.process.pid),
+            *psutil.Process(server.process.pid).children(recursive=True)]
+
+
+def lookup_program(tmp_path: Path, service: Any) -> Path:
+    """The fleet's one lookup program (every instance names the same file),
+    its read held by the service until the test lets it go."""
+    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    program = tmp_path / "lookup.py"
+    program.write_text(f"BASE = {service.base!r}\n" + LOOKUP)
+    return program
+
+
 def kill_family(server: HttpServer) -> None:
     """SIGKILL the server, its zygote and its workers, and wait until they are gone."""
-    family = [psutil.Process(server.process.pid),
-              *psutil.Process(server.process.pid).children(recursive=True)]
+    family = family_of(server)
     for process in family:
         process.kill()
     psutil.wait_procs(family, timeout=WAIT)
@@ -206,11 +220,9 @@ def kill_family(server: HttpServer) -> None:
 
 def test_a_dead_instances_unfinished_run_is_taken_over_and_resumed_from_its_rows_by_another(
         tmp_path: Path, service: Any, pg_store: PgStore) -> None:
-    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    program = lookup_program(tmp_path, service)
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
-    program = tmp_path / "lookup.py"
-    program.write_text(f"BASE = {service.base!r}\n" + LOOKUP)
     with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
             HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
         def call_a() -> None:
@@ -244,19 +256,15 @@ def instance_of(pg: PgStore, run: str) -> str:
 
 def signal_family(server: HttpServer, stop: bool) -> None:
     """SIGSTOP (or SIGCONT) the server, its zygote and its workers."""
-    family = [psutil.Process(server.process.pid),
-              *psutil.Process(server.process.pid).children(recursive=True)]
-    for process in family:
+    for process in family_of(server):
         process.suspend() if stop else process.resume()
 
 
 def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_wakes(
         tmp_path: Path, service: Any, pg_store: PgStore) -> None:
-    service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
+    program = lookup_program(tmp_path, service)
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
-    program = tmp_path / "lookup.py"
-    program.write_text(f"BASE = {service.base!r}\n" + LOOKUP)
     answers: list[httpx.Response] = []
     with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
             HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
