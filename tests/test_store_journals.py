@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.servers import Site
 from tests.serving import start, tool, write_manifest
-from tests.test_operators import POST
+from tests.test_operators import POST, waiting_manifest
 from tests.test_recovery import interrupt, lookup_manifest
 from tests.test_store_contract import T0
 from tests.test_store_serving import ENV, STORE, env_for
@@ -341,3 +343,44 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
     assert len(service.seen("POST", "/v1/tickets")) == 1  # never sent again
     assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
     assert instance_of(pg_store, run).endswith(str(tmp_path / "b" / "journals"))
+
+
+def supervisor_resolve(manifest: Path, pg: PgStore, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "resolve", str(manifest),
+                           *args], capture_output=True, text=True, timeout=120, check=False,
+                          env=env_for(pg))
+
+
+def test_a_waiting_run_is_resolved_in_the_store_from_another_machine_and_settled_by_its_owner(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    owner = tmp_path / "owner"
+    owner.mkdir()
+    manifest = waiting_manifest(owner, service, store=STORE)
+    with start(manifest, env_for(pg_store)) as served:
+        run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
+        assert served.close() == 0
+    # Another machine: a copy of the manifest with its own journal directory,
+    # nothing of the owner's disk.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = json.loads(manifest.read_text())
+    other["server"]["journals"] = str(elsewhere / "journals")
+    other["tools"][0]["program"] = str(owner / other["tools"][0]["program"])
+    (elsewhere / "manifest.json").write_text(json.dumps(other))
+    before = pg_store.rows("SELECT count(*) FROM staal_journal WHERE run = %s", (run,))
+    wrong = supervisor_resolve(elsewhere / "manifest.json", pg_store, "--run", run, "--op", "2",
+                               "--happened", "no")
+    assert wrong.returncode != 0 and "op 2 is not an action of this run" in wrong.stderr
+    assert pg_store.rows("SELECT count(*) FROM staal_journal WHERE run = %s", (run,)) == before
+    answer = json.dumps({"status": 201, "text": "{}"})
+    done = supervisor_resolve(elsewhere / "manifest.json", pg_store, "--run", run, "--op", "1",
+                              "--happened", "yes", "--result", answer)
+    assert done.returncode == 0, done.stderr
+    assert "recorded as happened" in done.stdout and pg_store.server_dsn not in done.stdout
+    assert not (elsewhere / "journals").exists()
+    with start(manifest, env_for(pg_store)) as served:
+        status = served.call("staal_run_status", {"run": run})
+        assert status["structuredContent"]["status"] == "done"
+        assert served.close() == 0
+    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    assert len(service.seen("POST")) == 1
