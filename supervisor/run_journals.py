@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from staal.appendlog import read_log
 from staal.canonical import canonical_json
-from staal.errors import LogDamaged
+from staal.errors import LogDamaged, StaalError
 from staal.fsio import FS, make_private_dir
 from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import JOURNAL
@@ -30,6 +30,12 @@ from staal.supervisor.files import RunFiles, remove_inputs, write_inputs
 from staal.supervisor.journal_rows import JournalRows
 
 Sink = Literal["file", "supervisor"]
+
+
+class CopyFailed(StaalError):
+    """A committed record's local copy could not be written."""
+
+    kind = "journal_copy"
 
 
 class RunJournals(Protocol):
@@ -109,7 +115,13 @@ class StoreJournals:
 
     def append(self, files: RunFiles, record: dict[str, Any]) -> None:
         self.rows.append(files.run, record)
-        _copy(files, (record,), append=True)
+        try:
+            _copy(files, (record,), append=True)
+        except OSError as exc:
+            # Durable, but the worker resumes from the copy: the run stops
+            # here and is resumed from its rows at the next start.
+            raise CopyFailed(f"run {files.run}: the record is committed, but its copy "
+                             f"{files.journal} could not be written: {exc}") from None
 
     def read(self, files: RunFiles) -> JournalState | None:
         return self.rows.read(files.run)
