@@ -33,6 +33,7 @@ from psycopg.types.json import Jsonb
 from staal.appendlog import read_log
 from staal.canonical import canonical_json
 from staal.errors import StaalError
+from staal.fsio import FS
 from staal.journal_records import JOURNAL, Resolved
 from staal.manifest import ServerConfig
 from staal.supervisor.ledger_postgres import connect, reason, secrets_of
@@ -94,7 +95,11 @@ def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: boo
     """The Resolved record `staal resolve` appends to a copy of the rows."""
     with tempfile.TemporaryDirectory(prefix="staal-resolve-") as folder:
         copy = Path(folder) / f"{run}.journal"
-        copy.write_bytes(b"".join(canonical_json(row) + b"\n" for row in rows))
+        fd = FS.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            FS.write(fd, b"".join(canonical_json(row) + b"\n" for row in rows))
+        finally:
+            os.close(fd)
         command = [sys.executable, "-m", "staal.worker.cli", "resolve", "--journal", str(copy),
                    "--op", str(op), "--happened", "yes" if happened else "no"]
         if result_text is not None:

@@ -203,7 +203,7 @@ def _copy(files: RunFiles, records: Iterable[Mapping[str, Any]], append: bool) -
     finally:
         os.close(fd)
     if not append:
-        os.replace(target, files.journal)
+        FS.replace(target, files.journal)
 
 
 class WaitingOf:
