@@ -34,7 +34,7 @@ from tests.serving import start, tool, write_manifest
 from tests.test_operators import POST, waiting_manifest
 from tests.test_recovery import interrupt, lookup_manifest
 from tests.test_store_contract import T0
-from tests.test_store_serving import ENV, STORE, env_for
+from tests.test_store_serving import ENV, STORE, env_for, settled_once_at_next_start
 
 TWO_READS = """
 from staal.caps import HttpGet
@@ -378,9 +378,4 @@ def test_a_waiting_run_is_resolved_in_the_store_from_another_machine_and_settled
     assert done.returncode == 0, done.stderr
     assert "recorded as happened" in done.stdout and pg_store.server_dsn not in done.stdout
     assert not (elsewhere / "journals").exists()
-    with start(manifest, env_for(pg_store)) as served:
-        status = served.call("staal_run_status", {"run": run})
-        assert status["structuredContent"]["status"] == "done"
-        assert served.close() == 0
-    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
-    assert len(service.seen("POST")) == 1
+    settled_once_at_next_start(manifest, pg_store, run, service)

@@ -119,11 +119,17 @@ def test_a_waiting_run_resolved_with_staal_resolve_is_settled_in_the_store_at_th
                                str(files.journal), "--op", "1", "--happened", "yes", "--result",
                                answer], capture_output=True, text=True, timeout=60, check=False)
     assert resolved.returncode == 0, resolved.stderr
-    with start(manifest, env_for(pg_store)) as served:
+    settled_once_at_next_start(manifest, pg_store, run, service)
+
+
+def settled_once_at_next_start(manifest: Path, pg: PgStore, run: str, service: Any) -> None:
+    """The resolved run, resumed at the server's next start, is done and
+    settled once, its action (a POST) not sent again."""
+    with start(manifest, env_for(pg)) as served:
         status = served.call("staal_run_status", {"run": run})
         assert status["structuredContent"]["status"] == "done"
         assert served.close() == 0
-    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    assert pg.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
     assert len(service.seen("POST")) == 1
 
 
