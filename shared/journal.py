@@ -15,9 +15,10 @@ action.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from staal.appendlog import AppendLog, read_log
 from staal.clock import SYSTEM_CLOCK, Clock
@@ -178,11 +179,16 @@ def read_journal(path: str | Path) -> JournalState:
     """The journal at `path` as a story; `LogDamaged` names the line of any
     record that does not fit it. A torn last line is left out."""
     path = Path(path)
-    read = read_log(path, decode=JOURNAL.decode)
-    if not read.records:
-        raise LogDamaged(str(path), 1, "the first record of a journal is its header")
-    builder = _Builder(path)
-    for number, record in enumerate(read.records, start=1):
+    return journal_of(read_log(path, decode=JOURNAL.decode).records, path)
+
+
+def journal_of(records: Sequence[Record], where: str | Path) -> JournalState:
+    """Records read elsewhere (a file, or a store's rows in line order) as a
+    story, told by the same rules; `where` names them in a `LogDamaged`."""
+    if not records:
+        raise LogDamaged(str(where), 1, "the first record of a journal is its header")
+    builder = _Builder(Path(where))
+    for number, record in enumerate(records, start=1):
         builder.add(number, record)
     return builder.state
 
@@ -291,7 +297,8 @@ def resolve_hint(path: str | Path, op: int) -> str:
 
 
 def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
-                     kind: FailureKind = "internal") -> End | Stopped:
+                     kind: FailureKind = "internal",
+                     reopen: Callable[[], JournalWriter] | None = None) -> End | Stopped:
     """The last word of a journal whose run cannot go on (its workers keep
     dying, its worker failed, or its worker was ended by its own limit),
     durable when this returns: the end it has already; else a stop at the
@@ -299,14 +306,16 @@ def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
     say (seed 000 invariant 5); else its stop if one still stands; else an
     end failed as `kind` (internal, or budget for a limit) with `reason`,
     and the usage the journal records (`params`: the run's capability
-    parameters)."""
+    parameters). `reopen` gives the writer to append with (default: the
+    file at `path`; a journal whose records are a store's rows, the
+    sink that commits them)."""
     journal = read_journal(path)
     if journal.end is not None:
         return journal.end
     doubt = journal.in_doubt()
     if not doubt and journal.stopped is not None:
         return journal.stopped
-    with JournalWriter.reopen(path) as writer:
+    with (reopen or (lambda: JournalWriter.reopen(path)))() as writer:
         if doubt:
             message = f"op {doubt[0]} may or may not have happened: {reason}; " + resolve_hint(
                 path, doubt[0])
@@ -318,11 +327,28 @@ def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
     return record
 
 
+class JournalSink(Protocol):
+    """Where a journal's records go (issue 15): durable when `append` returns
+    (unless `sync` is False). The file sink is the journal file itself
+    (`AppendLog`); on a shared store the worker's sink sends each record to
+    its supervisor, which commits it as a row before it answers
+    (worker/journal_sink.py)."""
+
+    # The journal file an operator names to `staal resolve` (on a shared
+    # store, the instance's copy).
+    @property
+    def path(self) -> Path: ...
+
+    def append(self, record: Mapping[str, Any], sync: bool = True) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class JournalWriter:
     """Appends journal records, each durable before `write` returns unless
     the caller says it may wait for the next synced one."""
 
-    def __init__(self, log: AppendLog, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, log: JournalSink, clock: Clock = SYSTEM_CLOCK) -> None:
         self.log = log
         self.clock = clock
 
@@ -332,6 +358,16 @@ class JournalWriter:
                                created=lambda: kill_point("worker", "journal_file"))
         kill_point("worker", "journal")
         return cls(log, clock)
+
+    @classmethod
+    def begin(cls, sink: JournalSink, header: Header, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:
+        """A new journal on `sink`: its header durable, then the `journal`
+        kill point, as for a file (DESIGN.md section 7). `journal_file` comes
+        first, as where the file exists with nothing durable in it."""
+        kill_point("worker", "journal_file")
+        sink.append(JOURNAL.encode(header))
+        kill_point("worker", "journal")
+        return cls(sink, clock)
 
     @classmethod
     def reopen(cls, path: str | Path, clock: Clock = SYSTEM_CLOCK) -> JournalWriter:

@@ -46,6 +46,11 @@ class Run(Record):
     # Report what the run timed (its `timings`): only with metrics on, so a
     # server without them reads nothing more per run.
     timed: bool = False
+    # Where the run's journal records go: "file", the journal file the
+    # worker writes itself; "supervisor", each sent as a `JournalAppend`
+    # and committed by the supervisor on its shared store (the worker
+    # never holds the store's DSN or the fencing token).
+    sink: Literal["file", "supervisor"] = "file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,29 @@ class RunSpans(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class JournalAppend(Record):
+    """Worker → supervisor, on a shared store (issue 15): one journal record
+    (`record`, as the journal family encodes it) of the worker's run. The
+    worker waits for the answer before it goes on: the record is durable
+    once the supervisor committed it as a row."""
+
+    TYPE: ClassVar[str] = "journal_append"
+    run: RunId
+    record: Json
+
+
+@dataclass(frozen=True, slots=True)
+class JournalAck(Record):
+    """Supervisor → worker: the last `JournalAppend` is committed, or was
+    `refused` (why: the run is no longer this instance's, or the store
+    failed); a refused record was not written, and the worker stops."""
+
+    TYPE: ClassVar[str] = "journal_ack"
+    run: RunId
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat(Record):
     TYPE: ClassVar[str] = "heartbeat"
     pid: Count
@@ -217,7 +245,7 @@ MESSAGES = Family(
     tag="type",
     version=1,
     types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked, Verify,
-           Verified, VerifierReady, RunSpans),
+           Verified, VerifierReady, RunSpans, JournalAppend, JournalAck),
 )
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from staal.budgets import message_of, own_limit
+from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
-from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
+from staal.messages import Ended, JournalAppend, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
 from staal.money import Money
 from staal.outcomes import Failure
@@ -34,9 +35,7 @@ from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import (
     RunFiles,
     append_log,
-    remove_inputs,
     remove_never_started,
-    write_inputs,
 )
 from staal.supervisor.ledger import (
     Admission,
@@ -59,6 +58,7 @@ from staal.supervisor.outcomes import (
 )
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, WaitingOf
 from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
@@ -123,6 +123,10 @@ class Calls:
     # Spans (supervisor/tracing.py): the workers' are exported from here.
     tracing: Tracing = NO_TRACING
     states: dict[Any, CallState] = field(default_factory=dict)
+    # Where the runs' journals are durable (the worker's file, or the store's rows).
+    run_journals: RunJournals = FILE_JOURNALS
+    # Runs whose journal record the store refused, and why (`commit_record`).
+    cut_off: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
@@ -223,7 +227,7 @@ class Calls:
             return result
         state.run = result.run
         kill_point("supervisor", "reserve")
-        write_inputs(self.files(tool.name, result.run), arguments)
+        self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
         kill_point("supervisor", "inputs")
         return result
 
@@ -259,7 +263,7 @@ class Calls:
                 self.log("no_worker", level="error", run=files.run, tool=tool.name,
                          message=none.message, deaths=deaths)
                 return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths,
-                                               f"{how}; then {none.message}")
+                                               f"{how}; then {none.message}", self.run_journals)
             except WorkerLost as lost:
                 deaths += 1
                 how = lost.how
@@ -271,11 +275,13 @@ class Calls:
                     message = message_of(limit, limits.cpu_ms, limits.memory_mib)
                     self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
                              pid=lost.pid, how=how, limit=limit)
-                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message)
+                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,
+                                                   self.run_journals)
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
-                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how)
+                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
+                                                   self.run_journals)
 
     def limits(self, tool: Tool) -> Limits:
         """The limits the tool's runs run under, as its workers set them."""
@@ -293,7 +299,7 @@ class Calls:
         worker = worker or await self.pool.checkout()
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
-                      timed=self.metrics.timed,
+                      timed=self.metrics.timed, sink=self.run_journals.sink,
                       secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
                       traceparent=traceparent)
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
@@ -309,9 +315,27 @@ class Calls:
             elif isinstance(reply, RunSpans) and traceparent is not None:
                 self.tracing.worker_spans(reply, traceparent)
 
-        final = await self.pool.run(worker, message, on_message)
+        final = await self.pool.run(worker, message, on_message,
+                                    lambda append: self.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final
+
+    async def commit_record(self, files: RunFiles, append: JournalAppend) -> str | None:
+        """A worker's journal record on a shared store, committed before the
+        worker goes on; else why not. A run with a refused record is cut
+        off: this instance answers it as failed and neither settles nor
+        serves it further (another instance owns it, or it is resumed from
+        its rows at the next start)."""
+        if append.run != files.run:
+            return f"the record names run {append.run}, not the worker's run {files.run}"
+        try:
+            await asyncio.to_thread(self.run_journals.append, files, append.record)
+        except StaalError as exc:
+            self.cut_off[files.run] = exc.message
+            self.log("journal_refused", level="error", run=files.run, tool=files.tool,
+                     kind=exc.kind, message=exc.message)
+            return exc.message
+        return None
 
     def run_log(self, files: RunFiles) -> list[bytes]:
         """The run's log lines, written beside its journal when it ends (or
@@ -342,13 +366,22 @@ class Calls:
         before this leaves it for the next start to remove) and any waiting
         record."""
         self._flush_log(files, final.outcome, final.failure)
-        remove_inputs(files)
+        self.run_journals.forget_inputs(files)
         self.waiting.remove(files)
 
     async def conclude(self, tool: Tool, files: RunFiles,
                        final: Ended | StoppedMsg | None) -> CallOutcome:
         """Step 7: a stopped run waits (no settle); any other is settled,
         its arguments removed, and answered from its outcome."""
+        cut = self.cut_off.pop(files.run, None)
+        if cut is not None:
+            await asyncio.to_thread(self._flush_log, files, "cut off")
+            message = (f"run {files.run} stopped on this instance: its journal record was "
+                       f"refused ({cut}); nothing was performed after it, and the run is not "
+                       "settled here")
+            self.log("internal_error", level="error", run=files.run, tool=tool.name,
+                     message=message)
+            return Failed(files.run, "internal", message)
         if isinstance(final, StoppedMsg):
             await asyncio.to_thread(self._flush_log, files, "stopped")
             await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
@@ -395,14 +428,14 @@ class Calls:
                 "it is a different operation under the same key, and is refused")
         files = self.files(entry.tool, entry.run)
         if entry.state == "unsettled":
-            stopped = self.waiting.read(files)
+            stopped = WaitingOf(self.waiting, self.run_journals).read(files)
             if stopped is not None:
                 return Stopped(entry.run, stopped["op"], stopped["message"])
             return Refused(
                 "in_progress",
                 f"this call is already in progress as run {entry.run}; follow it with "
                 f"staal_run_status {{\"run\": \"{entry.run}\"}}")
-        return answer_of_journal(entry, files)
+        return answer_of_journal(entry, files, self.run_journals)
 
     # -- staal_run_status ------------------------------------------------------
 
@@ -412,7 +445,8 @@ class Calls:
         entry = self.ledger.run(run)
         if entry is None or not admitted.owns(entry):
             return RunStatus(run, "unknown")
-        return run_status(entry, self.files(entry.tool, run), self.waiting)
+        return run_status(entry, self.files(entry.tool, run),
+                          WaitingOf(self.waiting, self.run_journals), self.run_journals)
 
 
 Progress = Callable[[int, str], None]

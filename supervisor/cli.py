@@ -112,6 +112,32 @@ def status(
 
 
 @app.command()
+def resolve(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    run: str = typer.Option(..., help="The waiting run's id."),
+    op: int = typer.Option(..., help="The op in doubt."),
+    happened: str = typer.Option(..., help="yes or no: whether the action happened."),
+    result: Optional[str] = typer.Option(  # noqa: UP045 - typer reads the annotation
+        None, help="With --happened yes: the action's result as JSON."),
+) -> None:
+    """Record an operator's answer for an op in doubt in the shared store
+    (server.store postgres), from any machine with the DSN."""
+    from staal.errors import LogDamaged
+    from staal.supervisor.resolve_store import ResolveRefused, resolve_in_store
+    from staal.supervisor.store import StoreError
+
+    if happened not in ("yes", "no"):
+        print("staal-supervisor resolve: --happened: yes or no", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST)
+    loaded = load_or_exit(manifest)
+    try:
+        print(resolve_in_store(loaded.server, run, op, happened == "yes", result))
+    except (ResolveRefused, StoreError, LogDamaged) as exc:
+        print(f"staal-supervisor resolve: {exc.message}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
+
+
+@app.command()
 def console(
     manifest: Path = typer.Argument(..., help="The manifest JSON file."),
     listen: str = typer.Option("127.0.0.1:8090", help="HOST:PORT to serve the pages at."),

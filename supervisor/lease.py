@@ -9,17 +9,21 @@ host and journal directory, or two hosts with one name), the renewal finds
 the token changed and the lease is lost for good: the server stops taking
 calls, since the runs it would settle are no longer its to settle (the
 store refuses those writes already: `Fenced`). A renewal that fails for a
-database error leaves the lease held and is tried again. Takeover of a dead
-instance's runs is not built: their journals are on its disk.
+database error leaves the lease held and is tried again. As it renews its
+own lease, a held one takes over the unfinished runs of instances whose
+leases expired (supervisor/journal_rows.py), and the server resumes them
+from their journal rows as recovery at start does.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import TypeVar
 
 from staal.transitions import advance
 
+T = TypeVar("T")
 LEASE_MS = 15_000
 RENEW_EVERY_S = 5.0
 
@@ -30,10 +34,13 @@ class LeaseState(enum.Enum):
 
 
 # Closing the store gives the lease up (status: released); a process that
-# dies leaves it to expire.
+# dies leaves it to expire. Only a held lease takes over the runs of
+# instances whose leases expired (checked as it renews its own): a process
+# that lost its identity must not take anyone's runs.
 TRANSITIONS = {
     (LeaseState.HELD, "renewed"): LeaseState.HELD,
     (LeaseState.HELD, "lost"): LeaseState.LOST,
+    (LeaseState.HELD, "took_over"): LeaseState.HELD,
 }
 
 
@@ -50,3 +57,9 @@ class Lease:
         held = self._renew(LEASE_MS)
         self.state = advance(TRANSITIONS, self.state, "renewed" if held else "lost")
         return self.state
+
+    def take_over(self, take: Callable[[], T]) -> T:
+        """Take over the runs of instances whose leases expired (`take`, the
+        store's); `IllegalTransition` unless the lease is held."""
+        self.state = advance(TRANSITIONS, self.state, "took_over")
+        return take()

@@ -102,7 +102,7 @@ def instance_name(journals: Path) -> str:
 def connect(dsn: str) -> psycopg.Connection[Any]:
     """A connection with `SESSION`'s settings whatever the DSN or the
     server's defaults say (given last, they win)."""
-    hide = _secrets(dsn)
+    hide = secrets_of(dsn)
     try:
         given = str(conninfo_to_dict(dsn).get("options") or "")
     except psycopg.Error:
@@ -117,6 +117,15 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
                          f"{reason(exc, hide)}") from None
 
 
+def usable(conn: psycopg.Connection[Any] | None, dsn: str) -> psycopg.Connection[Any]:
+    """`conn` if it can still be used, else a new connection (the old one closed)."""
+    if conn is not None and not conn.closed and not conn.broken:
+        return conn
+    if conn is not None:
+        conn.close()
+    return connect(dsn)
+
+
 def reason(exc: BaseException, hide: tuple[str, ...]) -> str:
     """One line for a database error, with the DSN and password cut out."""
     diag = getattr(exc, "diag", None)
@@ -126,7 +135,7 @@ def reason(exc: BaseException, hide: tuple[str, ...]) -> str:
     return redact(f"{text} (SQLSTATE {sqlstate})" if sqlstate else text, hide)
 
 
-def _secrets(dsn: str) -> tuple[str, ...]:
+def secrets_of(dsn: str) -> tuple[str, ...]:
     try:
         password = conninfo_to_dict(dsn).get("password")
     except psycopg.Error:
@@ -142,7 +151,7 @@ class PostgresLedger(EndsRuns):
     def __init__(self, dsn: str, conn: psycopg.Connection[Any], instance: str, fence: int,
                  clock: Clock, warn: Warn) -> None:
         self._dsn = dsn
-        self._hide = _secrets(dsn)
+        self._hide = secrets_of(dsn)
         self._conn: psycopg.Connection[Any] | None = conn
         self.instance = instance
         self.fence = fence
@@ -168,7 +177,7 @@ class PostgresLedger(EndsRuns):
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
-                             f"{reason(exc, _secrets(dsn))}") from None
+                             f"{reason(exc, secrets_of(dsn))}") from None
         except BaseException:
             conn.close()
             raise
@@ -215,12 +224,7 @@ class PostgresLedger(EndsRuns):
                     return attempt(cur)
 
     def _connection(self) -> psycopg.Connection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
-            return conn
-        if conn is not None:
-            conn.close()
-        self._conn = connect(self._dsn)
+        self._conn = usable(self._conn, self._dsn)
         return self._conn
 
     def _catch_up(self, cur: psycopg.Cursor[Any], write: bool) -> None:
@@ -379,8 +383,8 @@ class PostgresLedger(EndsRuns):
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction:
         """Delete the runs seed 000 section 6 no longer keeps, one instance
         at a time (an advisory lock), in one transaction. Another
-        instance's runs are kept: their journals are on its disk, and it
-        compacts them itself."""
+        instance's runs are kept: their journal copies, kept arguments and
+        logs are on its disk, and it compacts them itself."""
         with self._lock:
             with self._transaction(write=True) as cur:
                 cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('compact')})")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from staal.errors import LogDamaged
-from staal.journal import close_unfinished, journal_started, read_journal
+from staal.journal import close_unfinished, journal_started
 from staal.journal_records import End
 from staal.messages import Ended, StoppedMsg, report_of
 from staal.money import Money
 from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import RunEntry
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 
 
 def outcome_of_end(run: str, outcome: str, result: Any, failure: Any) -> CallOutcome:
@@ -38,31 +39,31 @@ def charged_of(message: Ended | End) -> tuple[Money, ...]:
     return tuple(totals[c] for c in sorted(totals))
 
 
-def journal_end(files: RunFiles) -> End | None:
+def journal_end(files: RunFiles, journals: RunJournals = FILE_JOURNALS) -> End | None:
     """The journal's end record, if any; None too when the journal is gone
-    (deleted under retention)."""
-    try:
-        return read_journal(files.journal).end
-    except FileNotFoundError:
-        return None
+    (deleted under retention). On a shared store the journal is its rows,
+    whichever instance ran it."""
+    journal = journals.read(files)
+    return None if journal is None else journal.end
 
 
-def answer_of_journal(entry: RunEntry, files: RunFiles) -> CallOutcome:
+def answer_of_journal(entry: RunEntry, files: RunFiles,
+                      journals: RunJournals = FILE_JOURNALS) -> CallOutcome:
     """The earlier run's answer, exactly as it was given."""
     try:
-        end = journal_end(files)
+        end = journal_end(files, journals)
     except LogDamaged as exc:
         return Refused("in_progress", f"run {entry.run} ended, but its journal cannot be read: {exc}")
     if end is None:
         return Refused(
             "in_progress",
             f"this call was already made as run {entry.run}, which ended as {entry.outcome}; "
-            "its journal is not on this server's disk (it is no longer kept, or another "
-            "instance sharing the ledger ran it), so its result cannot be given again here")
+            "its journal is no longer kept, so its result cannot be given again")
     return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
 
 
-def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
+def run_status(entry: RunEntry, files: RunFiles, waiting: Any,
+               journals: RunJournals = FILE_JOURNALS) -> RunStatus:
     """What staal_run_status answers: running, done, failed, waiting for an
     operator, expired (settled, journal gone) or unknown."""
     run = entry.run
@@ -75,7 +76,7 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
                              message=stopped["message"])
         return RunStatus(run, "running")
     try:
-        end = journal_end(files)
+        end = journal_end(files, journals)
     except LogDamaged:
         end = None
     if end is None:
@@ -86,7 +87,7 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any) -> RunStatus:
 
 
 def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
-            how: str) -> Ended | StoppedMsg | None:
+            how: str, journals: RunJournals = FILE_JOURNALS) -> Ended | StoppedMsg | None:
     """After its workers died `deaths` times: a run with an op in doubt waits
     for an operator; any other fails as internal (`close_unfinished`). The
     supervisor writes the journal's record itself, since no worker holds it
@@ -95,15 +96,18 @@ def give_up(files: RunFiles, params: tuple[str, ...], deaths: int,
     if not journal_started(files.journal):
         return None  # cut during its creation, if at all: the caller releases it
     reason = f"the worker running it died {deaths} times (the last {how})"
-    return report_of(files.run, close_unfinished(files.journal, params, reason))
+    return report_of(files.run, close_unfinished(files.journal, params, reason,
+                                                  reopen=journals.reopen(files)))
 
 
-def over_limit(files: RunFiles, params: tuple[str, ...], message: str) -> Ended | StoppedMsg | None:
+def over_limit(files: RunFiles, params: tuple[str, ...], message: str,
+               journals: RunJournals = FILE_JOURNALS) -> Ended | StoppedMsg | None:
     """After its worker was ended by its own CPU or memory limit: the run
     failed for good, as `budget` with `message` (it would fail the same way
     again, so it is not resumed), unless an op is in doubt, which waits for
     an operator as after any death. None: it never got a journal."""
     if not files.journal.exists():
         return None
-    return report_of(files.run, close_unfinished(files.journal, params, message, kind="budget"))
+    return report_of(files.run, close_unfinished(files.journal, params, message, kind="budget",
+                                                  reopen=journals.reopen(files)))
 

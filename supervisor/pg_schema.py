@@ -24,7 +24,7 @@ from typing import Any
 import staal
 from staal.errors import StaalError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -61,6 +61,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             key text NOT NULL,
             run text NOT NULL UNIQUE REFERENCES staal_runs ON DELETE CASCADE,
             PRIMARY KEY (tool, key))""",
+    ),
+    (
+        # Version 2: run journals as rows (supervisor/journal_rows.py), one
+        # per record in line order, and kept arguments; both go with their run.
+        """CREATE TABLE staal_journal (
+            run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
+            line integer NOT NULL CHECK (line >= 1),
+            record jsonb NOT NULL,
+            PRIMARY KEY (run, line))""",
+        # A run's kept arguments, while it may be resumed (by any instance).
+        """CREATE TABLE staal_inputs (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            arguments jsonb NOT NULL)""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

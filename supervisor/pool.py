@@ -32,14 +32,25 @@ import signal
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import zmq
 import zmq.asyncio
 
 from staal.errors import StaalError
-from staal.messages import Check, Checked, Ended, Heartbeat, Run, StoppedMsg, pack, unpack
+from staal.messages import (
+    Check,
+    Checked,
+    Ended,
+    Heartbeat,
+    JournalAck,
+    JournalAppend,
+    Run,
+    StoppedMsg,
+    pack,
+    unpack,
+)
 from staal.records import Record
 from staal.supervisor.exits import describe_exit, wait_status
 from staal.supervisor.poolstate import (
@@ -60,6 +71,8 @@ from staal.supervisor.zygote import Spawned, spawn
 from staal.transitions import advance
 
 HEARTBEAT_TIMEOUT_S = 15.0
+# A journal record's commit: None when durable, else why it was refused.
+OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
 END_GRACE_S = 5.0
 # How long a checkout waits for a worker: before serving, the zygote's own
 # start on a loaded machine; while serving, what a call may wait before it
@@ -329,9 +342,12 @@ class Pool:
                 self._offer(worker)
 
     async def run(self, worker: Worker, message: Run,
-                  on_message: Callable[[Record], None]) -> Ended | StoppedMsg:
+                  on_message: Callable[[Record], None],
+                  on_journal: OnJournal | None = None) -> Ended | StoppedMsg:
         """Send the run and wait for its end; every other message (started,
-        print) goes to `on_message`. `WorkerLost` if the worker dies first."""
+        print) goes to `on_message`, a journal record to `on_journal`, whose
+        answer (None: committed; else why not) the worker waits for.
+        `WorkerLost` if the worker dies first."""
         if worker.state is WorkerState.GONE:
             raise WorkerLost(worker.pid, worker.how)  # it died while lent
         worker.move("run")
@@ -344,6 +360,11 @@ class Pool:
                 if worker.move("end") is WorkerState.GONE:
                     self.workers.pop(worker.identity, None)  # kept for this message
                 return reply
+            if isinstance(reply, JournalAppend):
+                refused = "no journal store" if on_journal is None else await on_journal(reply)
+                await self.router.send_multipart(
+                    [worker.identity, pack(JournalAck(run=reply.run, refused=refused))])
+                continue
             on_message(reply)
 
     async def _next(self, worker: Worker) -> Record:

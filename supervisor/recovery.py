@@ -62,6 +62,18 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
     return plan
 
 
+def plan_taken(manifest: Manifest, ledger: Ledger, taken: list[RunFiles]) -> RecoveryPlan:
+    """The plan for runs taken over from an instance whose lease expired,
+    their local copies restored from their rows: each by the rules of
+    recovery at start."""
+    plan = RecoveryPlan()
+    for files in taken:
+        entry = ledger.run(files.run)
+        if entry is not None and entry.state == "unsettled":
+            _plan_unsettled(manifest, entry, files, files.journal.exists(), plan)
+    return plan
+
+
 def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_journal: bool,
                     plan: RecoveryPlan) -> None:
     # A journal with no complete header was cut during its creation: there

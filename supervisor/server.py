@@ -35,18 +35,19 @@ from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
-from staal.supervisor.files import make_run_folders, remove_inputs, remove_never_started
+from staal.supervisor.files import RunFiles, make_run_folders, remove_inputs, remove_never_started
 from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
-from staal.supervisor.recovery import RecoveryPlan, plan_recovery
+from staal.supervisor.recovery import RecoveryPlan, plan_recovery, plan_taken
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.startup import check_tools
-from staal.supervisor.store import describe_store, open_ledger
+from staal.supervisor.store import describe_store, open_journals, open_ledger
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -67,6 +68,9 @@ class Server:
         # Set by SIGTERM (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        self.run_journals: RunJournals = FILE_JOURNALS
+        # Runs taken over from dead instances, being resumed (`take_over`).
+        self.resuming: set[asyncio.Future[None]] = set()
         # Counted only with a `server.metrics` section; else reports are dropped.
         self.metrics = Metrics(manifest) if manifest.server.metrics is not None else None
         self.observer: Observer = self.metrics or NO_METRICS
@@ -82,7 +86,13 @@ class Server:
         self.ledger = await asyncio.to_thread(
             open_ledger, server, SYSTEM_CLOCK,
             lambda text: self.log("clock_behind", level="warning", message=text))
+        self.run_journals = await asyncio.to_thread(open_journals, server, self.ledger)
         self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
+        # On a shared store the rows are the journals: this instance's copies
+        # of its unfinished runs' are made whole from them before recovery.
+        await asyncio.to_thread(self.run_journals.restore, [
+            RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
+            if e.state == "unsettled"])
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))
@@ -95,7 +105,8 @@ class Server:
         if problems:
             raise StartupFailed("; ".join(problems))
         self.calls = Calls(self.manifest, tools, self.ledger, self.pool, self.log, self.waiting,
-                           tracing=self.tracing, metrics=self.observer)
+                           tracing=self.tracing, metrics=self.observer,
+                           run_journals=self.run_journals)
         await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
         await self.recover(plan)
@@ -157,6 +168,13 @@ class Server:
             self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
                      outcome=type(outcome).__name__.lower())
 
+    async def recover_taken(self, plan: RecoveryPlan) -> None:
+        try:
+            await self.recover(plan)
+        except Exception as exc:  # noqa: BLE001 - the runs stay this instance's, resumed at its start
+            self.log("takeover_failed", level="error", error=f"{type(exc).__name__}: {exc}",
+                     traceback="".join(traceback.format_exception(exc)))
+
     async def keep_files(self) -> None:
         result = await asyncio.to_thread(sweep, self.manifest, self.ledger)
         self.log("retention", deleted=len(result.deleted), kept=len(result.compaction.kept),
@@ -189,10 +207,35 @@ class Server:
                     "directory) in the shared store; this one stops serving"))
                 self.stopping.set()
                 return
+            await self.take_over(lease)
+
+    async def take_over(self, lease: Lease) -> None:
+        """The unfinished runs of instances whose leases expired become this
+        one's, and are resumed from their journal rows as at start, off the
+        lease's path (a waiting run stops at its op in doubt again)."""
+        try:
+            now = await asyncio.to_thread(self.ledger.now_ms)
+            taken = await asyncio.to_thread(lease.take_over,
+                                            lambda: self.run_journals.take_over(now))
+        except StaalError as exc:
+            self.log("takeover_failed", level="warning", kind=exc.kind, message=exc.message)
+            return
+        if not taken:
+            return
+        for files, dead in taken:
+            self.log("taken_over", level="warning", run=files.run, tool=files.tool, instance=dead)
+        plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger,
+                                       [files for files, _ in taken])
+        for problem in plan.problems:
+            self.log("takeover_problem", level="error", message=problem)
+        task = asyncio.ensure_future(self.recover_taken(plan))
+        self.resuming.add(task)
+        task.add_done_callback(self.resuming.discard)
 
     async def close(self) -> None:
         self.waiting.stopping.set()
         await self.pool.close()
+        self.run_journals.close()
         self.ledger.close()
         self.lock.release()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

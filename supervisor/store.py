@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from staal.clock import Clock
 from staal.manifest import ServerConfig
+from staal.supervisor.journal_rows import JournalRows
 from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
 from staal.supervisor.ledger_postgres import (
     PostgresLedger,
@@ -19,9 +20,10 @@ from staal.supervisor.ledger_postgres import (
     read_postgres,
 )
 from staal.supervisor.pg_schema import StoreError
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, StoreJournals
 
-__all__ = ["SharedView", "StoreError", "describe_store", "open_ledger", "read_state", "read_view",
-           "this_instance"]
+__all__ = ["SharedView", "StoreError", "describe_store", "open_journals", "open_ledger",
+           "read_state", "read_view", "this_instance"]
 
 
 def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
@@ -32,6 +34,17 @@ def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
         return FileLedger.open(server.journals / LEDGER_FILE, clock, warn=warn)
     return PostgresLedger.open(dsn_of(server, environ), instance_name(server.journals), clock,
                                warn)
+
+
+def open_journals(server: ServerConfig, ledger: Ledger,
+                  environ: Mapping[str, str] = os.environ) -> RunJournals:
+    """Where the runs' journals are durable: each worker's file on the file
+    store; on PostgreSQL, rows this instance commits under its fencing
+    token (the ledger's), on a connection of their own."""
+    if not isinstance(ledger, PostgresLedger):
+        return FILE_JOURNALS
+    return StoreJournals(JournalRows(dsn_of(server, environ), ledger.instance, ledger.fence),
+                         server.journals)
 
 
 def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:

@@ -28,6 +28,7 @@ from staal.supervisor.ledger import FileLedger
 from staal.supervisor.principal import Principal
 from staal.supervisor.quota import Admission
 from staal.supervisor.resources import Resources, cursor_key, visible
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.waiting import Waiting
 
 BASE = "staal://shop"
@@ -42,6 +43,7 @@ class LedgerOnly:
     ledger: FileLedger
     journals: Path
     waiting: Waiting = field(init=False)
+    run_journals: RunJournals = FILE_JOURNALS
 
     def __post_init__(self) -> None:
         self.waiting = Waiting(self.journals, None, (), lambda *a, **k: None)

@@ -325,7 +325,7 @@ def test_a_lease_is_renewed_while_held_lost_for_good_once_taken_and_given_up_at_
 
 def test_only_a_held_lease_moves_and_only_as_its_table_says() -> None:
     for state in LeaseState:
-        for event in ("renewed", "lost"):
+        for event in ("renewed", "lost", "took_over"):
             if (state, event) in TRANSITIONS:
                 assert advance(TRANSITIONS, state, event) in LeaseState
             else:

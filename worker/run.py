@@ -28,7 +28,7 @@ from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import StaalError
 from staal.ids import new_run_id
 from staal.inputs import InputError, check_arguments
-from staal.journal import JournalState, JournalWriter, read_journal
+from staal.journal import JournalSink, JournalState, JournalWriter, read_journal
 from staal.journal_records import Header
 from staal.outcomes import Failure
 from staal.program import RunFailed
@@ -90,6 +90,11 @@ class RunRequest:
     prepared: Prepared | None = None
     # Records the run's action spans when traces are exported (worker/spans.py).
     spans: RunRecorder | None = None
+    # Where the journal's records go; None: the file `journal`, written
+    # here. On a shared store, the supervisor's sink (worker/journal_sink.py);
+    # the file is then the supervisor's copy of the committed rows, read to
+    # resume.
+    sink: JournalSink | None = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,8 @@ def start(request: RunRequest) -> RunOutcome:
         config=str(config.source) if config.source else None,
     )
     with confine.broker_section():
-        writer = JournalWriter.create(request.journal, header, clock)
+        writer = JournalWriter.create(request.journal, header, clock) if request.sink is None \
+            else JournalWriter.begin(request.sink, header, clock)
     return _execute(request, info, values, secrets, writer, header, None)
 
 
@@ -190,7 +196,8 @@ def resume(request: RunRequest, state: JournalState | None = None) -> RunOutcome
     if arguments_hash(values) != state.header.inputs_sha256:
         raise ResumeRefused(f"{request.journal}: the inputs differ from the ones the run began with")
     with confine.broker_section():
-        writer = JournalWriter.reopen(request.journal, request.clock)
+        writer = JournalWriter.reopen(request.journal, request.clock) if request.sink is None \
+            else JournalWriter(request.sink, request.clock)
     return _execute(request, info, values, secrets, writer, state.header, state)
 
 

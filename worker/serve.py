@@ -21,7 +21,7 @@ import zmq
 
 from staal.errors import StaalError
 from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
-from staal.journal import close_unfinished, discard_unstarted, journal_started
+from staal.journal import JournalWriter, close_unfinished, discard_unstarted, journal_started
 from staal.killpoints import kill_point
 from staal.messages import (
     Check,
@@ -44,11 +44,14 @@ from staal.runconfig import RunConfig, config_key
 from staal.timings import TIMINGS
 from staal.worker import confine
 from staal.worker.engine import RunOutcome
+from staal.worker.journal_sink import ChannelSink
 from staal.worker.limits import bound_process
 from staal.worker.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
 from staal.worker.spans import RunRecorder
 
 HEARTBEAT_S = 1.0
+# How long the main thread holds the socket per look for an answer.
+REQUEST_POLL_MS = 20
 
 
 class Channel:
@@ -106,6 +109,17 @@ class Channel:
         with self._lock:
             self.socket.send(pack(message))
 
+    def request(self, message: Record) -> Record:
+        """Send `message` during the run and wait for the supervisor's
+        answer (a journal record's acknowledgement). The socket is polled
+        in short turns under the lock, so the heartbeats go on meanwhile."""
+        with self._lock:
+            self.socket.send(pack(message))
+        while True:
+            with self._lock:
+                if self.socket.poll(REQUEST_POLL_MS):
+                    return unpack(self.socket.recv())
+
     def _beat(self) -> None:
         # Wakes each second; sends only once the run began (before, the main
         # thread owns the socket). Waking it at the run's start instead
@@ -142,7 +156,6 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
     paying them here keeps them off the path of the run it will serve."""
     from staal.appendlog import AppendLog
     from staal.clock import SYSTEM_CLOCK
-    from staal.journal import JournalWriter
     from staal.journal_records import Header
     from staal.worker.engine import RunContext
     from staal.worker.limits import StepCounter
@@ -235,7 +248,7 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
-        report = last_word(message, configs, f"the worker failed: {detail}")
+        report = last_word(message, configs, f"the worker failed: {detail}", channel)
     if spans is not None:
         # Before the last word: the supervisor stops listening to a run
         # once it has its end.
@@ -243,7 +256,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     channel.send(report)
 
 
-def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended | StoppedMsg:
+def last_word(message: Run, configs: dict[str, RunConfig], reason: str,
+              channel: Channel | None = None) -> Ended | StoppedMsg:
     """What to report after the engine failed: the journal is the evidence.
     An end it already holds is reported as it is (the run did finish), an op
     in doubt makes the run wait, and only a run with nothing at stake fails
@@ -253,10 +267,21 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str) -> Ended
         with confine.broker_section():
             if journal_started(journal):
                 params = tuple(configs[config_key(message.tool, message.grants)].grants)
-                return report_of(message.run, close_unfinished(journal, params, reason))
+                sink = sink_of(message, channel)
+                reopen = None if sink is None else (lambda: JournalWriter(sink))
+                return report_of(message.run, close_unfinished(journal, params, reason,
+                                                               reopen=reopen))
     except BaseException as exc:  # noqa: BLE001 - the journal itself failed: say so
         reason = f"{reason}; then its journal could not be read or written: {exc}"
     return Ended(run=message.run, outcome="failed", failure=Failure("internal", reason))
+
+
+def sink_of(message: Run, channel: Channel | None) -> ChannelSink | None:
+    """The run's journal sink when its supervisor commits the records (None:
+    the worker writes the journal file itself)."""
+    if message.sink != "supervisor" or channel is None:
+        return None
+    return ChannelSink(message.run, Path(message.journal), channel.request)
 
 
 def execute(message: Run, configs: dict[str, RunConfig],
@@ -278,6 +303,7 @@ def execute(message: Run, configs: dict[str, RunConfig],
         # with its message, for its capabilities (never into os.environ).
         prepared=replace(loaded, secrets=dict(message.secrets)),
         spans=spans,
+        sink=sink_of(message, channel),
     )
     if message.resume:
         with confine.broker_section():
