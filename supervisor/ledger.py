@@ -109,6 +109,13 @@ class Ledger(Protocol):
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse: ...
 
+    def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
+                   money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
+        """The quota a reservation would exceed as the ledger stands now, or
+        None; it reserves nothing. `reserve_call` still decides: a reading
+        that misses another instance's reserves only lets a call on to it."""
+        ...
+
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction: ...
 
     def mine(self) -> tuple[RunEntry, ...]:
@@ -189,6 +196,15 @@ def decide(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
         if holder is not None:
             assert holder.once is not None
             return Existing(holder) if holder.once.args == once.args else Different(holder)
+    return quota_refusal(state, tool, quota, calls, money, admission, now)
+
+
+def quota_refusal(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
+                  money: tuple[Money, ...], admission: Admission | None,
+                  now: int) -> OverQuota | None:
+    """The quota a reservation at `now` would exceed (the tool's, then the
+    caller's own), or None: the quota half of `decide`, which the call path
+    also asks before it takes a worker (`Ledger.over_quota`)."""
     if quota is not None:
         over = state.over_quota(tool, quota, calls, tuple(money), now)
         if over is not None:
@@ -340,6 +356,11 @@ class FileLedger(EndsRuns):
         def use() -> QuotaUse:
             return self._state.quota_use(tool, quota, self._stamp() if now is None else now)
         return self._read(use)
+
+    def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
+                   money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
+        return self._read(lambda: quota_refusal(self._state, tool, quota, calls, money, admission,
+                                                self._stamp()))
 
     def _read(self, query: Callable[[], T]) -> T:
         """Answer from the state, once every event it reflects is durable."""
