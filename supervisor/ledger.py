@@ -359,8 +359,15 @@ class FileLedger(EndsRuns):
 
     def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
                    money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
-        return self._read(lambda: quota_refusal(self._state, tool, quota, calls, money, admission,
-                                                self._stamp()))
+        """A refusal is given once the events it was decided on are durable;
+        a call let on waits for no fsync (the reserve decides and waits)."""
+        with self._lock:
+            self._commit.check_usable()
+            over = quota_refusal(self._state, tool, quota, calls, money, admission, self._stamp())
+            seq = self._commit.last()
+        if over is not None:
+            self._commit.wait(seq)
+        return over
 
     def _read(self, query: Callable[[], T]) -> T:
         """Answer from the state, once every event it reflects is durable."""
