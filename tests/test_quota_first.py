@@ -137,6 +137,21 @@ def test_the_early_read_on_postgresql_sees_other_instances_commits_and_waits_for
             reading.join(WAIT)
 
 
+def test_on_postgresql_a_reserve_committed_after_the_read_is_refused_by_the_reserve_itself(
+        pg_store: PgStore) -> None:
+    clock = FixedClock(T0)
+    with PostgresLedger.open(pg_store.dsn, "a", clock) as a, \
+            PostgresLedger.open(pg_store.dsn, "b", clock) as b:
+        assert isinstance(b.reserve_call("t", CALLS, 1, (), None), Reserved)
+        assert a.over_quota("t", CALLS, 1, ()) is None  # room for one, as read
+        assert isinstance(b.reserve_call("t", CALLS, 1, (), None), Reserved)  # b takes it
+        # The read let a's call on; the reserve, deciding under the head
+        # row's lock, sees b's second run and refuses: the quota holds.
+        refused = a.reserve_call("t", CALLS, 1, (), None)
+        assert isinstance(refused, OverQuota) and (refused.in_use, refused.limit) == (2, 2)
+    assert pg_store.rows("SELECT count(*) FROM staal_runs") == [(2,)]
+
+
 # -- a view that misses reserves never refuses what the ledger admits --------
 
 TOOL = "t"
