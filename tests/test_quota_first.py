@@ -121,8 +121,9 @@ def test_the_early_read_on_postgresql_sees_other_instances_commits_and_waits_for
         b.release(runs[0].run)
         assert a.over_quota("t", CALLS, 1, ()) is None  # the release was read too
         assert len(a.runs()) == 2  # and nothing was reserved by reading
-        # A writer holds the head row (as a reserve does while it decides):
-        # the read still answers, and a reserve waits for the writer.
+        # A writer holds the head row (as a reserve does while it decides,
+        # and any other instance's reserve would wait for it): the read
+        # takes no lock, so it still answers.
         with psycopg.connect(pg_store.dsn, autocommit=True) as writer, writer.transaction():
             writer.execute("SELECT 1 FROM staal_head FOR UPDATE")
             answered = threading.Event()
