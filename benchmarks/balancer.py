@@ -8,10 +8,12 @@ each instance a real `staal-supervisor serve --http` process on
 `servers/staal_manifest.json` (the no-op tool only, `max_concurrent_runs`
 raised to 64 so no call is refused busy), each with its own journal
 directory on the disk the benchmark runs on (BENCH_DIR, or the system's):
-the file store, so the instances share nothing. Once the PostgreSQL store
-lands, `--store-dsn-env NAME` gives every instance
-`server.store: {"postgres": {"dsn": {"env": NAME}}}` and the same run
-measures the shared ledger.
+the file store, so the instances share nothing. `--store-dsn-env NAME`
+gives every instance `server.store: {"postgres": {"dsn": {"env": NAME}}}`
+and the same run measures the shared ledger: NAME holds the DSN of a
+PostgreSQL server, and each deployment gets a fresh schema of its own
+there (`issue_deploy_bench_<random>`, dropped afterwards), so no cell starts
+on the ledger an earlier one left.
 
 The load is `http_load.py` (its own process; 2025-11-25; every answer
 checked): per round and deployment (the order rotates every round), a
@@ -35,6 +37,9 @@ import shutil
 import statistics
 import sys
 import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,10 +93,36 @@ def tree(fleet: Fleet) -> float:
     return sum(tree_cpu(pid) for pid in pids)
 
 
+@contextmanager
+def fresh_store(dsn_env: str | None) -> Iterator[dict[str, str] | None]:
+    """The instances' environment: with the PostgreSQL store, NAME set to a
+    DSN whose search_path is a new, empty schema (dropped afterwards)."""
+    if dsn_env is None:
+        yield None
+        return
+    import psycopg
+
+    server = os.environ[dsn_env]
+    schema = f"issue_deploy_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield {dsn_env: f"{server} options='-csearch_path={schema}'"}
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 def measure(deployment: str, args: argparse.Namespace, cells: dict[tuple[str, str], Cell]) -> None:
+    with fresh_store(args.store_dsn_env) as env:
+        measure_on(deployment, args, cells, env)
+
+
+def measure_on(deployment: str, args: argparse.Namespace, cells: dict[tuple[str, str], Cell],
+               env: dict[str, str] | None) -> None:
     count = 1 if deployment == "direct" else int(deployment)
     root = Path(tempfile.mkdtemp(prefix="bench-balancer-", dir=bench_dir()))
-    fleet = Fleet(root, count, writer(args.store_dsn_env))
+    fleet = Fleet(root, count, writer(args.store_dsn_env), env=env)
     try:
         port = fleet.instances[0].port if deployment == "direct" else fleet.lb.port
         load(port, args.clients, args.warmup, "2025-11-25")
@@ -109,7 +140,7 @@ def report(cells: dict[tuple[str, str], Cell], args: argparse.Namespace,
            run: dict[str, Any]) -> None:
     from importlib.metadata import version
 
-    store = f"PostgreSQL (DSN in ${args.store_dsn_env})" if args.store_dsn_env else \
+    store = "the PostgreSQL store, a fresh schema per deployment" if args.store_dsn_env else \
         "the file store, each instance its own directory"
     print(f"rounds {args.rounds}; {args.sequential} sequential calls and {args.calls} calls from "
           f"{args.clients} clients per cell, warm-up {args.warmup}; {store}; {os.cpu_count()} cores; "
@@ -147,7 +178,7 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--store-dsn-env", default=None,
-                        help="the variable holding the PostgreSQL store's DSN (once it lands)")
+                        help="the variable holding a PostgreSQL server's DSN: measure the shared store")
     args = parser.parse_args()
     base = bench_dir()
     run: dict[str, Any] = {"load_before": loads(), "fsync_before": fsync_latency(base),

@@ -4,7 +4,10 @@ at one step does none of the later ones.
 1. find the tool (the protocol connection answers an unknown name -32602);
 2. check the arguments by the runtime's own rules, from the type description
    the start-up check returned (the supervisor never imports a program);
-3. find an earlier call with the same `once` key;
+3. find an earlier call with the same `once` key; then, for a tool or a
+   caller with a quota, read whether the ledger already refuses the call
+   over quota (step 5's decision read early: a flood of over-quota calls is
+   answered so at once, never queued for a worker and answered busy);
 4. take a concurrency slot (busy at once, never queued), and a worker
    (waited for a bounded time; busy if none comes, with nothing reserved);
 5. reserve in the ledger (quota, and the once key, in one durable event);
@@ -42,6 +45,7 @@ from staal.supervisor.ledger import (
     Different,
     Existing,
     Ledger,
+    LedgerUnusable,
     OverQuota,
     RunEntry,
     once_request,
@@ -56,6 +60,7 @@ from staal.supervisor.outcomes import (
     over_limit,
     run_status,
 )
+from staal.supervisor.pg_schema import StoreError
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, WaitingOf
@@ -155,6 +160,9 @@ class Calls:
             holder = await asyncio.to_thread(self.ledger.once_holder, runtime.tool.name, once.key)
             if holder is not None:
                 return self.answer_earlier(holder, once.args)
+        over = await self.over_quota_already(runtime, admitted.admission(call.name))
+        if over is not None:
+            return over
         busy = self.busy(runtime)
         if busy is not None:
             return Refused("busy", busy)
@@ -192,6 +200,35 @@ class Calls:
                     "runs in progress, its limit; try again later")
         return None
 
+    async def over_quota_already(self, runtime: ToolRuntime,
+                                 admission: Admission | None) -> Refused | None:
+        """The quota refusal the ledger already gives this call, read before
+        a slot or a worker is taken; nothing is reserved. The reserve still
+        decides for real: this only refuses what the ledger, as read, refuses
+        (a missed reserve of another instance lets the call on to it), and a
+        store that cannot be read leaves the answer to the reserve."""
+        tool = runtime.tool
+        if tool.quota is None and (admission is None or
+                                   (admission.quota is None and admission.rate is None)):
+            return None  # nothing to refuse: no read
+        try:
+            over = await asyncio.to_thread(self.ledger.over_quota, tool.name, tool.quota, 1,
+                                           self.money_held(runtime, admission), admission)
+        except (StoreError, LedgerUnusable):
+            return None
+        return None if over is None else self.refused_over(tool, over, admission)
+
+    def refused_over(self, tool: Tool, over: OverQuota, admission: Admission | None) -> Refused:
+        self.metrics.refused(tool.name, "rate" if over.scope == "rate" else "quota")
+        return Refused("quota", quota_text(tool, over, admission))
+
+    @staticmethod
+    def money_held(runtime: ToolRuntime, admission: Admission | None) -> tuple[Money, ...]:
+        """What a run holds until it settles: the worst case of its grant set."""
+        if admission is None or admission.grants is None:
+            return runtime.worst_case
+        return worst_case(runtime.tool, admission.grants)
+
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
                               call: Any, state: CallState, worker: Worker,
                               admitted: Admitted = LOCAL) -> CallOutcome:
@@ -205,8 +242,7 @@ class Calls:
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
-            self.metrics.refused(tool.name, "rate" if result.scope == "rate" else "quota")
-            return Refused("quota", quota_text(tool, result, admission))
+            return self.refused_over(tool, result, admission)
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
@@ -220,9 +256,8 @@ class Calls:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
-        money = runtime.worst_case if admission is None or admission.grants is None \
-            else worst_case(tool, admission.grants)
-        result = self.ledger.reserve_call(tool.name, tool.quota, 1, money, once, admission)
+        result = self.ledger.reserve_call(tool.name, tool.quota, 1,
+                                          self.money_held(runtime, admission), once, admission)
         if isinstance(result, (Existing, Different, OverQuota)):
             return result
         state.run = result.run

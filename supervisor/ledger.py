@@ -109,6 +109,13 @@ class Ledger(Protocol):
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse: ...
 
+    def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
+                   money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
+        """The quota a reservation would exceed as the ledger stands now, or
+        None; it reserves nothing. `reserve_call` still decides: a reading
+        that misses another instance's reserves only lets a call on to it."""
+        ...
+
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction: ...
 
     def mine(self) -> tuple[RunEntry, ...]:
@@ -189,6 +196,15 @@ def decide(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
         if holder is not None:
             assert holder.once is not None
             return Existing(holder) if holder.once.args == once.args else Different(holder)
+    return quota_refusal(state, tool, quota, calls, money, admission, now)
+
+
+def quota_refusal(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
+                  money: tuple[Money, ...], admission: Admission | None,
+                  now: int) -> OverQuota | None:
+    """The quota a reservation at `now` would exceed (the tool's, then the
+    caller's own), or None: the quota half of `decide`, which the call path
+    also asks before it takes a worker (`Ledger.over_quota`)."""
     if quota is not None:
         over = state.over_quota(tool, quota, calls, tuple(money), now)
         if over is not None:
@@ -340,6 +356,18 @@ class FileLedger(EndsRuns):
         def use() -> QuotaUse:
             return self._state.quota_use(tool, quota, self._stamp() if now is None else now)
         return self._read(use)
+
+    def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
+                   money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
+        """A refusal is given once the events it was decided on are durable;
+        a call let on waits for no fsync (the reserve decides and waits)."""
+        with self._lock:
+            self._commit.check_usable()
+            over = quota_refusal(self._state, tool, quota, calls, money, admission, self._stamp())
+            seq = self._commit.last()
+        if over is not None:
+            self._commit.wait(seq)
+        return over
 
     def _read(self, query: Callable[[], T]) -> T:
         """Answer from the state, once every event it reflects is durable."""

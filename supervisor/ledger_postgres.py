@@ -49,6 +49,7 @@ from staal.supervisor.ledger import (
     checked_encoding,
     decide,
     new_reserve,
+    quota_refusal,
     warn_on_stderr,
 )
 from staal.supervisor.pg_schema import StoreError, check_version, ensure_schema, lock_key
@@ -59,6 +60,7 @@ from staal.supervisor.quota import (
     LedgerBug,
     LedgerState,
     OnceRequest,
+    OverQuota,
     QuotaUse,
     Reserved,
     ReserveResult,
@@ -341,9 +343,18 @@ class PostgresLedger(EndsRuns):
     # -- reading ----------------------------------------------------------------
 
     def _read(self, query: Callable[[], T]) -> T:
+        """`query` in a reading transaction; if the connection broke (the
+        database restarted since this instance last used it), once more on
+        a new one: a read changes nothing, so the retry is always safe and
+        the first call after a restart is not failed for it."""
         # `query` reads self._state when called: catching up may replace it.
-        with self._lock, self._transaction(write=False):
-            return query()
+        with self._lock:
+            try:
+                with self._transaction(write=False):
+                    return query()
+            except ConnectionLost:
+                with self._transaction(write=False):
+                    return query()
 
     def run(self, run_id: str) -> RunEntry | None:
         return self._read(lambda: self._state.run(run_id))
@@ -377,6 +388,16 @@ class PostgresLedger(EndsRuns):
             at = self._stamper.stamp(self._state.last_ms) if now is None else now
             return self._state.quota_use(tool, quota, at)
         return self._read(use)
+
+    def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
+                   money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
+        """Read in a transaction of its own that catches up without the head
+        row's lock, so it waits for no writer: what it misses was committed
+        after it read, and a missed reserve only lets the call on to
+        `reserve_call`, which decides under the lock."""
+        return self._read(lambda: quota_refusal(
+            self._state, tool, quota, calls, money, admission,
+            self._stamper.stamp(self._state.last_ms)))
 
     # -- compaction ---------------------------------------------------------------
 

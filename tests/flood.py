@@ -24,6 +24,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 import orjson
+import psycopg
 
 from staal.protocol.revisions import LEGACY, MODERN
 from tests.haproxy import INSTANCE_HEADER
@@ -177,6 +178,15 @@ def ledger_holds(events: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
         assert seen[0] == "reserve" and seen.count("reserve") == 1, f"run {run}: {seen}"
         assert len(seen) <= 2, f"run {run} has more than one settle or release: {seen}"
     return runs
+
+
+def store_events(dsn: str) -> list[dict[str, Any]]:
+    """Every event in a PostgreSQL store, in ledger (seq) order, shaped as
+    the file ledger's lines are (for `ledger_holds`)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        return [row[0] for row in conn.execute(
+            "SELECT event FROM (SELECT seq, event FROM staal_runs UNION ALL "
+            "SELECT seq, event FROM staal_ends) AS e ORDER BY seq").fetchall()]
 
 
 def refunded_exactly_once(payments: Payments, intents: Iterable[str]) -> dict[str, dict]:

@@ -222,3 +222,30 @@ def test_compaction_drops_only_runs_no_file_window_or_once_key_keeps(store: Stor
     assert [e.run for e in again.runs()] == [held.run, recent.run]
     assert isinstance(again.reserve_call("t", None, 1, (), hold(keep_ms=None)), Existing)
     assert reserved(again).time == T0 + 2 * HOUR
+
+
+def test_the_quota_read_before_a_worker_refuses_as_the_reserve_does_and_reserves_nothing(
+        store: Store) -> None:
+    ledger = store.open()
+    calls = QuotaConfig(window=Duration.parse("1h"), calls=2)
+    assert ledger.over_quota("t", calls, 1, ()) is None
+    first, _ = reserved(ledger, quota=calls), reserved(ledger, quota=calls)
+    over = ledger.over_quota("t", calls, 1, ())
+    assert isinstance(over, OverQuota) and (over.which, over.scope, over.in_use) == \
+        ("calls", "tool", 2)
+    assert over.frees_at_ms == T0 + HOUR + 1
+    assert len(ledger.runs()) == 2  # reading reserved nothing
+    assert ledger.reserve_call("t", calls, 1, (), None) == over  # the reserve says the same
+    ledger.release(first.run)
+    assert ledger.over_quota("t", calls, 1, ()) is None
+    reserved(ledger, quota=calls)
+    # Money: a call whose worst case alone passes the limit never fits.
+    alone = ledger.over_quota("m", QUOTA, 1, usd("11"))
+    assert isinstance(alone, OverQuota) and alone.which == "money" and alone.frees_at_ms is None
+    # A caller's rate, over its calls of every tool.
+    rate = Admission(caller="c" * 64, rate=QuotaConfig(window=Duration.parse("1h"), calls=1))
+    reserved(ledger, "u", admission=rate)
+    limited = ledger.over_quota("v", None, 1, (), rate)
+    assert isinstance(limited, OverQuota) and limited.scope == "rate"
+    assert ledger.over_quota("v", None, 1, (), None) is None  # another caller is not limited
+    assert len(ledger.runs()) == 4
