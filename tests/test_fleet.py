@@ -5,8 +5,10 @@ progress passes through unbuffered; an instance killed or stopped leaves
 the rotation by the health check and calls keep succeeding, and it comes
 back once restarted or resumed.
 
-Until the PostgreSQL store lands the instances share nothing (each has its
-own journal directory), so these tools need no shared state; each
+These instances are on the file store and share nothing (each has its own
+journal directory; tests/test_fleet_shared.py and test_fleet_journals.py
+run them on the shared PostgreSQL store), so these tools need no shared
+state; each
 instance's copy of the echo program names its instance, so an answer shows
 which instance ran it.
 """
