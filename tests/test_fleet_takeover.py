@@ -1,0 +1,248 @@
+"""Issue 15 item 5's takeover cases on the deployment: three `serve --http`
+instances behind HAProxy (`tests/fleet.py`), each with its own journal
+directory, on one PostgreSQL database in the tests' private cluster, with
+the fake payment service (examples/fake_payments.py) as the refunds' API.
+
+- An instance SIGKILLed (with its zygote and workers: the machine gone)
+  mid-flood of refunds, while refunds of its runs are held at the service:
+  another instance takes its unfinished runs over within the lease and
+  resumes them (a refund sent again carries the run's idempotency key, so
+  the service answers it from the first); every payment is refunded
+  exactly once, every run has one reserve and at most one settle or
+  release, and no run of the dead instance is left unfinished.
+- An instance SIGSTOPped past its lease while its refund is held, then
+  SIGCONTed once another took the run over and finished it: its next
+  journal record is refused (fenced), its call is answered as an internal
+  failure naming the run, it sends nothing more, and the run ends once.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from tests.fleet import Fleet, Instance, ManifestWriter, fleet
+from tests.flood import (
+    Answer,
+    Flood,
+    call_request,
+    classify,
+    ledger_holds,
+    refunded_exactly_once,
+    store_events,
+)
+from tests.payments import Payments
+from tests.pg_cluster import PgCluster, private_cluster
+from tests.servers import Site, stripe_refund_grant
+from tests.test_store_journals import TAKEOVER_BOUND_S, kill_family, signal_family
+
+ENV = "STAAL_STORE_DSN"
+STORE = {"postgres": {"dsn": {"env": ENV}}}
+REFUNDS = "/v1/refunds"
+# A refund program as the other refund tests have it: a read of the payment
+# intent, then the refund (POST, `Idempotency-Key: <run>-<op>`). `once` by
+# order: a call whose answer was lost with its instance is asked again and
+# answered from the run's end, never refunded again.
+REFUND = """
+from staal import Money
+from staal.caps import StripeRefund
+
+def main(order: str, pay: StripeRefund) -> dict:
+    pay.payment_intent(order)
+    return {"refund": pay.refund(order, Money("20", "USD"), "requested_by_customer")["id"]}
+"""
+HELD_MS = 300_000  # the service holds a refund until the test releases it
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PgCluster]:
+    with private_cluster("issue_fleetcases") as own:
+        yield own
+
+
+@pytest.fixture
+def dsn(cluster: PgCluster) -> Iterator[str]:
+    """A database of the test's own in the private cluster."""
+    name = f"issue_fleetcases_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(cluster.dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield make_conninfo(cluster.dsn, dbname=name)
+    with psycopg.connect(cluster.dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def refund_site(root: Path, payments: Payments) -> ManifestWriter:
+    """Every instance names the same program file: a run taken over is
+    resumed only with the program and config it began with."""
+    program = root / "refund.py"
+    program.write_text(REFUND)
+
+    def write(site: Site, server: dict[str, Any]) -> None:
+        site.write([{"name": "refund", "program": str(program), "once": {"by": ["order"], "keep": "1h"},
+                     "grants": {"pay": stripe_refund_grant(payments.base)}}],
+                   max_concurrent_runs=16, store=STORE, **server)
+    return write
+
+
+def rows(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def owner_of(running: Fleet, owner: str) -> Instance:
+    """The instance a store row's owner names (its journal directory ends it)."""
+    return next(i for i in running.instances if owner.endswith(str(i.site.journals)))
+
+
+def held_runs(payments: Payments) -> list[str]:
+    """The runs whose refunds the service has received (from their keys)."""
+    return [r["headers"]["idempotency-key"].rsplit("-", 1)[0]
+            for r in payments.requests("POST", REFUNDS)]
+
+
+def first_event(instances: list[Instance], event: str, timeout: float,
+                **fields: Any) -> tuple[Instance, dict[str, Any]]:
+    """The first of `instances` to log `event` with `fields`, and the event,
+    waiting (bounded) on all their logs at once."""
+    found: list[tuple[Instance, dict[str, Any]]] = []
+    seen = threading.Event()
+
+    def watch(instance: Instance) -> None:
+        try:
+            found.append((instance, instance.server.stderr.wait_event(event, timeout, **fields)))
+            seen.set()
+        except AssertionError:  # not this one's
+            pass
+
+    for instance in instances:
+        threading.Thread(target=watch, args=(instance,), daemon=True).start()
+    assert seen.wait(timeout), f"no instance logged {event} {fields} within {timeout} s"
+    return found[0]
+
+
+def ask(url: str, index: int, order: str, timeout: float) -> Answer:
+    body, headers = call_request(index, "refund", {"order": order}, "2025-11-25")
+    with httpx.Client(timeout=timeout, trust_env=False) as http:
+        answer = http.post(url, content=body, headers=headers)
+    return classify(index, answer.status_code, answer.content)
+
+
+def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_each_payment_refunded_once(
+        tmp_path, payments, dsn):
+    intents = [payments.intent(amount=5000)["id"] for _ in range(30)]
+    payments.fault(REFUNDS, "hang", times=3, hold_ms=HELD_MS)
+    env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
+    with fleet(3, refund_site(tmp_path, payments), env=env,
+               root=tmp_path / "fleet") as running:
+        flood = Flood(running.url, "refund", lambda i: {"order": intents[i]},
+                      calls=len(intents), clients=6, timeout=TAKEOVER_BOUND_S * 2)
+        answers: list[Answer] = []
+        sender = threading.Thread(target=lambda: answers.extend(flood.run()), daemon=True)
+        sender.start()
+        try:
+            # Three refunds are held at the service: their runs are in flight.
+            payments.wait(REFUNDS, held=3, timeout=TAKEOVER_BOUND_S)
+            ((owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s",
+                               (held_runs(payments)[0],))
+            victim = owner_of(running, owner)
+            kill_family(victim.server)
+            owned = [run for (run,) in rows(dsn, "SELECT run FROM staal_runs WHERE owner = %s",
+                                            (owner,))]
+            unfinished = [run for (run,) in rows(
+                dsn, "SELECT r.run FROM staal_runs r LEFT JOIN staal_ends e USING (run) "
+                "WHERE r.owner = %s AND e.run IS NULL", (owner,))]
+        finally:
+            payments.release()
+        sender.join(TAKEOVER_BOUND_S * 3)
+        assert not sender.is_alive() and len(answers) == len(intents)
+        live = [i for i in running.instances if i is not victim]
+        for run in unfinished:
+            taker, taken = first_event(live, "taken_over", TAKEOVER_BOUND_S, run=run)
+            assert taken["instance"] == owner
+            # Resumed, or released if it never started.
+            recovered = taker.server.stderr.wait_event("recovered", TAKEOVER_BOUND_S, run=run)
+            if recovered["rule"] == "resuming":
+                taker.server.stderr.wait_event("recovered", TAKEOVER_BOUND_S, run=run,
+                                               rule="resumed")
+        # The calls whose answers were lost with the victim, asked again, are
+        # answered from their runs' ends (or, never reserved, run now).
+        again = {a.index: ask(running.url, 100 + a.index, intents[a.index], TAKEOVER_BOUND_S)
+                 for a in answers if a.kind != "done"}
+        left = rows(dsn, "SELECT r.run, r.owner FROM staal_runs r LEFT JOIN staal_ends e "
+                    "USING (run) WHERE e.run IS NULL")
+        events = store_events(dsn)
+    assert unfinished, "the victim had no run in flight when it was killed"
+    assert {a.kind for a in again.values()} <= {"done"}, [a.text for a in again.values()][:3]
+    done = [a for a in answers if a.kind == "done"] + list(again.values())
+    assert len(done) == len(intents)
+    refunds = refunded_exactly_once(payments, intents)
+    assert {a.result["refund"] for a in done} == {r["id"] for r in refunds.values()}
+    runs = ledger_holds(events)
+    assert set(owned) <= set(runs)
+    # Every run the victim owned is ended; none is left unfinished (nor a
+    # live instance's: every refund was answered).
+    assert not left, left
+    assert all(runs[run] in (["reserve", "settle"], ["reserve", "release"]) for run in unfinished)
+    assert any(runs[run] == ["reserve", "settle"] for run in unfinished), "none was resumed"
+
+
+def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends_nothing_more(
+        tmp_path, payments, dsn):
+    intent = payments.intent(amount=5000)["id"]
+    payments.fault(REFUNDS, "hang", times=1, hold_ms=HELD_MS)
+    env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
+    with fleet(3, refund_site(tmp_path, payments), env=env,
+               root=tmp_path / "fleet") as running:
+        answers: list[Answer] = []
+        calling = threading.Thread(target=lambda: answers.append(
+            ask(running.url, 1, intent, TAKEOVER_BOUND_S * 3)), daemon=True)
+        calling.start()
+        paused = None
+        try:
+            payments.wait(REFUNDS, held=1, timeout=TAKEOVER_BOUND_S)
+            (run,) = held_runs(payments)
+            ((owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (run,))
+            paused = owner_of(running, owner)
+            signal_family(paused.server, stop=True)
+            live = [i for i in running.instances if i is not paused]
+            taker, taken = first_event(live, "taken_over", TAKEOVER_BOUND_S, run=run)
+            # The held refund goes on (its answer waits in the paused
+            # instance's socket); the taker's, under the same key, is
+            # answered from it.
+            payments.release()
+            taker.server.stderr.wait_event("recovered", TAKEOVER_BOUND_S, run=run, rule="resumed")
+            before_wake = payments.requests()
+            signal_family(paused.server, stop=False)
+            paused.server.stderr.wait_event("internal_error", TAKEOVER_BOUND_S, run=run)
+            calling.join(TAKEOVER_BOUND_S * 3)
+        finally:
+            payments.release()
+            if paused is not None:
+                signal_family(paused.server, stop=False)
+        after_wake = payments.requests()
+        paused_log = paused.server.stderr.records()
+        events = store_events(dsn)
+        ends = rows(dsn, "SELECT kind FROM staal_ends WHERE run = %s", (run,))
+        ((now_owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (run,))
+    assert taken["instance"] == owner and owner_of(running, now_owner) is not paused
+    assert owner_of(running, now_owner) is taker
+    (answer,) = answers
+    assert answer.kind == "failed" and run in answer.text, answer
+    refused = [e for e in paused_log if e.get("event") == "journal_refused" and e.get("run") == run]
+    assert refused and all(e["kind"] == "fenced" for e in refused)
+    # It sent nothing after it woke; every refund request was the run's one key.
+    assert len(after_wake) == len(before_wake)
+    keys = {r["headers"]["idempotency-key"] for r in after_wake if r["method"] == "POST"}
+    assert len(keys) == 1 and keys.pop().startswith(run + "-")
+    refunded_exactly_once(payments, [intent])
+    # One reserve and one settle: the run ended once, on the taker.
+    assert ledger_holds(events) == {run: ["reserve", "settle"]}
+    assert ends == [("settle",)]
