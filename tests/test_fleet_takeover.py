@@ -60,6 +60,9 @@ def main(order: str, pay: StripeRefund) -> dict:
     return {"refund": pay.refund(order, Money("20", "USD"), "requested_by_customer")["id"]}
 """
 HELD_MS = 300_000  # the service holds a refund until the test releases it
+# Generous: a refund held while an instance is killed, or past a lease,
+# must not time out into doubt on a loaded machine before it is released.
+NET = {"timeout_ms": 180_000, "connect_timeout_ms": 10_000}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,7 @@ def refund_site(root: Path, payments: Payments) -> ManifestWriter:
 
     def write(site: Site, server: dict[str, Any]) -> None:
         site.write([{"name": "refund", "program": str(program), "once": {"by": ["order"], "keep": "1h"},
-                     "grants": {"pay": stripe_refund_grant(payments.base)}}],
+                     "grants": {"pay": stripe_refund_grant(payments.base)}, "net": NET}],
                    max_concurrent_runs=16, store=STORE, **server)
     return write
 
