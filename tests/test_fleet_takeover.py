@@ -19,16 +19,13 @@ the fake payment service (examples/fake_payments.py) as the refunds' API.
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import pytest
-from psycopg.conninfo import make_conninfo
 
+from tests import test_fleet_shared
 from tests.fleet import Fleet, Instance, ManifestWriter, fleet
 from tests.flood import (
     Answer,
@@ -40,13 +37,15 @@ from tests.flood import (
     store_events,
 )
 from tests.payments import Payments
-from tests.pg_cluster import PgCluster, private_cluster
 from tests.servers import Site, stripe_refund_grant
 from tests.test_store_journals import TAKEOVER_BOUND_S, kill_family, signal_family
 
-ENV = "STAAL_STORE_DSN"
-STORE = {"postgres": {"dsn": {"env": ENV}}}
+ENV, STORE = test_fleet_shared.ENV, test_fleet_shared.STORE
 REFUNDS = "/v1/refunds"
+# The fixtures of the shared-ledger tests: a private cluster for the
+# module, a database of its own in it for each test.
+cluster = test_fleet_shared.cluster
+dsn = test_fleet_shared.dsn
 # A refund program as the other refund tests have it: a read of the payment
 # intent, then the refund (POST, `Idempotency-Key: <run>-<op>`). `once` by
 # order: a call whose answer was lost with its instance is asked again and
@@ -63,23 +62,6 @@ HELD_MS = 300_000  # the service holds a refund until the test releases it
 # Generous: a refund held while an instance is killed, or past a lease,
 # must not time out into doubt on a loaded machine before it is released.
 NET = {"timeout_ms": 180_000, "connect_timeout_ms": 10_000}
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    with private_cluster("issue_fleetcases") as own:
-        yield own
-
-
-@pytest.fixture
-def dsn(cluster: PgCluster) -> Iterator[str]:
-    """A database of the test's own in the private cluster."""
-    name = f"issue_fleetcases_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(cluster.dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield make_conninfo(cluster.dsn, dbname=name)
-    with psycopg.connect(cluster.dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def refund_site(root: Path, payments: Payments) -> ManifestWriter:
