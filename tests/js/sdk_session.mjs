@@ -137,7 +137,10 @@ async function main() {
       out.unknown = { error: errorOf(err) };
     }
 
-    const run = progress.map((p) => /run ([0-9a-f]{32}) started/.exec(p.message ?? "")?.[1]).find(Boolean);
+    // The run's first notification may have reached onerror instead (read
+    // with the answer; see lateProgress): look for its id in both.
+    const run = [...progress, ...out.lateProgress]
+      .map((p) => /run ([0-9a-f]{32}) started/.exec(p.message ?? "")?.[1]).find(Boolean);
     if (run) {
       step("runStatus");
       out.runStatus = resultOf(await call(client, { name: "staal_run_status", arguments: { run } }, opts));
