@@ -196,8 +196,9 @@ class Endpoint:
         if not _accepts_both(head.one("accept") or ""):
             return _refused(406, INVALID_REQUEST,
                             f"Accept must list {JSON} and {EVENT_STREAM}")
-        length = head.one("content-length")
-        if length is not None and length.strip().isdigit() and int(length) > self.settings.max_body:
+        length = (head.one("content-length") or "").strip()
+        # isdigit alone admits '²' and other Unicode digits int() refuses.
+        if length.isascii() and length.isdigit() and int(length) > self.settings.max_body:
             return self.too_large()
         return None
 
