@@ -297,8 +297,7 @@ class Calls:
                     raise  # nothing was tried: a resume at start that cannot begin
                 self.log("no_worker", level="error", run=files.run, tool=tool.name,
                          message=none.message, deaths=deaths)
-                return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths,
-                                               f"{how}; then {none.message}", self.run_journals)
+                return await self.give_up(tool, files, deaths, f"{how}; then {none.message}")
             except WorkerLost as lost:
                 deaths += 1
                 how = lost.how
@@ -315,8 +314,25 @@ class Calls:
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
-                    return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
-                                                   self.run_journals)
+                    return await self.give_up(tool, files, deaths, how)
+
+    async def give_up(self, tool: Tool, files: RunFiles, deaths: int,
+                      how: str) -> Ended | StoppedMsg | None:
+        """Close the run its workers kept dying in. On a shared store another
+        instance may have taken it over meanwhile (this one was paused past
+        its lease): its closing record is then refused, and the run is cut
+        off here as any refused record cuts it off (answered failed, not
+        settled here)."""
+        try:
+            return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
+                                           self.run_journals)
+        except StaalError as exc:
+            if exc.kind != "fenced":
+                raise
+            self.cut_off[files.run] = exc.message
+            self.log("journal_refused", level="error", run=files.run, tool=files.tool,
+                     kind=exc.kind, message=exc.message)
+            return None
 
     def limits(self, tool: Tool) -> Limits:
         """The limits the tool's runs run under, as its workers set them."""
