@@ -329,10 +329,15 @@ class Calls:
         except StaalError as exc:
             if exc.kind != "fenced":
                 raise
-            self.cut_off[files.run] = exc.message
-            self.log("journal_refused", level="error", run=files.run, tool=files.tool,
-                     kind=exc.kind, message=exc.message)
+            self.cut_off_run(files, exc)
             return None
+
+    def cut_off_run(self, files: RunFiles, refused: StaalError) -> None:
+        """A record of the run was refused: `conclude` answers it failed and
+        this instance neither settles nor serves it further."""
+        self.cut_off[files.run] = refused.message
+        self.log("journal_refused", level="error", run=files.run, tool=files.tool,
+                 kind=refused.kind, message=refused.message)
 
     def limits(self, tool: Tool) -> Limits:
         """The limits the tool's runs run under, as its workers set them."""
@@ -382,9 +387,7 @@ class Calls:
         try:
             await asyncio.to_thread(self.run_journals.append, files, append.record)
         except StaalError as exc:
-            self.cut_off[files.run] = exc.message
-            self.log("journal_refused", level="error", run=files.run, tool=files.tool,
-                     kind=exc.kind, message=exc.message)
+            self.cut_off_run(files, exc)
             return exc.message
         return None
 
