@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import services
 from tests.authorization import AuthorizationServer
 from tests.payments import payments  # noqa: F401  (the fixture, for every test module)
 from tests.pg_store import pg_store  # noqa: F401  (the fixture: a PostgreSQL store of its own)
 from tests.recorder import Recorder
+
+# Hypothesis's per-example deadline is a timing assertion: on a loaded
+# machine one example can take 500 ms that takes 10 ms alone, which says
+# nothing about the property tested. No test here has one.
+settings.register_profile("staal", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("staal")
 
 
 @pytest.fixture

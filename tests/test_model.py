@@ -246,9 +246,11 @@ def test_a_provider_that_never_answers_times_out_within_timeout_ms_per_attempt(t
     assert failure["message"] == ("the model provider failed all 2 attempts; the last: "
                                   "no complete answer within 300 ms")
     first, second = fake_model.requests()
-    # The second attempt began after the first timed out and one backoff
-    # (at most 0.5 s before the first retry); the fake would have held both 60 s.
-    assert 0.3 <= second["at"] - first["at"] < 0.3 + 0.5 + 1.0
+    # The second attempt began after the first timed out, not when the fake
+    # let it go (it would have held both 60 s). No lower bound: the fake
+    # stamps a request when its body has arrived, later than the attempt's
+    # clock started, by as much as a loaded machine makes it.
+    assert second["at"] - first["at"] < 30
     assert took < 15
 
 

@@ -1,6 +1,6 @@
 // A transparent stdio tap between an MCP client and the server it starts:
 //
-//   node tap.mjs [--hold-ms N] LOG_DIR COMMAND ARGS...
+//   node tap.mjs [--hold] LOG_DIR COMMAND ARGS...
 //
 // Starts COMMAND with piped stdio and passes every byte through unchanged,
 // writing what happened to LOG_DIR/<tap pid>.jsonl, one JSON object a line:
@@ -9,38 +9,52 @@
 //                                                            server->client, server stderr)
 //   {"t": ms, "event": "signal", "signal": "SIGTERM"}        (the tap was signalled)
 //   {"t": ms, "event": "exit", "code": n | null, "signal": name | null}
+//   {"t": ms, "event": "released", "waited": bool}           (a held probe let go)
 //
 // The end of the tap's stdin and a signal to the tap are passed on to the
-// server at once, and the tap exits when the server has. With --hold-ms N, a
+// server at once, and the tap exits when the server has. With --hold, a
 // probe (a server that has been sent nothing but server/discover) is held
 // instead: its stdin stays open and the tap exits at once on a signal,
-// leaving the server running for N ms before it is sent the signal. That is
-// a wrapper slow to let go of its server, so the next server started on the
-// same journals finds the lock still held.
+// leaving the server running until the next server started through a tap on
+// the same LOG_DIR has logged `waiting_for_lock` (that tap writes
+// LOG_DIR/waiting_for_lock), then sending it the signal. That is a wrapper
+// slow to let go of its server, so the next server started on the same
+// journals finds the lock still held: an event, not a delay, so it holds on
+// a loaded machine too (bounded by HOLD_BOUND_MS, after which "released"
+// says waited: false).
 
 import { spawn } from "node:child_process";
-import { appendFileSync, mkdirSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const argv = process.argv.slice(2);
 
+const HOLD_BOUND_MS = 60000;
+const LOCK_WAIT = "waiting_for_lock";
+
 if (argv[0] === "--holder") {
-  // The helper --hold-ms starts: it keeps the server's stdin open (it was
-  // handed the pipe as its own fd 0), then signals the server and exits.
-  const [, pid, ms, signal] = argv;
-  setTimeout(() => {
+  // The helper --hold starts: it keeps the server's stdin open (it was
+  // handed the pipe as its own fd 0) until the next server waits for the
+  // lock, then signals the server and exits.
+  const [, pid, logDir, logPath, signal] = argv;
+  const began = Date.now();
+  const poll = setInterval(() => {
+    const waited = existsSync(join(logDir, LOCK_WAIT));
+    if (!waited && Date.now() - began < HOLD_BOUND_MS) return;
+    clearInterval(poll);
+    appendFileSync(logPath, JSON.stringify({ t: Date.now(), event: "released", waited }) + "\n");
     try { process.kill(Number(pid), signal); } catch {}
     process.exit(0);
-  }, Number(ms));
+  }, 20);
 } else {
   main();
 }
 
 function main() {
-  let holdMs = 0;
-  if (argv[0] === "--hold-ms") {
-    holdMs = Number(argv[1]);
-    argv.splice(0, 2);
+  let hold = false;
+  if (argv[0] === "--hold") {
+    hold = true;
+    argv.splice(0, 1);
   }
   const [logDir, command, ...args] = argv;
   mkdirSync(logDir, { recursive: true });
@@ -64,10 +78,11 @@ function main() {
         pending = pending.slice(end + 1);
         log(event, { line });
         if (event === "in" && line.trim() && !line.includes('"server/discover"')) probe = false;
+        if (event === "err" && line.includes(`"${LOCK_WAIT}"`)) writeFileSync(join(logDir, LOCK_WAIT), "");
       }
     };
   };
-  const holding = () => holdMs > 0 && probe;
+  const holding = () => hold && probe;
   process.stdin.on("data", lines("in", (chunk) => child.stdin.write(chunk)));
   // Held, the server must not see its client go until the hold is over.
   process.stdin.on("end", () => { if (!holding()) child.stdin.end(); });
@@ -91,10 +106,10 @@ function main() {
       if (exited) return process.exit();
       if (holding()) {
         const holder = spawn(process.execPath, [new URL(import.meta.url).pathname, "--holder",
-                                                String(child.pid), String(holdMs), signal],
+                                                String(child.pid), logDir, logPath, signal],
                              { stdio: [child.stdin, "ignore", "ignore"], detached: true });
         holder.unref();
-        log("held", { pid: child.pid, ms: holdMs });
+        log("held", { pid: child.pid });
         process.exit(0);
       }
       child.kill(signal);
