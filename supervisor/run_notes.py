@@ -13,6 +13,7 @@ the resources use:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +56,10 @@ class RunNotes(Protocol):
         """The run is settled: its last log lines written, its kept arguments
         and waiting record removed."""
 
+    def adopt(self, runs: Iterable[RunFiles]) -> None:
+        """At start, before recovery: waiting records of these runs that an
+        earlier version kept only as this instance's files, made the store's."""
+
 
 def _time() -> int:
     return SYSTEM_CLOCK.now_ms()
@@ -75,8 +80,7 @@ class FileNotes:
                 "--result JSON   (or --happened no)")
 
     def wait(self, files: RunFiles, record: dict[str, Any]) -> Path | None:
-        written = write_durably(files.waiting, orjson.dumps(record, option=orjson.OPT_INDENT_2))
-        return files.waiting if written else None
+        return files.waiting if write_durably(files.waiting, _encoded(record)) else None
 
     def waiting(self, files: RunFiles) -> dict[str, Any] | None:
         try:
@@ -112,6 +116,9 @@ class FileNotes:
         remove_inputs(files)
         self.unwait(files)
 
+    def adopt(self, runs: Iterable[RunFiles]) -> None:
+        pass  # the files are the records
+
 
 class StoreNotes:
     def __init__(self, rows: NoteRows) -> None:
@@ -129,10 +136,7 @@ class StoreNotes:
     def wait(self, files: RunFiles, record: dict[str, Any]) -> Path | None:
         if not self.rows.wait(files.run, record):
             return None
-        # The notify command's copy: one left by an earlier wait, answered
-        # since, is replaced.
-        _unlink(files.waiting)
-        write_durably(files.waiting, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        _replace_copy(files, record)
         return files.waiting
 
     def waiting(self, files: RunFiles) -> dict[str, Any] | None:
@@ -156,12 +160,43 @@ class StoreNotes:
         self.rows.end(files.run, _entries(lines))
         _unlink(files.waiting)
 
+    def adopt(self, runs: Iterable[RunFiles]) -> None:
+        """A record from before schema version 3 (a file naming its journal,
+        not the instance that wrote it) becomes the run's row as it was
+        first written, its resolve command the store's; the run resumed at
+        start then stops again and notifies no one twice. A copy this
+        class wrote names its instance and is left alone: its row may have
+        been removed by an operator's answer since."""
+        for files in runs:
+            try:
+                found = FileNotes(files.journals).waiting(files)
+            except orjson.JSONDecodeError:
+                continue  # damaged: the run stops again when resumed, and that is its record
+            if found is None or "instance" in found:
+                continue
+            record = {key: value for key, value in found.items() if key != "journal"}
+            record.update(instance=self.rows.instance,
+                          resolve=self.resolve_hint(files, record.get("op")))
+            if self.rows.wait(files.run, record):
+                _replace_copy(files, record)
+
 
 def store_resolve_hint(run: str, op: int | None) -> str:
     """The answer on a shared store, from any machine with the DSN."""
     said = "N" if op is None else str(op)
     return (f"staal-supervisor resolve MANIFEST --run {run} --op {said} --happened yes "
             "--result JSON   (or --happened no)")
+
+
+def _encoded(record: dict[str, Any]) -> bytes:
+    return orjson.dumps(record, option=orjson.OPT_INDENT_2)
+
+
+def _replace_copy(files: RunFiles, record: dict[str, Any]) -> None:
+    """The notify command's copy of a row: one left by an earlier wait,
+    answered since, is replaced."""
+    _unlink(files.waiting)
+    write_durably(files.waiting, _encoded(record))
 
 
 def _entries(lines: bytes) -> list[dict[str, Any]]:

@@ -90,10 +90,12 @@ class Server:
         self.waiting = Waiting(open_notes(server, self.run_journals), server.notify,
                                server.notify_env, self.log)
         # On a shared store the rows are the journals: this instance's copies
-        # of its unfinished runs' are made whole from them before recovery.
-        await asyncio.to_thread(self.run_journals.restore, [
-            RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
-            if e.state == "unsettled"])
+        # of its unfinished runs' are made whole from them before recovery,
+        # and waiting records an older version kept as files become rows.
+        unfinished = [RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
+                      if e.state == "unsettled"]
+        await asyncio.to_thread(self.run_journals.restore, unfinished)
+        await asyncio.to_thread(self.waiting.notes.adopt, unfinished)
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))

@@ -5,6 +5,10 @@ upgrade from version 2 keeps every row."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -12,9 +16,13 @@ from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger_postgres import Fenced, connect
 from staal.supervisor.note_rows import NoteRows
 from staal.supervisor.pg_schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
-from staal.supervisor.run_notes import StoreNotes
+from staal.supervisor.run_notes import FileNotes, StoreNotes
 from tests.pg_store import PgStore
+from tests.serving import start
+from tests.test_metrics import metrics_url, scrape, value
+from tests.test_operators import waiting_manifest
 from tests.test_store_journals import HEADER, open_rows
+from tests.test_store_serving import STORE, env_for
 
 RECORD = {"run": "", "tool": "t", "op": 1, "message": "op 1: in doubt", "time": 1,
           "instance": "a", "resolve": "staal-supervisor resolve MANIFEST --run R --op 1"}
@@ -25,7 +33,7 @@ def waiting_rows(pg: PgStore) -> list[tuple[str, str, dict]]:
 
 
 def test_a_runs_waiting_record_is_one_row_kept_as_first_written(
-        pg_store: PgStore, tmp_path) -> None:
+        pg_store: PgStore, tmp_path: Path) -> None:
     ledger, rows = open_rows(pg_store, "a")
     run = ledger.reserve_call("t", None, 1, (), None).run
     notes = StoreNotes(NoteRows(rows))
@@ -41,7 +49,7 @@ def test_a_runs_waiting_record_is_one_row_kept_as_first_written(
 
 
 def test_an_instance_fenced_off_a_run_cannot_write_its_waiting_record(
-        pg_store: PgStore, tmp_path) -> None:
+        pg_store: PgStore, tmp_path: Path) -> None:
     ledger, rows = open_rows(pg_store, "a")
     run = ledger.reserve_call("t", None, 1, (), None).run
     restarted, fresh = open_rows(pg_store, "a")  # a new process, a new fencing token
@@ -58,7 +66,7 @@ def test_an_instance_fenced_off_a_run_cannot_write_its_waiting_record(
 
 
 def test_a_runs_log_is_rows_in_order_and_its_end_removes_its_record_and_arguments(
-        pg_store: PgStore, tmp_path) -> None:
+        pg_store: PgStore, tmp_path: Path) -> None:
     ledger, rows = open_rows(pg_store, "a")
     run = ledger.reserve_call("t", None, 1, (), None).run
     rows.keep_inputs(run, {"n": 1})
@@ -102,3 +110,43 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     pg_store.execute("DELETE FROM staal_runs")  # compaction: they go with their run
     assert pg_store.rows("SELECT count(*) FROM staal_waiting") == [(0,)]
     assert pg_store.rows("SELECT count(*) FROM staal_logs") == [(0,)]
+
+
+def test_a_waiting_record_an_older_version_kept_as_a_file_becomes_the_runs_row_as_written(
+        pg_store: PgStore, tmp_path: Path) -> None:
+    ledger, rows = open_rows(pg_store, "a")
+    run, answered = (ledger.reserve_call("t", None, 1, (), None).run for _ in range(2))
+    notes = StoreNotes(NoteRows(rows))
+    files, copy = RunFiles(tmp_path, "t", run), RunFiles(tmp_path, "t", answered)
+    older = FileNotes(tmp_path).waiting_record("t", files, 2, "op 2: in doubt")
+    FileNotes(tmp_path).wait(files, older)
+    # A copy this version wrote, whose row an operator's answer removed since.
+    FileNotes(tmp_path).wait(copy, dict(RECORD, run=answered, instance=rows.instance))
+    notes.adopt([files, copy])
+    notes.adopt([files, copy])  # at every start: kept as first written
+    ((adopted,),) = pg_store.rows("SELECT record FROM staal_waiting")
+    assert (adopted["run"], adopted["op"], adopted["time"]) == (run, 2, older["time"])
+    assert "journal" not in adopted and str(tmp_path) not in json.dumps(adopted)
+    assert adopted["resolve"].startswith(f"staal-supervisor resolve MANIFEST --run {run} --op 2")
+    assert FileNotes(tmp_path).waiting(files) == adopted  # the notify copy says the same
+    assert notes.waiting(copy) is None
+    rows.close()
+    ledger.close()
+
+
+def test_another_instances_waiting_run_is_counted_in_this_ones_metrics(
+        pg_store: PgStore, tmp_path: Path, service: Any) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with start(waiting_manifest(tmp_path / "a", service, store=STORE), env_for(pg_store)) as a:
+        run = a.call("ticket", {"order": "o1"})["structuredContent"]["run"]
+        assert a.close() == 0
+    manifest = waiting_manifest(tmp_path / "b", service, store=STORE,
+                                metrics={"listen": "127.0.0.1:0"})
+    with start(manifest, env_for(pg_store)) as b:
+        samples = scrape(metrics_url(b))
+        assert b.close() == 0
+    assert value(samples, "staal_runs_waiting", tool="ticket") == 1
+    ((owner,),) = pg_store.rows("SELECT owner FROM staal_runs WHERE run = %s", (run,))
+    assert owner.endswith(str(tmp_path / "a" / "journals"))  # still a's: b only counted it
+    assert not (tmp_path / "b" / "journals" / "waiting").exists()  # b holds no copy of it
