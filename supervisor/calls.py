@@ -35,11 +35,7 @@ from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.runconfig import Limits, config_key, from_tool
 from staal.supervisor.callers import LOCAL, Admitted
-from staal.supervisor.files import (
-    RunFiles,
-    append_log,
-    remove_never_started,
-)
+from staal.supervisor.files import RunFiles, remove_never_started
 from staal.supervisor.ledger import (
     Admission,
     Different,
@@ -63,7 +59,7 @@ from staal.supervisor.outcomes import (
 from staal.supervisor.pg_schema import StoreError
 from staal.supervisor.pool import NoWorker, Pool, WorkerLost
 from staal.supervisor.poolstate import Worker
-from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, WaitingOf
+from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
@@ -396,10 +392,14 @@ class Calls:
         stops): one write per run instead of one per line."""
         return self.logs.setdefault(files.run, [])
 
-    def _flush_log(self, files: RunFiles, ended: str, failure: Failure | None = None) -> None:
+    def _last_lines(self, files: RunFiles, ended: str, failure: Failure | None = None) -> bytes:
+        """The run's log lines held until now, and the one saying how it ended."""
         lines = self.logs.pop(files.run, [])
         lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
-        append_log(files, b"".join(lines))
+        return b"".join(lines)
+
+    def _flush_log(self, files: RunFiles, ended: str, failure: Failure | None = None) -> None:
+        self.waiting.notes.log(files, self._last_lines(files, ended, failure))
 
     def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
         """Step 7's settle and, once it is durable, the clean-up, in one
@@ -418,10 +418,8 @@ class Calls:
     def _clean_up(self, files: RunFiles, final: Ended) -> None:
         """Once a run is settled: its log, its arguments file (a crash
         before this leaves it for the next start to remove) and any waiting
-        record."""
-        self._flush_log(files, final.outcome, final.failure)
-        self.run_journals.forget_inputs(files)
-        self.waiting.remove(files)
+        record (on the shared store, one statement)."""
+        self.waiting.notes.end(files, self._last_lines(files, final.outcome, final.failure))
 
     async def conclude(self, tool: Tool, files: RunFiles,
                        final: Ended | StoppedMsg | None) -> CallOutcome:
@@ -438,7 +436,15 @@ class Calls:
             return Failed(files.run, "internal", message)
         if isinstance(final, StoppedMsg):
             await asyncio.to_thread(self._flush_log, files, "stopped")
-            await asyncio.to_thread(self.waiting.record, tool.name, files, final.op, final.message)
+            try:
+                await asyncio.to_thread(self.waiting.record, tool.name, files, final.op,
+                                        final.message)
+            except StaalError as exc:  # taken over since its stop was journaled
+                self.log("waiting_refused", level="error", run=files.run, tool=tool.name,
+                         kind=exc.kind, message=exc.message)
+                return Failed(files.run, "internal", f"run {files.run} stopped on this "
+                              f"instance, but its waiting record was refused ({exc.message}); "
+                              "the instance that owns it now answers for it")
             kill_point("supervisor", "waiting")
             self.log("run_waiting", level="warning", run=files.run, tool=tool.name, op=final.op,
                      message=final.message)
@@ -482,7 +488,7 @@ class Calls:
                 "it is a different operation under the same key, and is refused")
         files = self.files(entry.tool, entry.run)
         if entry.state == "unsettled":
-            stopped = WaitingOf(self.waiting, self.run_journals).read(files)
+            stopped = self.waiting.notes.waiting(files)
             if stopped is not None:
                 return Stopped(entry.run, stopped["op"], stopped["message"])
             return Refused(
@@ -499,8 +505,8 @@ class Calls:
         entry = self.ledger.run(run)
         if entry is None or not admitted.owns(entry):
             return RunStatus(run, "unknown")
-        return run_status(entry, self.files(entry.tool, run),
-                          WaitingOf(self.waiting, self.run_journals), self.run_journals)
+        return run_status(entry, self.files(entry.tool, run), self.waiting.notes,
+                          self.run_journals)
 
 
 Progress = Callable[[int, str], None]

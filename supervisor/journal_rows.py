@@ -1,7 +1,8 @@
 """Run journals as rows of the PostgreSQL store (issue 15): the one writer
 and the one reader of `staal_journal` and of `staal_inputs` (kept
-arguments), and the takeover of a dead instance's runs; the schema is
-`pg_schema.py`'s.
+arguments, removed at the run's end in the statement that writes its log:
+supervisor/note_rows.py), and the takeover of a dead instance's runs; the
+schema is `pg_schema.py`'s.
 
 A record is durable when its row is committed (synchronous_commit on, as
 every session of the store): that commit is "durable before anything
@@ -62,7 +63,7 @@ class JournalRows:
         JOURNAL.decode(record)  # a record the reader would refuse is not written
 
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> int:
-            self._check_owned(cur, run, "journal")
+            self.check_owned(cur, run, "journal")
             cur.execute("SELECT line, record FROM staal_journal WHERE run = %s "
                         "ORDER BY line DESC LIMIT 1", (run,))
             last = cur.fetchone()
@@ -73,17 +74,17 @@ class JournalRows:
                         (run, line, Jsonb(record)))
             return line
 
-        return self._run(attempt)
+        return self.run(attempt)
 
     def keep_inputs(self, run: str, arguments: dict[str, Any]) -> None:
         """Keep the run's arguments (fenced as an append), for a resume on
         any instance; kept as first written."""
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> None:
-            self._check_owned(cur, run, "keep the arguments of")
+            self.check_owned(cur, run, "keep the arguments of")
             cur.execute("INSERT INTO staal_inputs (run, arguments) VALUES (%s, %s) "
                         "ON CONFLICT (run) DO NOTHING", (run, Jsonb(arguments)))
 
-        self._run(attempt)
+        self.run(attempt)
 
     def inputs(self, run: str) -> dict[str, Any] | None:
         """The run's kept arguments (None: none are kept)."""
@@ -92,14 +93,7 @@ class JournalRows:
             row = cur.fetchone()
             return None if row is None else row[0]
 
-        return self._run(query)
-
-    def forget_inputs(self, run: str) -> None:
-        """The run ended: its arguments are not kept any more."""
-        def attempt(cur: psycopg.Cursor[Any], again: bool) -> None:
-            cur.execute("DELETE FROM staal_inputs WHERE run = %s", (run,))
-
-        self._run(attempt)
+        return self.run(query)
 
     def take_over(self, now_ms: int) -> list[tuple[str, str, str]]:
         """Take over, in one transaction under this instance's current token,
@@ -124,9 +118,11 @@ class JournalRows:
                 {"me": self.instance, "now": now_ms, "fence": self.fence})
             return [(str(run), str(tool), str(dead)) for run, tool, dead in cur.fetchall()]
 
-        return self._run(attempt)
+        return self.run(attempt)
 
-    def _check_owned(self, cur: psycopg.Cursor[Any], run: str, what: str) -> None:
+    def check_owned(self, cur: psycopg.Cursor[Any], run: str, what: str) -> None:
+        """In the caller's transaction: the run is this instance's under its
+        current token, and stays so until the commit; else `Fenced`."""
         cur.execute(_OWNED, (run, self.instance, self.fence))
         if cur.fetchone() is None:
             raise Fenced(f"run {run} is not this instance's to {what} (instance "
@@ -139,7 +135,7 @@ class JournalRows:
             cur.execute("SELECT record FROM staal_journal WHERE run = %s ORDER BY line", (run,))
             return [row[0] for row in cur.fetchall()]
 
-        return self._run(query)
+        return self.run(query)
 
     def read(self, run: str) -> JournalState | None:
         """The run's journal as a story (None: it has no rows, so its run
@@ -149,16 +145,23 @@ class JournalRows:
             return None
         return journal_of([JOURNAL.decode(row) for row in rows], f"staal_journal run {run}")
 
-    def _run(self, attempt: Callable[[psycopg.Cursor[Any], bool], T]) -> T:
+    def run(self, attempt: Callable[[psycopg.Cursor[Any], bool], T], alone: bool = False) -> T:
+        """`attempt` in one transaction on this connection, tried again once
+        (told so) if the connection was lost. `alone`: it is one statement,
+        a transaction by itself (one round trip, no BEGIN and COMMIT)."""
         with self._lock:
             try:
-                return self._once(attempt, False)
+                return self._once(attempt, False, alone)
             except ConnectionLost:
-                return self._once(attempt, True)
+                return self._once(attempt, True, alone)
 
-    def _once(self, attempt: Callable[[psycopg.Cursor[Any], bool], T], again: bool) -> T:
+    def _once(self, attempt: Callable[[psycopg.Cursor[Any], bool], T], again: bool,
+              alone: bool) -> T:
         try:
             conn = self._connection()
+            if alone:
+                with conn.cursor() as cur:
+                    return attempt(cur, again)
             with conn.transaction(), conn.cursor() as cur:
                 return attempt(cur, again)
         except psycopg.Error as exc:

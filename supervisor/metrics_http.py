@@ -26,13 +26,13 @@ from prometheus_client.metrics_core import (
 )
 
 from staal.manifest import Manifest
-from staal.supervisor.files import RunFiles
 from staal.supervisor.listeners import InLoopUvicorn, url_host
 from staal.supervisor.metrics import Metrics
 from staal.timings import TIMINGS, Histogram, Tally
 
 if TYPE_CHECKING:
     from staal.supervisor.ledger import Ledger
+    from staal.supervisor.run_notes import RunNotes
     from staal.supervisor.server import Server
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -74,13 +74,15 @@ def counted(metrics: Metrics, server: Server) -> list[Metric]:
 
 
 
-def stored(manifest: Manifest, ledger: Ledger) -> list[Metric]:
-    """What the ledger and the waiting records hold, read in a thread."""
+def stored(manifest: Manifest, ledger: Ledger, notes: RunNotes) -> list[Metric]:
+    """What the ledger and the waiting records hold, read in a thread (on a
+    shared store, every instance's waiting runs)."""
     waiting = GaugeMetricFamily("staal_runs_waiting", "Runs waiting for an operator (an op in "
                                 "doubt: see staal-supervisor status).", labels=("tool",))
     counts = {tool.name: 0 for tool in manifest.tools}
+    records = notes.all_waiting()
     for entry in ledger.unsettled():
-        if RunFiles(manifest.server.journals, entry.tool, entry.run).waiting.exists():
+        if entry.run in records:
             counts[entry.tool] = counts.get(entry.tool, 0) + 1
     for tool, n in sorted(counts.items()):
         waiting.add_metric((tool,), n)
@@ -150,7 +152,8 @@ class MetricsApp:
             await _answer(send, 405, b"GET only\n", b"text/plain; charset=utf-8")
         else:
             families = counted(self.metrics, self.server)
-            families += await asyncio.to_thread(stored, self.server.manifest, self.server.ledger)
+            families += await asyncio.to_thread(stored, self.server.manifest, self.server.ledger,
+                                                self.server.waiting.notes)
             body = exposition(families)
             await _answer(send, 200, body if scope["method"] == "GET" else b"",
                           CONTENT_TYPE)

@@ -15,6 +15,7 @@ from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, 
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import RunEntry
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.run_notes import RunNotes
 
 
 def outcome_of_end(run: str, outcome: str, result: Any, failure: Any) -> CallOutcome:
@@ -62,7 +63,7 @@ def answer_of_journal(entry: RunEntry, files: RunFiles,
     return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
 
 
-def run_status(entry: RunEntry, files: RunFiles, waiting: Any,
+def run_status(entry: RunEntry, files: RunFiles, notes: RunNotes,
                journals: RunJournals = FILE_JOURNALS) -> RunStatus:
     """What staal_run_status answers: running, done, failed, waiting for an
     operator, expired (settled, journal gone) or unknown."""
@@ -70,7 +71,7 @@ def run_status(entry: RunEntry, files: RunFiles, waiting: Any,
     if entry.state == "released":
         return RunStatus(run, "unknown")
     if entry.state == "unsettled":
-        stopped = waiting.read(files)
+        stopped = notes.waiting(files)
         if stopped is not None:
             return RunStatus(run, "waiting_for_operator", op=stopped["op"],
                              message=stopped["message"])

@@ -24,7 +24,7 @@ from typing import Any
 import staal
 from staal.errors import StaalError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -74,6 +74,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TABLE staal_inputs (
             run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
             arguments jsonb NOT NULL)""",
+    ),
+    (
+        # Version 3: waiting records and run logs as rows (supervisor/run_notes.py),
+        # shared by every instance; both go with their run. A run has one
+        # waiting record, kept as first written (the primary key: a second
+        # insert does nothing), naming the instance that wrote it.
+        """CREATE TABLE staal_waiting (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            instance text NOT NULL,
+            record jsonb NOT NULL)""",
+        # A run's log, one row per line in order: for people, not authoritative.
+        """CREATE TABLE staal_logs (
+            run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
+            line integer NOT NULL CHECK (line >= 1),
+            entry jsonb NOT NULL,
+            PRIMARY KEY (run, line))""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

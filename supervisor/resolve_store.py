@@ -9,7 +9,7 @@ ended, and the new row takes the line after the last one read in the same
 transaction, whose primary key refuses it if the run's owner appended
 meanwhile. The owner (or an instance that takes the run over) restores its
 copy from the rows and resumes the run at its next start, as after a local
-resolve.
+resolve. The run's waiting record goes in the same transaction.
 
 The answer is checked by the worker's own `staal resolve` (which knows each
 capability's result shape; the supervisor never imports worker code), run
@@ -37,6 +37,7 @@ from staal.fsio import FS
 from staal.journal_records import JOURNAL, Resolved
 from staal.manifest import ServerConfig
 from staal.supervisor.ledger_postgres import connect, reason, secrets_of
+from staal.supervisor.note_rows import drop_waiting
 from staal.supervisor.pg_schema import StoreError
 from staal.supervisor.store import dsn_of
 
@@ -87,6 +88,7 @@ def _answer(cur: psycopg.Cursor[Any], run: str, op: int, happened: bool,
     record = _checked_answer(run, rows, op, happened, result_text)
     cur.execute("INSERT INTO staal_journal (run, line, record) VALUES (%s, %s, %s)",
                 (run, len(rows) + 1, Jsonb(record)))
+    drop_waiting(cur, run)  # answered: if it stops again, at a later op, that is a new record
     return str(found[0])
 
 

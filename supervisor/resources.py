@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,20 +125,12 @@ class Resources:
         if ref.after is not None:
             entries = _after(entries, ref.after)
         page = entries[:ref.limit]
-        data: dict[str, Any] = {"items": [self._run_item(e) for e in page]}
+        waiting = self.calls.waiting.notes.all_waiting() if any(e.unsettled for e in page) else {}
+        data: dict[str, Any] = {"items": [_run_item(e, waiting) for e in page]}
         if len(entries) > ref.limit:
             last = page[-1]
             data["nextCursor"] = self.catalogue.next_cursor(ref, f"{last.reserved_ms}:{last.run}")
         return Contents(data)
-
-    def _run_item(self, entry: RunEntry) -> dict[str, Any]:
-        """One run as the list shows it: a run waiting for an operator says
-        so (staal_run_status's word for it), any other unsettled one is
-        running; a settled one is its outcome."""
-        if entry.state != "unsettled":
-            return _run_item_fields(entry, entry.outcome)
-        waiting = self.calls.files(entry.tool, entry.run).waiting.exists()
-        return _run_item_fields(entry, "waiting_for_operator" if waiting else "running")
 
     def journal_page(self, read: ReadResource, ref: JournalPage, entry: RunEntry) -> ReadAnswer:
         files = self.calls.files(entry.tool, entry.run)
@@ -251,6 +244,15 @@ def _after(entries: list[RunEntry], position: str) -> list[RunEntry]:
             return entries[i + 1:]
     reserved = int(ms) if ms.isdigit() else 0
     return [e for e in entries if e.reserved_ms < reserved]
+
+
+def _run_item(entry: RunEntry, waiting: Mapping[str, object]) -> dict[str, Any]:
+    """One run as the list shows it: a run with a waiting record says so
+    (staal_run_status's word for it), any other unsettled one is running; a
+    settled one is its outcome."""
+    if entry.state != "unsettled":
+        return _run_item_fields(entry, entry.outcome)
+    return _run_item_fields(entry, "waiting_for_operator" if entry.run in waiting else "running")
 
 
 def _run_item_fields(entry: RunEntry, state: str | None) -> dict[str, Any]:

@@ -11,6 +11,9 @@ small interface the calls, the outcomes and recovery use:
   The rows are the truth: a copy a crash left behind is rewritten from them
   before recovery, and a repeated call is answered from them on any
   instance.
+
+A run's kept arguments are removed at its end with its log and waiting
+record (supervisor/run_notes.py `end`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from typing import Any, Literal, Protocol
 
 from staal.appendlog import read_log
 from staal.canonical import canonical_json
-from staal.errors import LogDamaged, StaalError
+from staal.errors import StaalError
 from staal.fsio import FS, make_private_dir
 from staal.journal import JournalState, JournalWriter, read_journal
 from staal.journal_records import JOURNAL
-from staal.supervisor.files import RunFiles, remove_inputs, write_inputs
+from staal.supervisor.files import RunFiles, write_inputs
 from staal.supervisor.journal_rows import JournalRows
 
 Sink = Literal["file", "supervisor"]
@@ -57,9 +60,6 @@ class RunJournals(Protocol):
         """Keep a new run's arguments durably (step 6a), with a local copy
         for its worker."""
 
-    def forget_inputs(self, files: RunFiles) -> None:
-        """The run ended: remove its kept arguments."""
-
     def restore(self, runs: Iterable[RunFiles]) -> None:
         """Make the local copies of these runs' journals and kept arguments
         whole, before recovery reads them."""
@@ -89,9 +89,6 @@ class FileJournals:
 
     def keep_inputs(self, files: RunFiles, arguments: dict[str, Any]) -> None:
         write_inputs(files, arguments)
-
-    def forget_inputs(self, files: RunFiles) -> None:
-        remove_inputs(files)
 
     def restore(self, runs: Iterable[RunFiles]) -> None:
         pass
@@ -132,10 +129,6 @@ class StoreJournals:
     def keep_inputs(self, files: RunFiles, arguments: dict[str, Any]) -> None:
         self.rows.keep_inputs(files.run, arguments)
         write_inputs(files, arguments)  # the worker's copy; durable already as a row
-
-    def forget_inputs(self, files: RunFiles) -> None:
-        remove_inputs(files)
-        self.rows.forget_inputs(files.run)
 
     def restore(self, runs: Iterable[RunFiles]) -> None:
         """Each copy made whole from the rows. A copy holding every row and
@@ -204,25 +197,3 @@ def _copy(files: RunFiles, records: Iterable[Mapping[str, Any]], append: bool) -
         os.close(fd)
     if not append:
         FS.replace(target, files.journal)
-
-
-class WaitingOf:
-    """Whether a run waits for an operator, and at which op: its waiting
-    record on this instance's disk, else, on a shared store, the stop its
-    journal rows end with (a run another instance serves, or took over)."""
-
-    def __init__(self, waiting: Any, journals: RunJournals) -> None:
-        self._waiting = waiting
-        self._journals = journals
-
-    def read(self, files: RunFiles) -> dict[str, Any] | None:
-        record = self._waiting.read(files)
-        if record is not None or self._journals.sink == "file":
-            return record
-        try:
-            journal = self._journals.read(files)
-        except LogDamaged:
-            return None  # said where it matters: when the run is resumed
-        if journal is None or journal.stopped is None or journal.end is not None:
-            return None
-        return {"op": journal.stopped.op, "message": journal.stopped.message}

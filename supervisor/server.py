@@ -47,7 +47,7 @@ from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.startup import check_tools
-from staal.supervisor.store import describe_store, open_journals, open_ledger
+from staal.supervisor.store import describe_store, open_journals, open_ledger, open_notes
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -87,12 +87,15 @@ class Server:
             open_ledger, server, SYSTEM_CLOCK,
             lambda text: self.log("clock_behind", level="warning", message=text))
         self.run_journals = await asyncio.to_thread(open_journals, server, self.ledger)
-        self.waiting = Waiting(server.journals, server.notify, server.notify_env, self.log)
+        self.waiting = Waiting(open_notes(server, self.run_journals), server.notify,
+                               server.notify_env, self.log)
         # On a shared store the rows are the journals: this instance's copies
-        # of its unfinished runs' are made whole from them before recovery.
-        await asyncio.to_thread(self.run_journals.restore, [
-            RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
-            if e.state == "unsettled"])
+        # of its unfinished runs' are made whole from them before recovery,
+        # and waiting records an older version kept as files become rows.
+        unfinished = [RunFiles(server.journals, e.tool, e.run) for e in self.ledger.mine()
+                      if e.state == "unsettled"]
+        await asyncio.to_thread(self.run_journals.restore, unfinished)
+        await asyncio.to_thread(self.waiting.notes.adopt, unfinished)
         plan = await asyncio.to_thread(plan_recovery, self.manifest, self.ledger)
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))
@@ -157,11 +160,11 @@ class Server:
         for files, end in plan.settle:
             await asyncio.to_thread(self.ledger.settle, files.run, end.outcome, charged_of(end))
             await asyncio.to_thread(remove_inputs, files)
-            self.waiting.remove(files)
+            await asyncio.to_thread(self.waiting.notes.unwait, files)
             self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
         for files in plan.remove_inputs:
             await asyncio.to_thread(remove_inputs, files)
-            self.waiting.remove(files)
+            await asyncio.to_thread(self.waiting.notes.unwait, files)
         for files in plan.resume:  # one after another, before anything is served
             self.log("recovered", rule="resuming", run=files.run, tool=files.tool)
             outcome = await self.calls.resume_run(files)

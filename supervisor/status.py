@@ -22,7 +22,8 @@ from staal.manifest import Manifest, QuotaConfig
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import LedgerState
 from staal.supervisor.quota import caller_key
-from staal.supervisor.store import describe_store, read_view, this_instance
+from staal.supervisor.run_notes import store_resolve_hint
+from staal.supervisor.store import describe_store, read_view, read_waiting, this_instance
 
 
 def server_pid(journals: Path) -> int | None:
@@ -63,8 +64,12 @@ def collect(manifest: Manifest) -> dict[str, Any]:
     view = read_view(manifest.server)
     state, me = view.state, this_instance(manifest.server)
     pid = server_pid(journals)
-    runs = [_run(entry, journals, pid is not None) if view.owners.get(entry.run, me) == me
-            else _elsewhere(entry, view.owners[entry.run]) for entry in state.unsettled()]
+    waiting = read_waiting(manifest.server)
+    shared = manifest.server.store is not None
+    runs = [_run(entry, journals, pid is not None, waiting.get(entry.run), shared)
+            if view.owners.get(entry.run, me) == me
+            else _elsewhere(entry, view.owners[entry.run], waiting.get(entry.run))
+            for entry in state.unsettled()]
     now = ledger_now_ms(state)
     quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
               if tool.quota is not None]
@@ -77,11 +82,17 @@ def collect(manifest: Manifest) -> dict[str, Any]:
     return report
 
 
-def _elsewhere(entry: Any, owner: str) -> dict[str, Any]:
-    """An unfinished run another instance owns: its journal is on that
-    instance's disk, so only the ledger's part is known here."""
-    return {"run": entry.run, "tool": entry.tool, "reserved": _when(entry.reserved_ms),
-            "state": "owned by another instance", "owner": owner}
+def _elsewhere(entry: Any, owner: str, record: dict[str, Any] | None) -> dict[str, Any]:
+    """An unfinished run another instance owns: its journal's copy is on that
+    instance's disk, so the ledger's part is known here, and its waiting
+    record, which is the shared store's."""
+    run = {"run": entry.run, "tool": entry.tool, "reserved": _when(entry.reserved_ms),
+           "state": "owned by another instance", "owner": owner}
+    if record is not None:
+        run.update(state="waiting_for_operator", op=record["op"], message=record["message"],
+                   resolve=record["resolve"], waiting_since=_when(record["time"]),
+                   recorded_by=record["instance"])
+    return run
 
 
 def _instance(instance: Any, me: str | None, owners: Mapping[str, str],
@@ -123,7 +134,10 @@ def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str,
     return list(callers.values())
 
 
-def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
+def _run(entry: Any, journals: Path, serving: bool, record: dict[str, Any] | None,
+         shared: bool) -> dict[str, Any]:
+    """A run of this instance's, from its journal (on a shared store, its
+    local copy) and its waiting record."""
     files = RunFiles(journals, entry.tool, entry.run)
     run: dict[str, Any] = {"run": entry.run, "tool": entry.tool,
                            "reserved": _when(entry.reserved_ms), "journal": str(files.journal)}
@@ -134,22 +148,30 @@ def _run(entry: Any, journals: Path, serving: bool) -> dict[str, Any]:
         except (LogDamaged, OSError) as exc:  # a damaged journal is itself something to report
             run["problem"] = str(exc)
     stop = summary.stopped if summary is not None and summary.end is None else None
-    if stop is not None and (files.waiting.exists() or not serving):
+    waits = record is not None
+    if stop is not None and (waits or not serving):
         run.update(state="waiting_for_operator", op=stop.op, message=stop.message,
-                   resolve=f"staal resolve --journal {files.journal} --op {stop.op} --happened "
-                           "yes --result JSON   (or: --happened no)")
-    elif files.waiting.exists() and summary is not None:
+                   resolve=_resolve(files, stop.op, shared))
+    elif waits and summary is not None:
         # An operator answered the op it waited at; the server's next start resumes it.
         run["state"] = "answered: resumed at the next start"
-    elif files.waiting.exists():
+    elif waits:
         run.update(state="waiting_for_operator", op=None, message=None,
-                   resolve=f"staal resolve --journal {files.journal} --op N --happened yes "
-                           "--result JSON   (or: --happened no)")
+                   resolve=_resolve(files, None, shared))
     elif serving:
         run["state"] = "in_progress"
     else:
         run["state"] = "interrupted: resumed at the next start"
     return run
+
+
+def _resolve(files: RunFiles, op: int | None, shared: bool) -> str:
+    """How to answer the op in doubt: on a shared store from any machine
+    (the rows are the journal), else on this one, with its journal's path."""
+    if shared:
+        return store_resolve_hint(files.run, op)
+    return (f"staal resolve --journal {files.journal} --op {'N' if op is None else op} "
+            "--happened yes --result JSON   (or: --happened no)")
 
 
 def _quota(use: Any) -> dict[str, Any]:

@@ -1,13 +1,14 @@
 """Which store holds the ledger (`server.store`, issue 15): the file store,
 `<journals>/server.ledger` (the default, and what version 1 did), or a
 PostgreSQL database several instances share. The server, status and the
-console reach a store only through these two functions.
+console reach a store only through these functions.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from staal.clock import Clock
 from staal.manifest import ServerConfig
@@ -19,11 +20,13 @@ from staal.supervisor.ledger_postgres import (
     instance_name,
     read_postgres,
 )
+from staal.supervisor.note_rows import NoteRows, read_all_waiting
 from staal.supervisor.pg_schema import StoreError
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, StoreJournals
+from staal.supervisor.run_notes import FileNotes, RunNotes, StoreNotes
 
 __all__ = ["SharedView", "StoreError", "describe_store", "open_journals", "open_ledger",
-           "read_state", "read_view", "this_instance"]
+           "open_notes", "read_state", "read_view", "read_waiting", "this_instance"]
 
 
 def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
@@ -45,6 +48,24 @@ def open_journals(server: ServerConfig, ledger: Ledger,
         return FILE_JOURNALS
     return StoreJournals(JournalRows(dsn_of(server, environ), ledger.instance, ledger.fence),
                          server.journals)
+
+
+def open_notes(server: ServerConfig, journals: RunJournals) -> RunNotes:
+    """Where the runs' waiting records and logs are kept: files in this
+    instance's journal directory, or rows of the shared store, on the
+    journal rows' connection."""
+    if isinstance(journals, StoreJournals):
+        return StoreNotes(NoteRows(journals.rows))
+    return FileNotes(server.journals)
+
+
+def read_waiting(server: ServerConfig,
+                 environ: Mapping[str, str] = os.environ) -> dict[str, dict[str, Any]]:
+    """Every waiting record, by run, read without changing any (status):
+    this directory's files, or the shared store's rows, any instance's."""
+    if server.store is None:
+        return FileNotes(server.journals).all_waiting()
+    return read_all_waiting(dsn_of(server, environ))
 
 
 def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:

@@ -1,5 +1,6 @@
 """When a run waits for an operator (seed 000 section 7, DESIGN.md 9): a
-durable record written once and kept as first written, a line on stderr,
+durable record written once and kept as first written (supervisor/run_notes.py:
+a file, or a row of the shared store), a line on stderr,
 and the manifest's notify command, retried with backoff until it exits 0,
 never blocking calls."""
 
@@ -10,52 +11,34 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from staal.clock import SYSTEM_CLOCK
-from staal.fsio import FS
-from staal.supervisor.files import RunFiles, write_durably
+from staal.supervisor.files import RunFiles
+from staal.supervisor.run_notes import RunNotes
 
 NOTIFY_TIMEOUT_S = 60
 MAX_BACKOFF_S = 300.0
 
 
 class Waiting:
-    def __init__(self, journals: Path, notify: tuple[str, ...] | None, notify_env: tuple[str, ...],
-                 log: Callable[..., None]) -> None:
-        self.journals = journals
+    def __init__(self, notes: RunNotes, notify: tuple[str, ...] | None,
+                 notify_env: tuple[str, ...], log: Callable[..., None]) -> None:
+        self.notes = notes
         self.notify = notify
         self.notify_env = notify_env
         self.log = log
         self.stopping = threading.Event()
 
     def record(self, tool: str, files: RunFiles, op: int, message: str) -> None:
-        record = {
-            "run": files.run, "tool": tool, "op": op, "message": message,
-            "journal": str(files.journal), "time": SYSTEM_CLOCK.now_ms(),
-            "resolve": (f"staal resolve --journal {files.journal} --op {op} --happened yes "
-                        "--result JSON   (or --happened no)"),
-        }
-        written = write_durably(files.waiting, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        """Keep the record (`Fenced` on a shared store if the run is not this
+        instance's); the notify command runs once per record, here, where it
+        was first written."""
+        record = self.notes.waiting_record(tool, files, op, message)
+        written = self.notes.wait(files, record)
         self.log("run_waits_for_operator", level="warning", run=files.run, tool=tool, op=op,
                  record=str(files.waiting), resolve=record["resolve"])
-        if written and self.notify:
-            threading.Thread(target=self._notify, args=(files.waiting,), daemon=True,
+        if written is not None and self.notify:
+            threading.Thread(target=self._notify, args=(written,), daemon=True,
                              name=f"staal-notify-{files.run[:8]}").start()
-
-    def read(self, files: RunFiles) -> dict[str, Any] | None:
-        try:
-            return orjson.loads(files.waiting.read_bytes())
-        except FileNotFoundError:
-            return None
-
-    def remove(self, files: RunFiles) -> None:
-        try:
-            FS.unlink(files.waiting)
-        except FileNotFoundError:
-            pass
 
     def _notify(self, path: Path) -> None:
         env = {name: os.environ[name] for name in self.notify_env if name in os.environ}

@@ -29,6 +29,7 @@ from staal.supervisor.principal import Principal
 from staal.supervisor.quota import Admission
 from staal.supervisor.resources import Resources, cursor_key, visible
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.run_notes import FileNotes
 from staal.supervisor.waiting import Waiting
 
 BASE = "staal://shop"
@@ -46,7 +47,7 @@ class LedgerOnly:
     run_journals: RunJournals = FILE_JOURNALS
 
     def __post_init__(self) -> None:
-        self.waiting = Waiting(self.journals, None, (), lambda *a, **k: None)
+        self.waiting = Waiting(FileNotes(self.journals), None, (), lambda *a, **k: None)
 
     def files(self, tool: str, run: str) -> RunFiles:
         return RunFiles(self.journals, tool, run)

@@ -34,7 +34,7 @@ from tests.serving import start, tool, write_manifest
 from tests.test_operators import POST, waiting_manifest
 from tests.test_recovery import interrupt, lookup_manifest
 from tests.test_store_contract import T0
-from tests.test_store_serving import ENV, STORE, env_for, settled_once_at_next_start
+from tests.test_store_serving import ENV, STORE, env_for, settled_once_at_next_start, status_of
 
 TWO_READS = """
 from staal.caps import HttpGet
@@ -328,7 +328,8 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
         first = structured(a, "ticket", {"order": "o1"})
         run = the_run(pg_store)
         assert run in json.dumps(first) and "may or may not have happened" in json.dumps(first)
-        # b has no waiting record of a's run: it reads the stop from the rows.
+        # a's waiting record is a row of the shared store: b answers from it.
+        ((writer, record),) = pg_store.rows("SELECT instance, record FROM staal_waiting")
         again = structured(b, "ticket", {"order": "o1"})
         status = structured(b, "staal_run_status", {"run": run})["structuredContent"]
         assert (status["status"], status["op"]) == ("waiting_for_operator", 1)
@@ -343,6 +344,10 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
     assert len(service.seen("POST", "/v1/tickets")) == 1  # never sent again
     assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
     assert instance_of(pg_store, run).endswith(str(tmp_path / "b" / "journals"))
+    # b's run stopped again: a's record is kept as first written, and b notified no one.
+    assert writer.endswith(str(tmp_path / "a" / "journals")) and record["op"] == 1
+    assert pg_store.rows("SELECT instance, record FROM staal_waiting") == [(writer, record)]
+    assert not RunFiles(tmp_path / "b" / "journals", "ticket", run).waiting.exists()
 
 
 def supervisor_resolve(manifest: Path, pg: PgStore, *args: str) -> subprocess.CompletedProcess:
@@ -367,6 +372,12 @@ def test_a_waiting_run_is_resolved_in_the_store_from_another_machine_and_settled
     other["server"]["journals"] = str(elsewhere / "journals")
     other["tools"][0]["program"] = str(owner / other["tools"][0]["program"])
     (elsewhere / "manifest.json").write_text(json.dumps(other))
+    # Status from there shows the run waiting, with the owner's record and
+    # a resolve command that works from any machine.
+    (seen,) = status_of(elsewhere / "manifest.json", pg_store)["runs"]
+    assert (seen["state"], seen["op"], seen["owner"]) == ("waiting_for_operator", 1,
+                                                          seen["recorded_by"])
+    assert seen["resolve"].startswith(f"staal-supervisor resolve MANIFEST --run {run} --op 1 ")
     before = pg_store.rows("SELECT count(*) FROM staal_journal WHERE run = %s", (run,))
     wrong = supervisor_resolve(elsewhere / "manifest.json", pg_store, "--run", run, "--op", "2",
                                "--happened", "no")
@@ -378,4 +389,10 @@ def test_a_waiting_run_is_resolved_in_the_store_from_another_machine_and_settled
     assert done.returncode == 0, done.stderr
     assert "recorded as happened" in done.stdout and pg_store.server_dsn not in done.stdout
     assert not (elsewhere / "journals").exists()
+    assert pg_store.rows("SELECT count(*) FROM staal_waiting") == [(0,)]  # answered
     settled_once_at_next_start(manifest, pg_store, run, service)
+    # Its log is rows: how it stopped, then how it ended once resumed.
+    logged = [entry for (entry,) in pg_store.rows(
+        "SELECT entry FROM staal_logs WHERE run = %s ORDER BY line", (run,))]
+    assert [e["outcome"] for e in logged if e["event"] == "ended"] == ["stopped", "done"]
+    assert not RunFiles(owner / "journals", "ticket", run).log.exists()
