@@ -112,7 +112,8 @@ class FileNotes:
             return []
 
     def end(self, files: RunFiles, lines: bytes) -> None:
-        self.log(files, lines)
+        if lines:
+            self.log(files, lines)
         remove_inputs(files)
         self.unwait(files)
 

@@ -35,10 +35,10 @@ from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
-from staal.supervisor.files import RunFiles, make_run_folders, remove_inputs, remove_never_started
+from staal.supervisor.files import RunFiles, make_run_folders, remove_never_started
 from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
 from staal.supervisor.lockfile import ServerLock
-from staal.supervisor.log import Log
+from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
@@ -159,12 +159,13 @@ class Server:
                      removed="its journal, cut before its header was durable" if cut else None)
         for files, end in plan.settle:
             await asyncio.to_thread(self.ledger.settle, files.run, end.outcome, charged_of(end))
-            await asyncio.to_thread(remove_inputs, files)
-            await asyncio.to_thread(self.waiting.notes.unwait, files)
+            # As a run's end: its kept arguments (on a shared store, their
+            # row too) and any waiting record go, its log says so.
+            await asyncio.to_thread(self.waiting.notes.end, files, log_file_line(
+                "ended", outcome=end.outcome, recovered="settled from its end"))
             self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
         for files in plan.remove_inputs:
-            await asyncio.to_thread(remove_inputs, files)
-            await asyncio.to_thread(self.waiting.notes.unwait, files)
+            await asyncio.to_thread(self.waiting.notes.end, files, b"")
         for files in plan.resume:  # one after another, before anything is served
             self.log("recovered", rule="resuming", run=files.run, tool=files.tool)
             outcome = await self.calls.resume_run(files)

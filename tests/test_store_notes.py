@@ -18,9 +18,11 @@ from staal.supervisor.note_rows import NoteRows
 from staal.supervisor.pg_schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
 from staal.supervisor.run_notes import FileNotes, StoreNotes
 from tests.pg_store import PgStore
+from tests.recorder import WAIT
 from tests.serving import start
 from tests.test_metrics import metrics_url, scrape, value
 from tests.test_operators import waiting_manifest
+from tests.test_recovery import lookup_manifest
 from tests.test_store_journals import HEADER, open_rows
 from tests.test_store_serving import STORE, env_for
 
@@ -150,3 +152,31 @@ def test_another_instances_waiting_run_is_counted_in_this_ones_metrics(
     ((owner,),) = pg_store.rows("SELECT owner FROM staal_runs WHERE run = %s", (run,))
     assert owner.endswith(str(tmp_path / "a" / "journals"))  # still a's: b only counted it
     assert not (tmp_path / "b" / "journals" / "waiting").exists()  # b holds no copy of it
+
+
+def test_a_run_settled_from_its_end_at_the_next_start_leaves_no_kept_arguments_row(
+        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+    """The server dies after the run's end is journaled, before its settle:
+    recovery settles it from its end as a run's end is, its kept arguments'
+    row gone with it and its log saying how it ended."""
+    manifest = lookup_manifest(tmp_path, service, store=STORE)
+    dying = start(manifest, {**env_for(pg_store), "STAAL_TEST_KILL_POINTS": "1",
+                             "STAAL_KILL_AT": "supervisor:ended"})
+    with dying:
+        dying.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                    "params": {"name": "lookup", "arguments": {"order": "o1"}}})
+        assert dying.process.wait(timeout=WAIT) == -9
+    ((run,),) = pg_store.rows("SELECT run FROM staal_runs")
+    assert pg_store.rows("SELECT count(*) FROM staal_inputs") == [(1,)]
+    assert pg_store.rows("SELECT count(*) FROM staal_ends") == [(0,)]
+    with start(manifest, env_for(pg_store)) as again:
+        assert [e["rule"] for e in again.events("recovered")] == ["settled from its end"]
+        assert again.close() == 0
+    assert pg_store.rows("SELECT kind FROM staal_ends WHERE run = %s", (run,)) == [("settle",)]
+    assert pg_store.rows("SELECT count(*) FROM staal_inputs") == [(0,)]
+    assert not RunFiles(tmp_path / "journals", "lookup", run).inputs.exists()
+    (ended,) = [entry for (entry,) in pg_store.rows(
+        "SELECT entry FROM staal_logs WHERE run = %s ORDER BY line", (run,))
+        if entry["event"] == "ended"]
+    assert ended["outcome"] == "done" and ended["recovered"] == "settled from its end"
+    assert len(service.seen("GET")) == 1  # the read is not made again
