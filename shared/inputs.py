@@ -1,5 +1,6 @@
 """A tool's inputs: their types as data, the runtime's check of a call's
-arguments, the JSON Schema that agrees with it, and placeholders.
+arguments, and the JSON form of the values it gives (the JSON Schema that
+agrees with the check, and placeholders, are in `staal.input_schema`).
 
 The worker describes a program's input parameters as plain JSON
 (`staal.worker.annotations`); the supervisor checks a call's arguments
@@ -19,7 +20,8 @@ and an inputs description is `{"inputs": [{"name": ..., "type": T,
 "default": <JSON>}, ...]}` in parameter order; an input with a default is
 optional and the default is filled in.
 
-The rules, which `to_json_schema` states again so the two agree:
+The rules, which `staal.input_schema.to_json_schema` states again so the
+two agree:
 
 - int: a JSON integer from -2**63 to 2**63-1, never true/false. A JSON number
   with a zero fraction (`1.0`) is an integer too: JSON Schema says so
@@ -48,7 +50,6 @@ from typing import Any
 import orjson
 
 from staal.canonical import decimal_text
-from staal.currencies import MINOR_UNITS
 from staal.errors import MoneyError, RecordError, StaalError
 from staal.money import AMOUNT_PATTERN, Money
 
@@ -61,7 +62,6 @@ DECIMAL_MAX_LENGTH = 100
 MAX_DEPTH = 32
 # A refusal lists at most this many problems, then says how many more.
 MAX_PROBLEMS = 100
-SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 SCALAR_TYPES = ("str", "int", "bool", "decimal", "money", "json")
 _TYPE_KEYS: dict[str, frozenset[str]] = {
@@ -422,120 +422,7 @@ def _not_json(value: Any) -> str | None:
     return None
 
 
-# -- JSON Schema ------------------------------------------------------------
-
-
-def to_json_schema(desc: dict) -> dict[str, Any]:
-    """The JSON Schema (Draft 2020-12) of a call's arguments object."""
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for item in desc["inputs"]:
-        schema = type_schema(item["type"])
-        if "default" in item:
-            schema = {**schema, "default": item["default"]}
-        else:
-            required.append(item["name"])
-        properties[item["name"]] = schema
-    return {
-        "$schema": SCHEMA_DIALECT,
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-def _pattern(fraction: str) -> str:
-    # `$(?!\n)`: in ECMA-262 `$` is the end of the text; Python's `re`, which
-    # Python validators use, also lets `$` match before a final newline.
-    return r"^-?[0-9]+" + fraction + r"$(?!\n)"
-
-
-DECIMAL_SCHEMA_PATTERN = _pattern(r"(\.[0-9]+)?")
-
-
-def money_schema() -> dict[str, Any]:
-    """Money's wire form, with at most as many decimals as each currency has."""
-    branches = []
-    for exponent in sorted(set(MINOR_UNITS.values())):
-        codes = sorted(c for c, e in MINOR_UNITS.items() if e == exponent)
-        fraction = "" if exponent == 0 else rf"(\.[0-9]{{1,{exponent}}})?"
-        branches.append({
-            "properties": {
-                "amount": {"type": "string", "pattern": _pattern(fraction)},
-                "currency": {"enum": codes},
-            },
-        })
-    return {
-        "type": "object",
-        "description": 'money: {"amount": "<decimal string>", "currency": "<ISO 4217 code>"}, '
-                       "with no more decimals than the currency has",
-        "properties": {"amount": {"type": "string"}, "currency": {"type": "string"}},
-        "required": ["amount", "currency"],
-        "additionalProperties": False,
-        "anyOf": branches,
-    }
-
-
-def _scalar_schema(name: str) -> dict[str, Any]:
-    return {
-        "str": {"type": "string"},
-        "int": {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
-        "bool": {"type": "boolean"},
-        "decimal": {"anyOf": [
-            {"type": "string", "pattern": DECIMAL_SCHEMA_PATTERN, "maxLength": DECIMAL_MAX_LENGTH},
-            {"type": "integer", "minimum": -SAFE_INTEGER, "maximum": SAFE_INTEGER},
-        ], "description": 'a decimal number as a string, e.g. "12.50"'},
-        "json": {},
-    }[name]
-
-
-def type_schema(type_desc: dict) -> dict[str, Any]:
-    """The JSON Schema of one type description."""
-    name = type_desc["type"]
-    if name == "money":
-        return money_schema()
-    if name in SCALAR_TYPES:
-        return _scalar_schema(name)
-    if name == "list":
-        return {"type": "array", "items": type_schema(type_desc["items"])}
-    if name == "dict":
-        return {"type": "object", "additionalProperties": type_schema(type_desc["values"])}
-    if name == "optional":
-        return {"anyOf": [{"type": "null"}, type_schema(type_desc["of"])]}
-    if name == "literal":
-        return {"enum": list(type_desc["values"])}
-    return {
-        "type": "object",
-        "title": type_desc["name"],
-        "properties": {k: type_schema(t) for k, t in type_desc["fields"].items()},
-        "required": list(type_desc["required"]),
-        "additionalProperties": False,
-    }
-
-
-# -- placeholders and the JSON form of values --------------------------------
-
-
-def placeholder_arguments(desc: dict) -> dict[str, Any]:
-    """Arguments that pass the check: a placeholder for every required input,
-    the default for every optional one (for `staal config`)."""
-    return {
-        item["name"]: item["default"] if "default" in item else placeholder(item["type"])
-        for item in desc["inputs"]
-    }
-
-
-def placeholder(type_desc: dict) -> Any:
-    """The simplest JSON value of a type."""
-    name = type_desc["type"]
-    if name == "literal":
-        return type_desc["values"][0]
-    if name == "record":
-        return {key: placeholder(type_desc["fields"][key]) for key in type_desc["required"]}
-    simple = {"str": "", "int": 0, "bool": False, "decimal": "0", "json": None, "optional": None,
-              "money": {"amount": "0.00", "currency": "USD"}, "list": [], "dict": {}}
-    return simple[name]
+# -- the JSON form of checked values ------------------------------------------
 
 
 def arguments_to_json(values: dict[str, Any]) -> dict[str, Any]:

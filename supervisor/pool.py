@@ -17,7 +17,8 @@ and so replaced. Only the first zygote, before it ever said ready, is not:
 a program that kills it on import stops the server at start.
 
 A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
-serving, START_WAIT_S before) and gets `NoWorker` when none came. A worker
+serving, START_WAIT_S before) in the line of idle workers and waiting calls
+(worker_line.py) and gets `NoWorker` when none came. A worker
 that exits (or stops sending heartbeats) before its run ended is reported to
 whoever waits on it as `WorkerLost`, with how it ended.
 """
@@ -25,7 +26,6 @@ whoever waits on it as `WorkerLost`, with how it ended.
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import os
 import signal
@@ -60,13 +60,14 @@ from staal.supervisor.poolstate import (
     UNUSED,
     WATCHED,
     Backoff,
-    NoWorker,
+    NoWorker,  # noqa: F401  (supervisor/calls.py names it from here)
     PoolState,
     Worker,
     WorkerLost,
     WorkerState,
     ZygoteGone,
 )
+from staal.supervisor.worker_line import WorkerLine
 from staal.supervisor.zygote import Spawned, spawn
 from staal.transitions import advance
 
@@ -103,8 +104,7 @@ class Pool:
         self.zygote: subprocess.Popen | None = None
         self.zygote_exit = ""
         self.workers: dict[bytes, Worker] = {}
-        self.idle: collections.deque[Worker] = collections.deque()
-        self.waiters: collections.deque[asyncio.Future] = collections.deque()
+        self.line = WorkerLine()  # idle workers and the calls waiting for one
         self.asked = 0  # forks asked of this zygote that it has not reported yet
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
@@ -125,12 +125,9 @@ class Pool:
     def _move(self, event: str) -> None:
         self.state = advance(POOL_TRANSITIONS, self.state, event)
         if self.state in (PoolState.FAILED, PoolState.CLOSED):
-            gone = ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
-                              if self.state is PoolState.FAILED else "the worker pool is closed")
-            for waiter in self.waiters:
-                if not waiter.done():
-                    waiter.set_exception(gone)
-            self.waiters.clear()
+            self.line.close(ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
+                                       if self.state is PoolState.FAILED
+                                       else "the worker pool is closed"))
 
     async def start(self) -> None:
         self.router.bind(self.endpoint)
@@ -272,49 +269,13 @@ class Pool:
 
     # -- handing out workers ------------------------------------------------
 
-    def _offer(self, worker: Worker) -> None:
-        """An idle worker to the call waiting longest, or to the idle line."""
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(worker)
-                return
-        self.idle.append(worker)
-
-    async def _take(self, wait_s: float | None) -> Worker:
-        """The next idle worker, waiting at most `wait_s` (by default the
-        serving or start-up bound): `NoWorker`, or `ZygoteGone` at once if
-        none can come."""
-        if wait_s is None:
-            wait_s = CALL_WAIT_S if self.serving else START_WAIT_S
-        deadline = time.monotonic() + wait_s
-        while True:
-            worker = self.idle.popleft() if self.idle else await self._wait(deadline, wait_s)
-            if worker.state is WorkerState.IDLE:
-                return worker  # else it died on its way here: take the next
-
-    async def _wait(self, deadline: float, wait_s: float) -> Worker:
-        if self.state in (PoolState.FAILED, PoolState.CLOSED):
-            raise ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above")
-        waiter = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        try:
-            await asyncio.wait({waiter}, timeout=max(0.0, deadline - time.monotonic()))
-        except asyncio.CancelledError:
-            if waiter.done() and waiter.exception() is None:
-                self._offer(waiter.result())  # handed over just as the call went away
-            waiter.cancel()
-            raise
-        if not waiter.done():
-            waiter.cancel()
-            raise NoWorker(f"no worker was ready within {wait_s:g} s")
-        return waiter.result()
-
     async def checkout(self, wait_s: float | None = None) -> Worker:
         """A ready worker, lent for one run (`run`, or `give_back` if the
         call ends before its run starts); the pool forks its replacement at
         once. `NoWorker` if none is ready within the wait."""
-        worker = await self._take(wait_s)
+        if wait_s is None:
+            wait_s = CALL_WAIT_S if self.serving else START_WAIT_S
+        worker = await self.line.take(wait_s)
         worker.move("lend")
         self._replenish()
         return worker
@@ -324,10 +285,10 @@ class Pool:
         to the idle line; for any other this does nothing."""
         if worker.state is WorkerState.LENT:
             worker.move("give_back")
-            self._offer(worker)
+            self.line.offer(worker)
 
     async def check(self, tool: str) -> Checked:
-        worker = await self._take(START_WAIT_S)
+        worker = await self.line.take(START_WAIT_S)
         worker.move("check")
         try:
             check = Check(manifest=str(self.manifest), tool=tool)
@@ -339,7 +300,7 @@ class Pool:
         finally:
             if worker.state is WorkerState.CHECKING:
                 worker.move("checked")
-                self._offer(worker)
+                self.line.offer(worker)
 
     async def run(self, worker: Worker, message: Run,
                   on_message: Callable[[Record], None],
@@ -400,7 +361,7 @@ class Pool:
         if self.unused_deaths:
             self.log("workers_ready_again", unused_deaths=self.unused_deaths)
             self.unused_deaths = 0
-        self._offer(worker)
+        self.line.offer(worker)
 
     async def _reports(self, fd: int, zygote: subprocess.Popen) -> None:
         """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
@@ -452,8 +413,7 @@ class Pool:
             return
         worker.how = how
         self.workers.pop(worker.identity, None)
-        if worker in self.idle:
-            self.idle.remove(worker)
+        self.line.withdraw(worker)
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
         if was in UNUSED and strike and self.state is not PoolState.CLOSED:

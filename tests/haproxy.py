@@ -13,7 +13,9 @@ Debian's package (installed by the test run itself when it is missing,
   longer than staal's 15 s keep-alive comments.
 - Proof of where each request went: the response header `x-staal-instance`
   names the instance that served it, and every request is logged to the
-  balancer's stderr as `served <instance> <status>`; server state changes
+  balancer's stderr as `served <instance> <status>` (by one thread: with
+  several, HAProxy drops a line that collides with another thread's, and
+  `wait_served` would wait for it in vain); server state changes
   (`Server staal/i1 is DOWN`) are logged there too, so a test waits for them
   as events, with a bound.
 
@@ -26,6 +28,7 @@ HAProxy accepts them, so there is no start-up race to wait out.
 
 from __future__ import annotations
 
+import fcntl
 import re
 import signal
 import socket
@@ -45,6 +48,8 @@ SERVED = re.compile(r"^served (\S+) (-?\d+)")
 # What every health check sends: a 2025-11-25 ping, answered by any instance
 # that is serving (staal needs no initialize over HTTP).
 PING = '{"jsonrpc":"2.0","id":0,"method":"ping"}'
+# The balancer's stderr pipe: as large as any process may make one.
+PIPE_MAX_SIZE = Path("/proc/sys/fs/pipe-max-size")
 
 
 def haproxy() -> Path:
@@ -83,6 +88,10 @@ def config(front_fd: int, host: str, backends: list[Backend], check_ms: int = CH
     return (
         "global\n"
         "    log stderr format raw local0 info\n"
+        # One thread: HAProxy drops a log line rather than wait when another
+        # of its threads is writing the log fd (a thread preempted mid-write
+        # on a loaded machine), and the tests count requests by these lines.
+        "    nbthread 1\n"
         "    maxconn 4096\n"
         "defaults\n"
         "    mode http\n"
@@ -132,6 +141,10 @@ class Balancer:
                                  pass_fds=(front.fileno(),))
         assert checked.returncode == 0, f"haproxy refused its config:\n{checked.stderr}"
         self.stderr = Stderr(directory / "haproxy.log")
+        # HAProxy makes its log fd non-blocking and drops a line the pipe has
+        # no room for: room for every line of a flood, should the reading
+        # thread fall behind on a loaded machine.
+        fcntl.fcntl(self.stderr.fd, fcntl.F_SETPIPE_SZ, int(PIPE_MAX_SIZE.read_text()))
         self.process = subprocess.Popen([str(binary), "-db", "-f", str(self.config_path)],
                                         stdin=subprocess.DEVNULL, stdout=self.stderr.fd,
                                         stderr=self.stderr.fd, pass_fds=(front.fileno(),))

@@ -75,13 +75,13 @@ def test_a_thousand_calls_from_32_clients_on_a_shared_quota_of_100_run_exactly_1
         tmp_path, dsn):
     with fleet(3, count_site, env={ENV: dsn}, root=tmp_path) as running:
         answers = Flood(running.url, "count", lambda i: {"n": i}).run()
+        kinds = tally(answers)
+        # Exactly the quota ran; every other call was refused over quota, none
+        # answered busy (the ledger refuses it before it waits for a worker).
+        assert kinds == {"done": QUOTA, "over_quota": 1000 - QUOTA}, [
+            a.text for a in answers if a.kind not in ("done", "over_quota")][:5]
         served = running.lb.wait_served(1000)
         journals = {i.site.journals for i in running.instances}
-    kinds = tally(answers)
-    # Exactly the quota ran; every other call was refused over quota, none
-    # answered busy (the ledger refuses it before it waits for a worker).
-    assert kinds == {"done": QUOTA, "over_quota": 1000 - QUOTA}, [
-        a.text for a in answers if a.kind not in ("done", "over_quota")][:5]
     assert all(a.result == {"n": a.index} for a in answers if a.kind == "done")
     assert all("is over its quota: 100 of 100 calls" in a.text
                for a in answers if a.kind == "over_quota")

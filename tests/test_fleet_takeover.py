@@ -38,7 +38,7 @@ from tests.flood import (
 )
 from tests.payments import Payments
 from tests.servers import Site, stripe_refund_grant
-from tests.test_store_journals import TAKEOVER_BOUND_S, kill_family, signal_family
+from tests.test_store_journals import TAKEOVER_BOUND_S, kill_family, pause_family, wake_family
 
 ENV, STORE = test_fleet_shared.ENV, test_fleet_shared.STORE
 REFUNDS = "/v1/refunds"
@@ -196,7 +196,7 @@ def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends
             (run,) = held_runs(payments)
             ((owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (run,))
             paused = owner_of(running, owner)
-            signal_family(paused.server, stop=True)
+            pause_family(paused.server)
             live = [i for i in running.instances if i is not paused]
             taker, taken = first_event(live, "taken_over", TAKEOVER_BOUND_S, run=run)
             # The held refund goes on (its answer waits in the paused
@@ -205,13 +205,13 @@ def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends
             payments.release()
             taker.server.stderr.wait_event("recovered", TAKEOVER_BOUND_S, run=run, rule="resumed")
             before_wake = payments.requests()
-            signal_family(paused.server, stop=False)
+            wake_family(paused.server)
             paused.server.stderr.wait_event("internal_error", TAKEOVER_BOUND_S, run=run)
             calling.join(TAKEOVER_BOUND_S * 3)
         finally:
             payments.release()
             if paused is not None:
-                signal_family(paused.server, stop=False)
+                wake_family(paused.server)
         after_wake = payments.requests()
         paused_log = paused.server.stderr.records()
         events = store_events(dsn)

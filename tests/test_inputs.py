@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 
 from staal.currencies import MINOR_UNITS
 from staal.errors import RecordError, StaalError
+from staal.input_schema import placeholder_arguments, to_json_schema
 from staal.inputs import (
     INT_MAX,
     INT_MIN,
@@ -27,8 +28,6 @@ from staal.inputs import (
     check_arguments,
     check_description,
     check_value,
-    placeholder_arguments,
-    to_json_schema,
 )
 from staal.money import Money
 from tests.input_cases import (

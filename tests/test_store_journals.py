@@ -215,7 +215,10 @@ def kill_family(server: HttpServer) -> None:
     """SIGKILL the server, its zygote and its workers, and wait until they are gone."""
     family = family_of(server)
     for process in family:
-        process.kill()
+        # A worker dies with its zygote (its parent-death signal) and may be
+        # gone before its own turn: it needs no signal then.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     psutil.wait_procs(family, timeout=WAIT)
     server.process.wait(timeout=WAIT)
 
@@ -256,10 +259,29 @@ def instance_of(pg: PgStore, run: str) -> str:
     return owner
 
 
-def signal_family(server: HttpServer, stop: bool) -> None:
-    """SIGSTOP (or SIGCONT) the server, its zygote and its workers."""
-    for process in family_of(server):
-        process.suspend() if stop else process.resume()
+def pause_family(server: HttpServer) -> None:
+    """SIGSTOP the server, its zygote and its workers. The family is listed
+    again until a listing finds none not yet stopped: a worker the zygote
+    forked after a listing, before the zygote itself was stopped, would
+    otherwise run on."""
+    stopped: set[int] = set()
+    while family := [p for p in family_of(server) if p.pid not in stopped]:
+        for process in family:
+            with contextlib.suppress(psutil.NoSuchProcess):  # gone: nothing to stop
+                process.suspend()
+            stopped.add(process.pid)
+
+
+def wake_family(server: HttpServer) -> None:
+    """SIGCONT the workers and the zygote first, the server last. Woken
+    first, the server finds every worker silent past its heartbeat timeout
+    (they were stopped with it) and kills their process groups, which would
+    kill a worker still stopped before it was woken, and this before its
+    turn here (seen on a loaded machine as NoSuchProcess from SIGCONT)."""
+    for process in reversed(family_of(server)):
+        # One the awake server killed meanwhile (a second wake) needs no signal.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.resume()
 
 
 def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_wakes(
@@ -276,14 +298,14 @@ def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_w
         calling.start()
         assert hold.arrived.wait(WAIT), a.stderr.text
         run = the_run(pg_store)
-        signal_family(a, stop=True)
+        pause_family(a)
         b.stderr.wait_event("taken_over", timeout=TAKEOVER_BOUND_S, run=run)
         # b resumes the run: its read is sent again, and answered at once.
         hold.release.set()
         with service.lock:
             del service.holds["/v1/orders/o1"]
         b.stderr.wait_event("recovered", timeout=WAIT * 3, run=run, rule="resumed")
-        signal_family(a, stop=False)  # a wakes: its worker has the first answer now
+        wake_family(a)  # a wakes: its worker has the first answer now
         # Its next record is refused (or, if a's supervisor finds the worker
         # silent too long and resumes the run in a new one, that one's is).
         a.stderr.wait_event("internal_error", timeout=TAKEOVER_BOUND_S, run=run)

@@ -20,7 +20,8 @@ import orjson
 import zmq
 
 from staal.errors import StaalError
-from staal.inputs import check_arguments, placeholder_arguments, to_json_schema
+from staal.input_schema import placeholder_arguments, to_json_schema
+from staal.inputs import check_arguments
 from staal.journal import JournalWriter, close_unfinished, discard_unstarted, journal_started
 from staal.killpoints import kill_point
 from staal.messages import (
