@@ -39,7 +39,7 @@ from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.redaction import redact
-from staal.supervisor.lease import LEASE_MS
+from staal.supervisor.lease import DEFAULT_LEASE, LeaseTiming
 from staal.supervisor.ledger import (
     EndsRuns,
     Stamper,
@@ -165,17 +165,18 @@ class PostgresLedger(EndsRuns):
         self._generation: int | None = None
 
     @classmethod
-    def open(cls, dsn: str, instance: str, clock: Clock,
-             warn: Warn | None = None) -> PostgresLedger:
+    def open(cls, dsn: str, instance: str, clock: Clock, warn: Warn | None = None,
+             lease: LeaseTiming = DEFAULT_LEASE) -> PostgresLedger:
         """Connect, create or upgrade the schema, and register `instance`
         with a new fencing token (a restart's token replaces the last one,
-        so a process left over from before cannot write)."""
+        so a process left over from before cannot write) and a lease of
+        `lease`'s length."""
         conn = connect(dsn)
         try:
             with conn.transaction(), conn.cursor() as cur:
                 _check_settings(cur)
                 ensure_schema(cur)
-                fence = _register(cur, instance, clock.now_ms(), LEASE_MS)
+                fence = _register(cur, instance, clock.now_ms(), lease.lease_ms)
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "

@@ -36,7 +36,7 @@ from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import RunFiles, make_run_folders, remove_inputs, remove_never_started
-from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
+from staal.supervisor.lease import Lease, LeaseState, LeaseTiming
 from staal.supervisor.lockfile import ServerLock
 from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
@@ -192,9 +192,9 @@ class Server:
         """Renew this instance's lease (supervisor/lease.py) until serving
         ends; once another process holds the instance's identity, stop
         taking calls: the runs this one would settle are no longer its."""
-        lease = Lease(self.ledger.renew_lease)
+        lease = Lease(self.ledger.renew_lease, LeaseTiming.of(self.manifest.server.store))
         while True:
-            await asyncio.sleep(RENEW_EVERY_S)
+            await asyncio.sleep(lease.timing.renew_every_s)
             try:
                 state = await asyncio.to_thread(lease.renew)
             except StaalError as exc:  # the store unreachable: the lease runs down, try again
