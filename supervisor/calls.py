@@ -26,6 +26,7 @@ from typing import Any
 from staal.budgets import message_of, own_limit
 from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
+from staal.journal_records import End
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, JournalAppend, PrintLine, Run, RunSpans, Started, StoppedMsg
@@ -40,6 +41,7 @@ from staal.supervisor.files import (
     append_log,
     remove_never_started,
 )
+from staal.supervisor.in_flight import RunsInFlight
 from staal.supervisor.ledger import (
     Admission,
     Different,
@@ -133,6 +135,9 @@ class Calls:
     # Runs whose journal record the store refused, and why (`commit_record`).
     cut_off: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
+    # The runs a call or recovery of this process is running (settling in
+    # place touches no other: supervisor/in_flight.py).
+    in_flight: RunsInFlight = field(default_factory=RunsInFlight)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
 
@@ -232,6 +237,18 @@ class Calls:
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
                               call: Any, state: CallState, worker: Worker,
                               admitted: Admitted = LOCAL) -> CallOutcome:
+        """Steps 5 to 7; the run reserved is the call's until its answer
+        (or its failure: then settling in place may take it up)."""
+        try:
+            return await self._reserve_and_run(runtime, values, once, call, state, worker,
+                                               admitted)
+        finally:
+            if state.run is not None:
+                self.in_flight.let_go([state.run])
+
+    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
+                               call: Any, state: CallState, worker: Worker,
+                               admitted: Admitted) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         admission = admitted.admission(tool.name)
@@ -256,11 +273,13 @@ class Calls:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
-        result = self.ledger.reserve_call(tool.name, tool.quota, 1,
-                                          self.money_held(runtime, admission), once, admission)
-        if isinstance(result, (Existing, Different, OverQuota)):
-            return result
-        state.run = result.run
+        with self.in_flight.reserving() as hold:
+            result = self.ledger.reserve_call(tool.name, tool.quota, 1,
+                                              self.money_held(runtime, admission), once, admission)
+            if isinstance(result, (Existing, Different, OverQuota)):
+                return result
+            hold(result.run)
+            state.run = result.run
         kill_point("supervisor", "reserve")
         self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
         kill_point("supervisor", "inputs")
@@ -400,6 +419,13 @@ class Calls:
         lines = self.logs.pop(files.run, [])
         lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
         append_log(files, b"".join(lines))
+
+    def flush_held_log(self, files: RunFiles, end: End) -> None:
+        """A run settled by recovery whose call of this process still held
+        its log lines (its settle failed): they are written now, as its
+        call would have."""
+        if files.run in self.logs:
+            self._flush_log(files, end.outcome, end.failure)
 
     def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
         """Step 7's settle and, once it is durable, the clean-up, in one

@@ -384,6 +384,18 @@ class PostgresLedger(EndsRuns):
         return self._read(lambda: tuple(e for e in self._state.runs()
                                         if self._owners.get(e.run) == self.instance))
 
+    def mine_unsettled(self) -> tuple[RunEntry, ...]:
+        """The owners of the unsettled runs are read again: a takeover moves
+        a run without an event, so the events alone would keep naming a run
+        taken over from this instance (or to it) as its last owner's."""
+        with self._lock, self._transaction(write=False) as cur:
+            unsettled = {e.run: e for e in self._state.unsettled()}
+            if unsettled:
+                cur.execute("SELECT run, owner FROM staal_runs WHERE run = ANY(%s)",
+                            (list(unsettled),))
+                self._owners.update({str(run): str(owner) for run, owner in cur.fetchall()})
+            return tuple(e for run, e in unsettled.items() if self._owners.get(run) == self.instance)
+
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
         def use() -> QuotaUse:
             at = self._stamper.stamp(self._state.last_ms) if now is None else now
