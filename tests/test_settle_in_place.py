@@ -96,14 +96,22 @@ def never_restarted(server: HttpServer, pid: int) -> bool:
             and len(server.stderr.events("serving")) == 1)
 
 
-def test_a_run_whose_settle_the_store_refused_is_settled_in_place_once_it_answers_again(
-        tmp_path: Path, service: Recorder, dsn: str) -> None:
+@contextlib.contextmanager
+def refused_call(root: Path, service: Recorder, dsn: str,
+                 table: str) -> Iterator[tuple[HttpServer, int, dict[str, Any], str]]:
+    """An instance serving, and its first call made while the store refuses
+    rows of `table`: the server, its pid, the call's answer and its run."""
     service.route("GET", "/item", 200, {"ok": True})
-    with HttpServer(fetch_site(tmp_path / "i1", service), {ENV: dsn}).started() as server:
-        pid = server.process.pid
-        refuse_inserts(dsn, "staal_ends")
+    with HttpServer(fetch_site(root, service), {ENV: dsn}).started() as server:
+        refuse_inserts(dsn, table)
         first = fetch(server, service, 1)
         ((run,),) = rows(dsn, "SELECT run FROM staal_runs")
+        yield server, server.process.pid, first, run
+
+
+def test_a_run_whose_settle_the_store_refused_is_settled_in_place_once_it_answers_again(
+        tmp_path: Path, service: Recorder, dsn: str) -> None:
+    with refused_call(tmp_path / "i1", service, dsn, "staal_ends") as (server, pid, first, run):
         failed = server.stderr.wait_event("call_failed", BOUND, run=run)
         # While the store refuses, the run stays unsettled: each renewal's
         # attempt to settle it fails, and nothing is settled.
@@ -125,12 +133,7 @@ def test_a_run_whose_settle_the_store_refused_is_settled_in_place_once_it_answer
 
 def test_a_run_whose_first_journal_record_the_store_refused_is_released_in_place(
         tmp_path: Path, service: Recorder, dsn: str) -> None:
-    service.route("GET", "/item", 200, {"ok": True})
-    with HttpServer(fetch_site(tmp_path / "i1", service), {ENV: dsn}).started() as server:
-        pid = server.process.pid
-        refuse_inserts(dsn, "staal_journal")
-        first = fetch(server, service, 1)
-        ((run,),) = rows(dsn, "SELECT run FROM staal_runs")
+    with refused_call(tmp_path / "i1", service, dsn, "staal_journal") as (server, pid, first, run):
         allow_inserts(dsn, "staal_journal")
         released = server.stderr.wait_event("recovered", BOUND, run=run)
         # The run never started: its once key is free, and the call runs now.
