@@ -278,6 +278,10 @@ class Server:
                 if left:
                     held = await asyncio.to_thread(self.calls.in_flight.claim_unattended, left,
                                                    CLAIM_WAIT_S)
+                    if not held:
+                        self.log("settle_in_place_deferred", runs=len(left), message=(
+                            f"reservations stayed under way for {CLAIM_WAIT_S} s; the runs "
+                            "left unsettled are looked at again after the next renewal"))
             if not held:
                 return
             files = [RunFiles(self.manifest.server.journals, left[run].tool, run) for run in held]
