@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from staal.canonical import once_key
-from tests.fleet import Fleet, ManifestWriter, fleet
+from tests.fleet import Fleet, ManifestWriter, first_record, fleet
 from tests.flood import Answer, Flood, by_instance, call_request, classify, ledger_holds, store_events, tally
 from tests.pg_cluster import PgCluster, private_cluster
 from tests.recorder import Recorder, serving
@@ -131,15 +131,20 @@ def acted(service: Recorder, count: int) -> bool:
 
 
 def settled_in_place(running: Fleet, dsn: str) -> list[str]:
-    """Wait (bounded, on each owner's log) until every run the crash left
-    unsettled is settled, released or resumed by its own instance; the runs
-    resumed (their read in doubt is sent again, as at a start)."""
-    left = rows_of(dsn, "SELECT r.run, r.owner FROM staal_runs r LEFT JOIN staal_ends e "
+    """Wait (bounded, on the instances' logs) until every run the crash
+    left unsettled is settled, released or resumed to its end, by its own
+    instance or, if its lease ran out while the database was down, by the
+    one that took it over; the runs resumed (their read in doubt is sent
+    again, as at a start), by any instance."""
+    def ended(run: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: (r.get("event") == "recovered" and r.get("run") == run and (
+            r.get("rule") in ("settled from its end", "released: it never started")
+            or (r.get("rule") == "resumed" and r.get("outcome") != "failed")))
+
+    left = rows_of(dsn, "SELECT r.run FROM staal_runs r LEFT JOIN staal_ends e "
                    "USING (run) WHERE e.run IS NULL")
-    for run, owner in left:
-        log = next(i for i in running.instances if owner.endswith(str(i.site.journals))).server.stderr
-        if log.wait_event("recovered", 6 * WAIT, run=run)["rule"] == "resuming":
-            log.wait_event("recovered", 6 * WAIT, run=run, rule="resumed")
+    for (run,) in left:
+        first_record(running.instances, ended(run), 6 * WAIT, f"the end of run {run}")
     return [e["run"] for i in running.instances
             for e in i.server.stderr.events("recovered", rule="resumed")]
 

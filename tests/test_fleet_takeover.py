@@ -32,7 +32,7 @@ import psycopg
 
 from staal.supervisor.lease import LeaseTiming
 from tests import test_fleet_shared
-from tests.fleet import Fleet, Instance, ManifestWriter, fleet
+from tests.fleet import Fleet, Instance, ManifestWriter, first_event, fleet
 from tests.flood import (
     Answer,
     Flood,
@@ -103,26 +103,6 @@ def held_runs(payments: Payments) -> list[str]:
     """The runs whose refunds the service has received (from their keys)."""
     return [r["headers"]["idempotency-key"].rsplit("-", 1)[0]
             for r in payments.requests("POST", REFUNDS)]
-
-
-def first_event(instances: list[Instance], event: str, timeout: float,
-                **fields: Any) -> tuple[Instance, dict[str, Any]]:
-    """The first of `instances` to log `event` with `fields`, and the event,
-    waiting (bounded) on all their logs at once."""
-    found: list[tuple[Instance, dict[str, Any]]] = []
-    seen = threading.Event()
-
-    def watch(instance: Instance) -> None:
-        try:
-            found.append((instance, instance.server.stderr.wait_event(event, timeout, **fields)))
-            seen.set()
-        except AssertionError:  # not this one's
-            pass
-
-    for instance in instances:
-        threading.Thread(target=watch, args=(instance,), daemon=True).start()
-    assert seen.wait(timeout), f"no instance logged {event} {fields} within {timeout} s"
-    return found[0]
 
 
 def leases_held_for(dsn: str) -> list[int]:
