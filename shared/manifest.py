@@ -25,6 +25,12 @@ RUN_STATUS_TOOL = "staal_run_status"
 DEFAULT_KEEP_DAYS = 90
 DEFAULT_MAX_CONCURRENT_RUNS = 4
 DEFAULT_MAX_STEPS = 10_000_000
+# An instance's lease on a shared store (`server.store.postgres.lease_s`),
+# and the range a manifest may set: under 3 s a renewal every second is
+# too easily missed on a loaded machine; an hour is already a long wait
+# for a dead instance's runs.
+DEFAULT_LEASE_MS = 15_000
+LEASE_S_RANGE = (3, 3600)
 # The least max_memory: below it a program can hardly import anything.
 MIN_MEMORY_MIB = 32
 
@@ -174,11 +180,14 @@ class MetricsConfig:
     port: int = 9464
 @dataclass(frozen=True, slots=True)
 class PostgresStore:
-    """`server.store: {"postgres": {"dsn": {"env": NAME}}}`: the ledger in a
-    PostgreSQL database that several instances may share (issue 15). The DSN
-    is a secret, read from the supervisor's environment at start."""
+    """`server.store: {"postgres": {"dsn": {"env": NAME}, "lease_s": 15}}`:
+    the ledger in a PostgreSQL database that several instances may share
+    (issue 15). The DSN is a secret, read from the supervisor's environment
+    at start; `lease_ms` is how long this instance's lease lasts
+    (supervisor/lease.py `LeaseTiming`)."""
 
     dsn: SecretRef
+    lease_ms: int = DEFAULT_LEASE_MS
 
 
 DEFAULT_VERIFY_TIMEOUT_MS = 2_000

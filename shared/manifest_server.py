@@ -18,8 +18,10 @@ from urllib.parse import urlsplit
 from staal.addresses import is_loopback, split_host_port
 from staal.manifest import (
     DEFAULT_KEEP_DAYS,
+    DEFAULT_LEASE_MS,
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_METRICS_LISTEN,
+    LEASE_S_RANGE,
     HttpConfig,
     MetricsConfig,
     PostgresStore,
@@ -35,6 +37,7 @@ SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_e
 HTTP = ("path", "origins", "public_url")
 TRACES = ("otlp_endpoint", "service_name")
 METRICS = ("listen", "allow_remote")
+POSTGRES = ("dsn", "lease_s")
 
 
 class ServerReader:
@@ -109,7 +112,7 @@ class ServerReader:
 
     def store(self, value: Any) -> PostgresStore | bool | None:
         """`server.store`: "file" (the default) or {"postgres": {"dsn":
-        {"env": NAME}}}; False when refused."""
+        {"env": NAME}, "lease_s": SECONDS}}; False when refused."""
         v = self.v
         if value == "file":
             return None
@@ -118,11 +121,25 @@ class ServerReader:
                   "\"NAME\"}}} (the value is not repeated: it may hold a DSN, which is a "
                   "secret and is named only by its environment variable)")
             return False
-        obj = v.obj(value["postgres"], "server.store.postgres", ("dsn",), required=("dsn",))
+        obj = v.obj(value["postgres"], "server.store.postgres", POSTGRES, required=("dsn",))
         if obj is None or "dsn" not in obj:
             return False
         dsn = v.secret(obj["dsn"], "server.store.postgres.dsn")
-        return False if dsn is None else PostgresStore(dsn)
+        lease_ms = self.lease_ms(obj.get("lease_s", DEFAULT_LEASE_MS / 1000))
+        if dsn is None or lease_ms is None or v.failed(obj, "server.store.postgres", *POSTGRES):
+            return False
+        return PostgresStore(dsn, lease_ms)
+
+    def lease_ms(self, value: Any) -> int | None:
+        """`server.store.postgres.lease_s`: seconds, whole or not, in
+        LEASE_S_RANGE; in milliseconds."""
+        lo, hi = LEASE_S_RANGE
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi:
+            return round(value * 1000)
+        self.v.add("server.store.postgres.lease_s",
+                   f"expected a number of seconds from {lo} to {hi} (how long this instance's "
+                   f"lease lasts; it renews it every third of that), not {show(value)}")
+        return None
 
     def http(self, value: Any) -> HttpConfig | None:
         v = self.v

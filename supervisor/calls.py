@@ -26,6 +26,7 @@ from typing import Any
 from staal.budgets import message_of, own_limit
 from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
+from staal.journal_records import End
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, JournalAppend, PrintLine, Run, RunSpans, Started, StoppedMsg
@@ -36,6 +37,7 @@ from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stop
 from staal.runconfig import Limits, config_key, from_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import RunFiles, remove_never_started
+from staal.supervisor.in_flight import RunsInFlight
 from staal.supervisor.ledger import (
     Admission,
     Different,
@@ -129,6 +131,9 @@ class Calls:
     # Runs whose journal record the store refused, and why (`commit_record`).
     cut_off: dict[str, str] = field(default_factory=dict)
     logs: dict[str, list[bytes]] = field(default_factory=dict)
+    # The runs a call or recovery of this process is running (settling in
+    # place touches no other: supervisor/in_flight.py).
+    in_flight: RunsInFlight = field(default_factory=RunsInFlight)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
 
@@ -228,6 +233,18 @@ class Calls:
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
                               call: Any, state: CallState, worker: Worker,
                               admitted: Admitted = LOCAL) -> CallOutcome:
+        """Steps 5 to 7; the run reserved is the call's until its answer
+        (or its failure: then settling in place may take it up)."""
+        try:
+            return await self._reserve_and_run(runtime, values, once, call, state, worker,
+                                               admitted)
+        finally:
+            if state.run is not None:
+                self.in_flight.let_go([state.run])
+
+    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
+                               call: Any, state: CallState, worker: Worker,
+                               admitted: Admitted) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         admission = admitted.admission(tool.name)
@@ -252,11 +269,13 @@ class Calls:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
-        result = self.ledger.reserve_call(tool.name, tool.quota, 1,
-                                          self.money_held(runtime, admission), once, admission)
-        if isinstance(result, (Existing, Different, OverQuota)):
-            return result
-        state.run = result.run
+        with self.in_flight.reserving() as hold:
+            result = self.ledger.reserve_call(tool.name, tool.quota, 1,
+                                              self.money_held(runtime, admission), once, admission)
+            if isinstance(result, (Existing, Different, OverQuota)):
+                return result
+            hold(result.run)
+            state.run = result.run
         kill_point("supervisor", "reserve")
         self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
         kill_point("supervisor", "inputs")
@@ -392,14 +411,21 @@ class Calls:
         stops): one write per run instead of one per line."""
         return self.logs.setdefault(files.run, [])
 
-    def _last_lines(self, files: RunFiles, ended: str, failure: Failure | None = None) -> bytes:
+    def _last_lines(self, files: RunFiles, ended: str, failure: Failure | None = None,
+                    **said: str) -> bytes:
         """The run's log lines held until now, and the one saying how it ended."""
         lines = self.logs.pop(files.run, [])
-        lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure)))
+        lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure), **said))
         return b"".join(lines)
 
     def _flush_log(self, files: RunFiles, ended: str, failure: Failure | None = None) -> None:
         self.waiting.notes.log(files, self._last_lines(files, ended, failure))
+
+    def recovered_lines(self, files: RunFiles, end: End) -> bytes:
+        """The last log lines of a run recovery settles from its end: any
+        its call of this process still held (its settle failed), and the
+        one saying how it ended and was recovered."""
+        return self._last_lines(files, end.outcome, end.failure, recovered="settled from its end")
 
     def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
         """Step 7's settle and, once it is durable, the clean-up, in one

@@ -19,13 +19,42 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
+from staal.manifest import DEFAULT_LEASE_MS, PostgresStore
 from staal.transitions import advance
 
 T = TypeVar("T")
-LEASE_MS = 15_000
-RENEW_EVERY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTiming:
+    """How long a lease lasts (`server.store.postgres.lease_s`) and how often
+    it is renewed: every third of it, so an instance may miss two renewals
+    (the store briefly out of reach) before its lease runs out. Another
+    instance takes a dead one's runs over at its first renewal after the
+    lease ran out: within `takeover_bound_s`."""
+
+    lease_ms: int = DEFAULT_LEASE_MS
+
+    @classmethod
+    def of(cls, store: PostgresStore | None) -> LeaseTiming:
+        """The store's lease (the file store's process holds none: the default)."""
+        return cls() if store is None else cls(store.lease_ms)
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_ms / 3 / 1000
+
+    @property
+    def takeover_bound_s(self) -> float:
+        """From an instance's last renewal to its runs' takeover, at most
+        (on time, on an idle machine)."""
+        return self.lease_ms / 1000 + self.renew_every_s
+
+
+DEFAULT_LEASE = LeaseTiming()
 
 
 class LeaseState(enum.Enum):
@@ -47,14 +76,15 @@ TRANSITIONS = {
 class Lease:
     """This instance's lease; `renew` is the store's (True: still ours)."""
 
-    def __init__(self, renew: Callable[[int], bool]) -> None:
+    def __init__(self, renew: Callable[[int], bool], timing: LeaseTiming = DEFAULT_LEASE) -> None:
         self._renew = renew
+        self.timing = timing
         self.state = LeaseState.HELD
 
     def renew(self) -> LeaseState:
-        """Extend the lease by LEASE_MS; a database error propagates and
+        """Extend the lease by its length; a database error propagates and
         leaves the state as it was."""
-        held = self._renew(LEASE_MS)
+        held = self._renew(self.timing.lease_ms)
         self.state = advance(TRANSITIONS, self.state, "renewed" if held else "lost")
         return self.state
 

@@ -124,6 +124,12 @@ class Ledger(Protocol):
         shared store, the runs this instance reserved."""
         ...
 
+    def mine_unsettled(self) -> tuple[RunEntry, ...]:
+        """The unsettled runs of `mine`, as the store says now: on a shared
+        store another instance may have taken some over since this one
+        read them (a takeover changes a run's owner, not its events)."""
+        ...
+
     def renew_lease(self, lease_ms: int) -> bool:
         """Extend this instance's lease by `lease_ms`; False once another
         process holds the instance's identity (supervisor/lease.py)."""
@@ -346,6 +352,9 @@ class FileLedger(EndsRuns):
 
     def mine(self) -> tuple[RunEntry, ...]:
         return self.runs()
+
+    def mine_unsettled(self) -> tuple[RunEntry, ...]:
+        return self.unsettled()
 
     def renew_lease(self, lease_ms: int) -> bool:
         return True  # one process, holding the directory's lock, for as long as it runs

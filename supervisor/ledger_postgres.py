@@ -39,7 +39,7 @@ from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.redaction import redact
-from staal.supervisor.lease import LEASE_MS
+from staal.supervisor.lease import DEFAULT_LEASE, LeaseTiming
 from staal.supervisor.ledger import (
     EndsRuns,
     Stamper,
@@ -165,17 +165,18 @@ class PostgresLedger(EndsRuns):
         self._generation: int | None = None
 
     @classmethod
-    def open(cls, dsn: str, instance: str, clock: Clock,
-             warn: Warn | None = None) -> PostgresLedger:
+    def open(cls, dsn: str, instance: str, clock: Clock, warn: Warn | None = None,
+             lease: LeaseTiming = DEFAULT_LEASE) -> PostgresLedger:
         """Connect, create or upgrade the schema, and register `instance`
         with a new fencing token (a restart's token replaces the last one,
-        so a process left over from before cannot write)."""
+        so a process left over from before cannot write) and a lease of
+        `lease`'s length."""
         conn = connect(dsn)
         try:
             with conn.transaction(), conn.cursor() as cur:
                 _check_settings(cur)
                 ensure_schema(cur)
-                fence = _register(cur, instance, clock.now_ms(), LEASE_MS)
+                fence = _register(cur, instance, clock.now_ms(), lease.lease_ms)
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
@@ -382,6 +383,18 @@ class PostgresLedger(EndsRuns):
     def mine(self) -> tuple[RunEntry, ...]:
         return self._read(lambda: tuple(e for e in self._state.runs()
                                         if self._owners.get(e.run) == self.instance))
+
+    def mine_unsettled(self) -> tuple[RunEntry, ...]:
+        """The owners of the unsettled runs are read again: a takeover moves
+        a run without an event, so the events alone would keep naming a run
+        taken over from this instance (or to it) as its last owner's."""
+        with self._lock, self._transaction(write=False) as cur:
+            unsettled = {e.run: e for e in self._state.unsettled()}
+            if unsettled:
+                cur.execute("SELECT run, owner FROM staal_runs WHERE run = ANY(%s)",
+                            (list(unsettled),))
+                self._owners.update({str(run): str(owner) for run, owner in cur.fetchall()})
+            return tuple(e for run, e in unsettled.items() if self._owners.get(run) == self.instance)
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
         def use() -> QuotaUse:

@@ -36,9 +36,10 @@ from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState, ToolRuntime
 from staal.supervisor.files import RunFiles, make_run_folders, remove_never_started
-from staal.supervisor.lease import RENEW_EVERY_S, Lease, LeaseState
+from staal.supervisor.in_flight import Holder
+from staal.supervisor.lease import Lease, LeaseState, LeaseTiming
 from staal.supervisor.lockfile import ServerLock
-from staal.supervisor.log import Log, log_file_line
+from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
@@ -51,6 +52,10 @@ from staal.supervisor.store import describe_store, open_journals, open_ledger, o
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
+
+# How long settling in place waits for the reservations under way to end
+# (new ones wait meanwhile) before it leaves its runs to the next renewal.
+CLAIM_WAIT_S = 1.0
 
 
 class StartupFailed(StaalError):
@@ -71,6 +76,13 @@ class Server:
         self.run_journals: RunJournals = FILE_JOURNALS
         # Runs taken over from dead instances, being resumed (`take_over`).
         self.resuming: set[asyncio.Future[None]] = set()
+        # A takeover and settling in place each find their runs and claim
+        # them (`RunsInFlight`) under this lock, never interleaved.
+        self.claiming = asyncio.Lock()
+        # Settling in place (`settle_in_place`), while it runs; and the runs
+        # it leaves as they are until the next start (waiting, or a problem).
+        self.settling: asyncio.Future[None] | None = None
+        self.left_alone: set[str] = set()
         # Counted only with a `server.metrics` section; else reports are dropped.
         self.metrics = Metrics(manifest) if manifest.server.metrics is not None else None
         self.observer: Observer = self.metrics or NO_METRICS
@@ -112,7 +124,11 @@ class Server:
                            run_journals=self.run_journals)
         await self.serve_resources(tools)
         await asyncio.to_thread(make_run_folders, server.journals, [t.name for t in self.manifest.tools])
-        await self.recover(plan)
+        held = self.calls.in_flight.claim(plan.planned())
+        try:
+            await self.recover(plan)
+        finally:
+            self.calls.in_flight.let_go(held)
         await self.keep_files()
         self.descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()
                             if not is_hidden_tool(t.tool.name)]
@@ -161,8 +177,8 @@ class Server:
             await asyncio.to_thread(self.ledger.settle, files.run, end.outcome, charged_of(end))
             # As a run's end: its kept arguments (on a shared store, their
             # row too) and any waiting record go, its log says so.
-            await asyncio.to_thread(self.waiting.notes.end, files, log_file_line(
-                "ended", outcome=end.outcome, recovered="settled from its end"))
+            await asyncio.to_thread(self.waiting.notes.end, files,
+                                    self.calls.recovered_lines(files, end))
             self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
         for files in plan.remove_inputs:
             await asyncio.to_thread(self.waiting.notes.end, files, b"")
@@ -172,12 +188,15 @@ class Server:
             self.log("recovered", rule="resumed", run=files.run, tool=files.tool,
                      outcome=type(outcome).__name__.lower())
 
-    async def recover_taken(self, plan: RecoveryPlan) -> None:
+    async def recover_held(self, plan: RecoveryPlan, held: list[str], failed: str) -> None:
+        """Recover by `plan` the runs `held` (claimed), then let them go."""
         try:
             await self.recover(plan)
-        except Exception as exc:  # noqa: BLE001 - the runs stay this instance's, resumed at its start
-            self.log("takeover_failed", level="error", error=f"{type(exc).__name__}: {exc}",
+        except Exception as exc:  # noqa: BLE001 - the runs stay this instance's: settled in place later
+            self.log(failed, level="error", error=f"{type(exc).__name__}: {exc}",
                      traceback="".join(traceback.format_exception(exc)))
+        finally:
+            self.calls.in_flight.let_go(held)
 
     async def keep_files(self) -> None:
         result = await asyncio.to_thread(sweep, self.manifest, self.ledger)
@@ -196,9 +215,9 @@ class Server:
         """Renew this instance's lease (supervisor/lease.py) until serving
         ends; once another process holds the instance's identity, stop
         taking calls: the runs this one would settle are no longer its."""
-        lease = Lease(self.ledger.renew_lease)
+        lease = Lease(self.ledger.renew_lease, LeaseTiming.of(self.manifest.server.store))
         while True:
-            await asyncio.sleep(RENEW_EVERY_S)
+            await asyncio.sleep(lease.timing.renew_every_s)
             try:
                 state = await asyncio.to_thread(lease.renew)
             except StaalError as exc:  # the store unreachable: the lease runs down, try again
@@ -212,15 +231,20 @@ class Server:
                 self.stopping.set()
                 return
             await self.take_over(lease)
+            if self.manifest.server.store is not None and (
+                    self.settling is None or self.settling.done()):
+                self.settling = asyncio.ensure_future(self.settle_in_place())
 
     async def take_over(self, lease: Lease) -> None:
         """The unfinished runs of instances whose leases expired become this
         one's, and are resumed from their journal rows as at start, off the
         lease's path (a waiting run stops at its op in doubt again)."""
         try:
-            now = await asyncio.to_thread(self.ledger.now_ms)
-            taken = await asyncio.to_thread(lease.take_over,
-                                            lambda: self.run_journals.take_over(now))
+            async with self.claiming:
+                now = await asyncio.to_thread(self.ledger.now_ms)
+                taken = await asyncio.to_thread(lease.take_over,
+                                                lambda: self.run_journals.take_over(now))
+                held = self.calls.in_flight.claim(files.run for files, _ in taken)
         except StaalError as exc:
             self.log("takeover_failed", level="warning", kind=exc.kind, message=exc.message)
             return
@@ -228,13 +252,53 @@ class Server:
             return
         for files, dead in taken:
             self.log("taken_over", level="warning", run=files.run, tool=files.tool, instance=dead)
-        plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger,
-                                       [files for files, _ in taken])
+        try:
+            plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger,
+                                           [files for files, _ in taken if files.run in held])
+        except BaseException:
+            self.calls.in_flight.let_go(held)  # settled in place later
+            raise
         for problem in plan.problems:
             self.log("takeover_problem", level="error", message=problem)
-        task = asyncio.ensure_future(self.recover_taken(plan))
+        task = asyncio.ensure_future(self.recover_held(plan, held, "takeover_failed"))
         self.resuming.add(task)
         task.add_done_callback(self.resuming.discard)
+
+    async def settle_in_place(self) -> None:
+        """This instance's own runs that a failure of the store left
+        unsettled (a settle, a release or a journal record that could not be
+        committed), neither in flight here nor waiting, are settled,
+        released or resumed as recovery at start would, once the store
+        answers again (after each renewal of the lease: the store answered
+        it). A waiting run stays waiting; a run with a problem (its program
+        changed) is logged once and left for the next start."""
+        held: list[str] = []
+        try:
+            async with self.claiming:
+                entries = await asyncio.to_thread(self.ledger.mine_unsettled)
+                left = {e.run: e for e in entries if e.run not in self.left_alone
+                        and self.calls.in_flight.holder(e.run) is Holder.FREE}
+                if left:
+                    held = await asyncio.to_thread(self.calls.in_flight.claim_unattended, left,
+                                                   CLAIM_WAIT_S)
+                    if not held:
+                        self.log("settle_in_place_deferred", runs=len(left), message=(
+                            f"reservations stayed under way for {CLAIM_WAIT_S} s; the runs "
+                            "left unsettled are looked at again after the next renewal"))
+            if not held:
+                return
+            files = [RunFiles(self.manifest.server.journals, left[run].tool, run) for run in held]
+            await asyncio.to_thread(self.run_journals.restore, files)
+            plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger, files, True)
+        except Exception as exc:  # noqa: BLE001 - the store failed again: tried at the next renewal
+            self.calls.in_flight.let_go(held)
+            self.log("settle_in_place_failed", level="warning", error=f"{type(exc).__name__}: {exc}")
+            return
+        for problem in plan.problems:
+            self.log("settle_in_place_problem", level="error", message=problem)
+        self.left_alone.update(f.run for f in files if f.run not in plan.planned())
+        self.left_alone.update(f.run for f in plan.waiting)
+        await self.recover_held(plan, held, "settle_in_place_failed")
 
     async def close(self) -> None:
         self.waiting.stopping.set()

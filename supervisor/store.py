@@ -13,6 +13,7 @@ from typing import Any
 from staal.clock import Clock
 from staal.manifest import ServerConfig
 from staal.supervisor.journal_rows import JournalRows
+from staal.supervisor.lease import LeaseTiming
 from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
 from staal.supervisor.ledger_postgres import (
     PostgresLedger,
@@ -36,7 +37,7 @@ def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
     if server.store is None:
         return FileLedger.open(server.journals / LEDGER_FILE, clock, warn=warn)
     return PostgresLedger.open(dsn_of(server, environ), instance_name(server.journals), clock,
-                               warn)
+                               warn, LeaseTiming.of(server.store))
 
 
 def open_journals(server: ServerConfig, ledger: Ledger,

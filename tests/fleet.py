@@ -19,9 +19,11 @@ and waited on by event.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,6 +118,45 @@ class Fleet:
             self.balancer.stop()
         for instance in self.instances:
             instance.stop()
+
+
+Record = dict[str, Any]
+
+
+def first_record(instances: list[Instance], matches: Callable[[Record], bool], timeout: float,
+                 what: str) -> tuple[Instance, Record]:
+    """The first of `instances` to log a record `matches` holds for, and the
+    record, waiting (bounded) on all their logs at once: a run may be
+    recovered by whichever instance owns it by then."""
+    found: list[tuple[Instance, Record]] = []
+    seen = threading.Event()
+
+    def line_matches(line: str) -> bool:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return False
+        return isinstance(record, dict) and matches(record)
+
+    def watch(instance: Instance) -> None:
+        try:
+            found.append((instance, json.loads(instance.server.stderr.wait_for(
+                line_matches, timeout, what))))
+            seen.set()
+        except AssertionError:  # not this one's
+            pass
+
+    for instance in instances:
+        threading.Thread(target=watch, args=(instance,), daemon=True).start()
+    assert seen.wait(timeout), f"no instance logged {what} within {timeout} s"
+    return found[0]
+
+
+def first_event(instances: list[Instance], event: str, timeout: float,
+                **fields: Any) -> tuple[Instance, Record]:
+    """The first of `instances` to log `event` with `fields`, and the event."""
+    return first_record(instances, lambda r: r.get("event") == event and all(
+        r.get(k) == v for k, v in fields.items()), timeout, f"{event} {fields}")
 
 
 def _directory(path: Path) -> Path:

@@ -14,19 +14,25 @@ the fake payment service (examples/fake_payments.py) as the refunds' API.
   SIGCONTed once another took the run over and finished it: its next
   journal record is refused (fenced), its call is answered as an internal
   failure naming the run, it sends nothing more, and the run ends once.
+
+The instances hold a short lease (`server.store.postgres.lease_s`, 6 s
+instead of 15 s, renewed every 2 s), so a dead or paused instance's runs are
+taken over sooner, and every wait below is bounded by that lease.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
+from staal.supervisor.lease import LeaseTiming
 from tests import test_fleet_shared
-from tests.fleet import Fleet, Instance, ManifestWriter, fleet
+from tests.fleet import Fleet, Instance, ManifestWriter, first_event, fleet
 from tests.flood import (
     Answer,
     Flood,
@@ -37,10 +43,16 @@ from tests.flood import (
     store_events,
 )
 from tests.payments import Payments
+from tests.recorder import WAIT
 from tests.servers import Site, stripe_refund_grant
-from tests.test_store_journals import TAKEOVER_BOUND_S, kill_family, pause_family, wake_family
+from tests.test_store_journals import kill_family, pause_family, wake_family
 
-ENV, STORE = test_fleet_shared.ENV, test_fleet_shared.STORE
+ENV = test_fleet_shared.ENV
+LEASE = LeaseTiming(6000)
+STORE = {"postgres": {"dsn": {"env": ENV}, "lease_s": LEASE.lease_ms / 1000}}
+# A dead instance's runs are taken over within a lease and a renewal; the
+# rest is room for a loaded machine.
+TAKEOVER_BOUND_S = LEASE.takeover_bound_s + WAIT * 3
 REFUNDS = "/v1/refunds"
 # The fixtures of the shared-ledger tests: a private cluster for the
 # module, a database of its own in it for each test.
@@ -93,24 +105,11 @@ def held_runs(payments: Payments) -> list[str]:
             for r in payments.requests("POST", REFUNDS)]
 
 
-def first_event(instances: list[Instance], event: str, timeout: float,
-                **fields: Any) -> tuple[Instance, dict[str, Any]]:
-    """The first of `instances` to log `event` with `fields`, and the event,
-    waiting (bounded) on all their logs at once."""
-    found: list[tuple[Instance, dict[str, Any]]] = []
-    seen = threading.Event()
-
-    def watch(instance: Instance) -> None:
-        try:
-            found.append((instance, instance.server.stderr.wait_event(event, timeout, **fields)))
-            seen.set()
-        except AssertionError:  # not this one's
-            pass
-
-    for instance in instances:
-        threading.Thread(target=watch, args=(instance,), daemon=True).start()
-    assert seen.wait(timeout), f"no instance logged {event} {fields} within {timeout} s"
-    return found[0]
+def leases_held_for(dsn: str) -> list[int]:
+    """How far ahead of now each instance's lease runs, in ms (at most its
+    length: renewed at some moment before now, for the lease's length)."""
+    now = int(time.time() * 1000)
+    return [until - now for (until,) in rows(dsn, "SELECT lease_until_ms FROM staal_instances")]
 
 
 def ask(url: str, index: int, order: str, timeout: float) -> Answer:
@@ -186,6 +185,7 @@ def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends
     env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
     with fleet(3, refund_site(tmp_path, payments), env=env,
                root=tmp_path / "fleet") as running:
+        ahead = leases_held_for(dsn)
         answers: list[Answer] = []
         calling = threading.Thread(target=lambda: answers.append(
             ask(running.url, 1, intent, TAKEOVER_BOUND_S * 3)), daemon=True)
@@ -217,6 +217,8 @@ def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends
         events = store_events(dsn)
         ends = rows(dsn, "SELECT kind FROM staal_ends WHERE run = %s", (run,))
         ((now_owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (run,))
+    # Each instance holds the manifest's lease, not the default 15 s one.
+    assert len(ahead) == 3 and all(ms <= LEASE.lease_ms for ms in ahead), ahead
     assert taken["instance"] == owner and owner_of(running, now_owner) is not paused
     assert owner_of(running, now_owner) is taker
     (answer,) = answers

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from staal.supervisor.in_flight import TRANSITIONS as RUN_HOLDERS
+from staal.supervisor.in_flight import Holder
 from staal.supervisor.poolstate import (
     POOL_TRANSITIONS,
     WORKER_TRANSITIONS,
@@ -172,7 +174,8 @@ def test_a_call_whose_worker_is_lost_before_its_run_began_and_gets_no_other_is_r
 
 
 @pytest.mark.parametrize("table, states", [(POOL_TRANSITIONS, PoolState),
-                                           (WORKER_TRANSITIONS, WorkerState)])
+                                           (WORKER_TRANSITIONS, WorkerState),
+                                           (RUN_HOLDERS, Holder)])
 def test_every_move_a_lifecycle_table_holds_is_allowed_and_every_other_raises(table, states):
     events = sorted({event for _, event in table})
     for state, event in itertools.product(states, events):

@@ -1,6 +1,6 @@
 """`server.store` (issue 15): "file" (the default) or {"postgres": {"dsn":
-{"env": NAME}}}; anything else is refused at load with its key path, and a
-DSN written in place is never repeated in the message."""
+{"env": NAME}, "lease_s": SECONDS}}; anything else is refused at load with
+its key path, and a DSN written in place is never repeated in the message."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from staal.manifest import PostgresStore, SecretRef, load_manifest
+from staal.manifest import DEFAULT_LEASE_MS, PostgresStore, SecretRef, load_manifest
 from tests.manifests import broken, seed_example, write_manifest, write_programs
 
 
@@ -32,6 +32,24 @@ def test_the_file_store_is_the_default_and_may_be_named(here: Path) -> None:
 def test_a_postgres_store_names_the_variable_holding_its_dsn(here: Path) -> None:
     loaded = load_manifest(with_store(here, {"postgres": {"dsn": {"env": "LEDGER_DSN"}}}))
     assert loaded.server.store == PostgresStore(SecretRef("LEDGER_DSN"))
+    assert loaded.server.store.lease_ms == DEFAULT_LEASE_MS == 15_000
+
+
+@pytest.mark.parametrize(("seconds", "ms"), [(3, 3000), (6, 6000), (7.5, 7500), (3600, 3_600_000)])
+def test_a_postgres_store_takes_its_lease_in_seconds(here: Path, seconds: float, ms: int) -> None:
+    loaded = load_manifest(with_store(here, {"postgres": {"dsn": {"env": "LEDGER_DSN"},
+                                                          "lease_s": seconds}}))
+    assert loaded.server.store == PostgresStore(SecretRef("LEDGER_DSN"), ms)
+
+
+@pytest.mark.parametrize("seconds", [0, -15, 2.9, 3601, 1e9, "15", "15s", True, None, [15]])
+def test_a_lease_out_of_range_or_not_a_number_is_refused_naming_its_key_path(
+        here: Path, seconds: object) -> None:
+    store = {"postgres": {"dsn": {"env": "LEDGER_DSN"}, "lease_s": seconds}}
+    problems = broken(here, lambda d: d["server"].__setitem__("store", store))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("server.store.postgres.lease_s: expected a number of seconds "
+                                  "from 3 to 3600"), problems
 
 
 @pytest.mark.parametrize(("store", "where"), [

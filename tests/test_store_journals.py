@@ -24,7 +24,7 @@ from staal.errors import RecordError
 from staal.journal_records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.supervisor.files import RunFiles
 from staal.supervisor.journal_rows import JournalRows
-from staal.supervisor.lease import LEASE_MS, RENEW_EVERY_S
+from staal.supervisor.lease import DEFAULT_LEASE
 from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
@@ -182,9 +182,10 @@ from staal.caps import HttpGet
 def main(order: str, get: HttpGet) -> dict:
     return {"status": get.get(BASE + "/v1/orders/" + order).status_code}
 """
-# An instance's lease runs out LEASE_MS after its last renewal; another
-# notices at its next renewal, RENEW_EVERY_S later at most; then it resumes.
-TAKEOVER_BOUND_S = LEASE_MS / 1000 + RENEW_EVERY_S + WAIT * 3
+# An instance's lease runs out a lease after its last renewal; another
+# notices at its next renewal, a third of a lease later at most; then it
+# resumes (a bound on the waits, never a timing asserted).
+TAKEOVER_BOUND_S = DEFAULT_LEASE.takeover_bound_s + WAIT * 3
 
 
 def lookup_site(root: Path, program: Path, service: Any) -> Site:

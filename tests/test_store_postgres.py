@@ -17,7 +17,7 @@ import pytest
 
 from staal.clock import FixedClock
 from staal.ledger_records import OnceHold
-from staal.supervisor.lease import LEASE_MS, TRANSITIONS, Lease, LeaseState
+from staal.supervisor.lease import DEFAULT_LEASE, TRANSITIONS, Lease, LeaseState, LeaseTiming
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.ledger_postgres import SESSION, Fenced, PostgresLedger, connect
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
@@ -309,18 +309,31 @@ def test_a_lease_is_renewed_while_held_lost_for_good_once_taken_and_given_up_at_
         pg_store: PgStore) -> None:
     clock = FixedClock(T0)
     ledger = open_ledger(pg_store, "a", clock)
-    assert lease_of(pg_store, "a") == T0 + LEASE_MS
+    assert lease_of(pg_store, "a") == T0 + DEFAULT_LEASE.lease_ms
     lease = Lease(ledger.renew_lease)
     clock.advance(1000)
     assert lease.renew() is LeaseState.HELD
-    assert lease_of(pg_store, "a") == T0 + 1000 + LEASE_MS
+    assert lease_of(pg_store, "a") == T0 + 1000 + DEFAULT_LEASE.lease_ms
     with open_ledger(pg_store, "a", clock):  # another process takes the identity
         assert lease.renew() is LeaseState.LOST
         with pytest.raises(IllegalTransition):
             lease.renew()  # lost is for good
         ledger.close()
-        assert lease_of(pg_store, "a") == T0 + 1000 + LEASE_MS  # not the old process's to end
+        assert lease_of(pg_store, "a") == T0 + 1000 + DEFAULT_LEASE.lease_ms  # not the old one's
     assert lease_of(pg_store, "a") is None  # the holder closed: given up, not expired
+
+
+def test_a_configured_lease_is_registered_and_renewed_for_its_own_length_every_third_of_it(
+        pg_store: PgStore) -> None:
+    clock, timing = FixedClock(T0), LeaseTiming(6000)
+    ledger = PostgresLedger.open(pg_store.dsn, "a", clock, lambda text: None, timing)
+    assert lease_of(pg_store, "a") == T0 + 6000
+    lease = Lease(ledger.renew_lease, timing)
+    clock.advance(2000)
+    assert lease.renew() is LeaseState.HELD
+    assert lease_of(pg_store, "a") == T0 + 2000 + 6000
+    assert timing.renew_every_s == 2.0 and DEFAULT_LEASE.renew_every_s == 5.0
+    ledger.close()
 
 
 def test_only_a_held_lease_moves_and_only_as_its_table_says() -> None:
