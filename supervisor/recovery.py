@@ -14,9 +14,10 @@ DESIGN.md section 9), with exactly one rule per case:
 - inputs files left by settled or released runs: removed.
 
 Settling in place (a live instance's own runs a failure left unsettled,
-supervisor/server.py `settle_in_place`) plans by the same rules, but a run
-that waits for an operator is left waiting: resumed, it would only stop
-at its op in doubt again.
+supervisor/server.py `settle_in_place`) plans by the same rules; it never
+looks at a run with a waiting record (resumed, it would only stop at its op
+in doubt again), so a stopped run it plans is one an operator answered, or
+one whose record could not be written, which stops again and writes it.
 """
 
 from __future__ import annotations
@@ -42,12 +43,10 @@ class RecoveryPlan:
     resume: list[RunFiles] = field(default_factory=list)
     remove_inputs: list[RunFiles] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # Runs waiting for an operator that are left as they are (settling in place).
-    waiting: list[RunFiles] = field(default_factory=list)
 
     def planned(self) -> set[str]:
-        """The runs the plan does something to (or leaves waiting)."""
-        return {files.run for files in (*self.release, *self.resume, *self.waiting,
+        """The runs the plan does something to."""
+        return {files.run for files in (*self.release, *self.resume,
                                         *(files for files, _ in self.settle))}
 
 
@@ -74,21 +73,20 @@ def plan_recovery(manifest: Manifest, ledger: Ledger) -> RecoveryPlan:
     return plan
 
 
-def plan_taken(manifest: Manifest, ledger: Ledger, taken: list[RunFiles],
-               waiting_stays: bool = False) -> RecoveryPlan:
-    """The plan for runs taken over from an instance whose lease expired (or,
-    `waiting_stays`, left unsettled here: settling in place), their local
-    copies restored from their rows: each by the rules of recovery at start."""
+def plan_taken(manifest: Manifest, ledger: Ledger, taken: list[RunFiles]) -> RecoveryPlan:
+    """The plan for runs taken over from an instance whose lease expired (or
+    left unsettled here: settling in place), their local copies restored
+    from their rows: each by the rules of recovery at start."""
     plan = RecoveryPlan()
     for files in taken:
         entry = ledger.run(files.run)
         if entry is not None and entry.state == "unsettled":
-            _plan_unsettled(manifest, entry, files, files.journal.exists(), plan, waiting_stays)
+            _plan_unsettled(manifest, entry, files, files.journal.exists(), plan)
     return plan
 
 
 def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_journal: bool,
-                    plan: RecoveryPlan, waiting_stays: bool = False) -> None:
+                    plan: RecoveryPlan) -> None:
     # A journal with no complete header was cut during its creation: there
     # is no journal, and the run never started (seed 000 section 7, step 3).
     if not has_journal or not journal_started(files.journal):
@@ -101,9 +99,6 @@ def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_jo
         return
     if journal.end is not None:
         plan.settle.append((files, journal.end))
-        return
-    if waiting_stays and journal.stopped is not None:
-        plan.waiting.append(files)
         return
     changed = what_changed(manifest, entry.tool, journal)
     if changed:

@@ -8,8 +8,9 @@ journal's state is the condition instead. The run must be reserved and not
 ended, and the new row takes the line after the last one read in the same
 transaction, whose primary key refuses it if the run's owner appended
 meanwhile. The owner (or an instance that takes the run over) restores its
-copy from the rows and resumes the run at its next start, as after a local
-resolve. The run's waiting record goes in the same transaction.
+copy from the rows and resumes the run after its next renewal of its lease
+(settling in place, supervisor/server.py), or at its next start. The run's
+waiting record goes in the same transaction.
 
 The answer is checked by the worker's own `staal resolve` (which knows each
 capability's result shape; the supervisor never imports worker code), run
@@ -68,8 +69,8 @@ def resolve_in_store(server: ServerConfig, run: str, op: int, happened: bool,
         raise StoreError(f"the PostgreSQL store failed: {reason(exc, secrets_of(dsn))}") from None
     said = "happened" if happened else "did not happen"
     return (f"op {op} of run {run} recorded as {said} in the shared store; instance {owner}, "
-            "which owns the run, resumes it at its next start (or another, if it takes the "
-            "run over)")
+            "which owns the run, resumes it within a renewal of its lease if it is serving, "
+            "else at its next start (or another instance, if it takes the run over)")
 
 
 def _answer(cur: psycopg.Cursor[Any], run: str, op: int, happened: bool,

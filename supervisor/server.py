@@ -270,13 +270,19 @@ class Server:
         committed), neither in flight here nor waiting, are settled,
         released or resumed as recovery at start would, once the store
         answers again (after each renewal of the lease: the store answered
-        it). A waiting run stays waiting; a run with a problem (its program
-        changed) is logged once and left for the next start."""
+        it). A waiting run stays waiting until an operator answers it; a run
+        with a problem (its program changed) is logged once and left for the
+        next start."""
         held: list[str] = []
         try:
             async with self.claiming:
                 entries = await asyncio.to_thread(self.ledger.mine_unsettled)
+                # A run with a waiting record waits for its answer; once an
+                # operator answered (`staal-supervisor resolve` removes the
+                # record), it is resumed here as at a start.
+                waiting = await asyncio.to_thread(self.waiting.notes.all_waiting) if entries else {}
                 left = {e.run: e for e in entries if e.run not in self.left_alone
+                        and e.run not in waiting
                         and self.calls.in_flight.holder(e.run) is Holder.FREE}
                 if left:
                     held = await asyncio.to_thread(self.calls.in_flight.claim_unattended, left,
@@ -289,7 +295,7 @@ class Server:
                 return
             files = [RunFiles(self.manifest.server.journals, left[run].tool, run) for run in held]
             await asyncio.to_thread(self.run_journals.restore, files)
-            plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger, files, True)
+            plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger, files)
         except Exception as exc:  # noqa: BLE001 - the store failed again: tried at the next renewal
             self.calls.in_flight.let_go(held)
             self.log("settle_in_place_failed", level="warning", error=f"{type(exc).__name__}: {exc}")
@@ -297,7 +303,6 @@ class Server:
         for problem in plan.problems:
             self.log("settle_in_place_problem", level="error", message=problem)
         self.left_alone.update(f.run for f in files if f.run not in plan.planned())
-        self.left_alone.update(f.run for f in plan.waiting)
         await self.recover_held(plan, held, "settle_in_place_failed")
 
     async def close(self) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +34,7 @@ from tests.payments import Payments
 from tests.pg_cluster import PgCluster
 from tests.recorder import WAIT, Recorder
 from tests.servers import Site, stripe_refund_grant
+from tests.serving import server_env
 from tests.test_fleet_takeover import REFUND
 
 ENV = test_fleet_shared.ENV
@@ -277,3 +280,48 @@ def renewals(dsn: str) -> Iterator[Callable[[], None]]:
                 raise AssertionError(f"no renewal of the lease within {BOUND} s")
 
         yield next_renewal
+
+
+def test_a_waiting_run_an_operator_answered_in_the_store_is_resumed_in_place_by_its_owner(
+        tmp_path: Path, service: Recorder, dsn: str) -> None:
+    """`staal-supervisor resolve` from another machine removes the run's
+    waiting record and journals the answer; its owner, serving all along,
+    resumes it after its next renewal, never sending the action again."""
+    service.hold("/v1/tickets")  # never answered in time: the unkeyed POST is in doubt
+    root = tmp_path / "i1"
+    root.mkdir()
+    site = Site(root)
+    site.program("ticket.py", TICKET)
+    site.write([{"name": "ticket", "program": "ticket.py", "once": {"by": ["order"], "keep": "1h"},
+                 "grants": {"post": {"cap": "net.http.post",
+                                     "only": [service.base + "/v1/tickets"]}},
+                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=STORE)
+    arguments = {"order": "o1", "url": service.base + "/v1/tickets"}
+    with HttpServer(site, {ENV: dsn}).started() as server:
+        pid = server.process.pid
+        stopped = server.modern("tools/call", {"name": "ticket", "arguments": arguments},
+                                timeout=BOUND).json()["result"]
+        ((run,),) = rows(dsn, "SELECT run FROM staal_runs")
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        other = json.loads(site.manifest.read_text())
+        other["server"]["journals"] = str(elsewhere / "journals")
+        other["tools"][0]["program"] = str(root / "ticket.py")
+        (elsewhere / "manifest.json").write_text(json.dumps(other))
+        answered = subprocess.run(
+            [sys.executable, "-m", "staal.supervisor.cli", "resolve", str(elsewhere / "manifest.json"),
+             "--run", run, "--op", "1", "--happened", "yes", "--result",
+             json.dumps({"status": 201, "text": "{}"})],
+            capture_output=True, text=True, timeout=BOUND, check=False, env=server_env(**{ENV: dsn}))
+        resumed = server.stderr.wait_event("recovered", BOUND, run=run, rule="resumed")
+        again = server.modern("tools/call", {"name": "ticket", "arguments": arguments},
+                              timeout=BOUND).json()["result"]
+        alive = never_restarted(server, pid)
+    assert "may or may not have happened" in json.dumps(stopped)
+    assert answered.returncode == 0, answered.stderr
+    assert resumed["outcome"] == "done"
+    assert again["structuredContent"]["result"] == {"status": 201}
+    assert len(service.seen("POST", "/v1/tickets")) == 1  # never sent again
+    assert ledger_holds(store_events(dsn)) == {run: ["reserve", "settle"]}
+    assert rows(dsn, "SELECT count(*) FROM staal_waiting") == [(0,)]
+    assert alive
