@@ -23,18 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from staal.budgets import message_of, own_limit
 from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
-from staal.journal_records import End
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
-from staal.messages import Ended, JournalAppend, PrintLine, Run, RunSpans, Started, StoppedMsg
+from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
-from staal.money import Money
-from staal.outcomes import Failure
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
-from staal.runconfig import Limits, config_key, from_tool
+from staal.runconfig import config_key
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import RunFiles, remove_never_started
 from staal.supervisor.in_flight import RunsInFlight
@@ -51,50 +47,22 @@ from staal.supervisor.ledger import (
 from staal.supervisor.log import Log, log_file_line
 from staal.supervisor.metrics import NO_METRICS, Observer
 from staal.supervisor.outcomes import (
-    answer_of_journal,
+    answer_earlier,
     charged_of,
-    give_up,
     outcome_of_message,
-    over_limit,
     run_status,
 )
 from staal.supervisor.pg_schema import StoreError
-from staal.supervisor.pool import NoWorker, Pool, WorkerLost
+from staal.supervisor.pool import NoWorker, Pool
 from staal.supervisor.poolstate import Worker
+from staal.supervisor.quota_text import quota_text
+from staal.supervisor.run_crashes import Progress, RunCrashes
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.run_logs import RunLogs, failure_fields
+from staal.supervisor.tool_runtime import ToolRuntime, money_held
 from staal.supervisor.tracing import NO_TRACING, Tracing
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import run_secrets, secret_names
-
-# A run whose worker dies is resumed in a new worker at most this many times.
-MAX_RESUMES = 3
-
-
-@dataclass
-class ToolRuntime:
-    tool: Tool
-    inputs: dict[str, Any]
-    schema: dict[str, Any]
-    worst_case: tuple[Money, ...]
-    running: int = 0
-
-    @property
-    def capabilities(self) -> tuple[str, ...]:
-        return tuple(self.tool.grants)
-
-
-def worst_case(tool: Tool, grants: str | None = None) -> tuple[Money, ...]:
-    """One run's worst-case spend, per currency: over the money grants of
-    its grant set, max, or each times uses (seed 000 section 6)."""
-    totals: dict[str, Money] = {}
-    walked = (inner for grant in tool.grant_set(grants).values() for inner in grant.walk())
-    for grant in walked:
-        if not grant.spec.money:
-            continue
-        worst = grant.worst_case()
-        if worst is not None:
-            totals[worst.currency] = totals.get(worst.currency, Money.zero(worst.currency)) + worst
-    return tuple(totals[c] for c in sorted(totals))
 
 
 @dataclass
@@ -114,7 +82,7 @@ class CallState:
 
 
 @dataclass
-class Calls:
+class Calls(RunCrashes):
     manifest: Manifest
     tools: dict[str, ToolRuntime]
     ledger: Ledger
@@ -130,7 +98,8 @@ class Calls:
     run_journals: RunJournals = FILE_JOURNALS
     # Runs whose journal record the store refused, and why (`commit_record`).
     cut_off: dict[str, str] = field(default_factory=dict)
-    logs: dict[str, list[bytes]] = field(default_factory=dict)
+    # Each run's log lines until it ends (supervisor/run_logs.py).
+    logs: RunLogs = field(default_factory=RunLogs)
     # The runs a call or recovery of this process is running (settling in
     # place touches no other: supervisor/in_flight.py).
     in_flight: RunsInFlight = field(default_factory=RunsInFlight)
@@ -214,7 +183,7 @@ class Calls:
             return None  # nothing to refuse: no read
         try:
             over = await asyncio.to_thread(self.ledger.over_quota, tool.name, tool.quota, 1,
-                                           self.money_held(runtime, admission), admission)
+                                           money_held(runtime, admission), admission)
         except (StoreError, LedgerUnusable):
             return None
         return None if over is None else self.refused_over(tool, over, admission)
@@ -222,13 +191,6 @@ class Calls:
     def refused_over(self, tool: Tool, over: OverQuota, admission: Admission | None) -> Refused:
         self.metrics.refused(tool.name, "rate" if over.scope == "rate" else "quota")
         return Refused("quota", quota_text(tool, over, admission))
-
-    @staticmethod
-    def money_held(runtime: ToolRuntime, admission: Admission | None) -> tuple[Money, ...]:
-        """What a run holds until it settles: the worst case of its grant set."""
-        if admission is None or admission.grants is None:
-            return runtime.worst_case
-        return worst_case(runtime.tool, admission.grants)
 
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
                               call: Any, state: CallState, worker: Worker,
@@ -271,7 +233,7 @@ class Calls:
         tool = runtime.tool
         with self.in_flight.reserving() as hold:
             result = self.ledger.reserve_call(tool.name, tool.quota, 1,
-                                              self.money_held(runtime, admission), once, admission)
+                                              money_held(runtime, admission), once, admission)
             if isinstance(result, (Existing, Different, OverQuota)):
                 return result
             hold(result.run)
@@ -289,74 +251,6 @@ class Calls:
         grants = None if entry is None else entry.grants  # the grant set it was reserved with
         final = await self.execute_with_recovery(tool, files, resume=True, grants=grants)
         return await self.conclude(tool, files, final)
-
-    async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
-                                    progress: Progress | None = None,
-                                    worker: Worker | None = None,
-                                    grants: str | None = None,
-                                    traceparent: str | None = None) -> Ended | StoppedMsg | None:
-        """A worker that dies mid-run is a crash at step 4: the run is
-        resumed in a new worker, at most MAX_RESUMES times; then it fails as
-        internal, or waits for an operator if an op is in doubt. So it does
-        when no new worker is ready within the pool's wait. `worker`, if
-        given, is the one the call took before its reservation."""
-        deaths = 0
-        how = ""
-        while True:
-            lent, worker = worker, None
-            try:
-                return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants,
-                                          traceparent)
-            except NoWorker as none:
-                if deaths == 0:
-                    raise  # nothing was tried: a resume at start that cannot begin
-                self.log("no_worker", level="error", run=files.run, tool=tool.name,
-                         message=none.message, deaths=deaths)
-                return await self.give_up(tool, files, deaths, f"{how}; then {none.message}")
-            except WorkerLost as lost:
-                deaths += 1
-                how = lost.how
-                limit = own_limit(lost.status)
-                if limit is not None:
-                    # Its own limit ended it: deterministic, so resuming it
-                    # would only fail the same way again.
-                    limits = self.limits(tool)
-                    message = message_of(limit, limits.cpu_ms, limits.memory_mib)
-                    self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
-                             pid=lost.pid, how=how, limit=limit)
-                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,
-                                                   self.run_journals)
-                self.log("worker_lost", level="error", run=files.run, tool=tool.name,
-                         pid=getattr(lost, "pid", None), how=how, deaths=deaths)
-                if deaths > MAX_RESUMES:
-                    return await self.give_up(tool, files, deaths, how)
-
-    async def give_up(self, tool: Tool, files: RunFiles, deaths: int,
-                      how: str) -> Ended | StoppedMsg | None:
-        """Close the run its workers kept dying in. On a shared store another
-        instance may have taken it over meanwhile (this one was paused past
-        its lease): its closing record is then refused, and the run is cut
-        off here as any refused record cuts it off (answered failed, not
-        settled here)."""
-        try:
-            return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
-                                           self.run_journals)
-        except StaalError as exc:
-            if exc.kind != "fenced":
-                raise
-            self.cut_off_run(files, exc)
-            return None
-
-    def cut_off_run(self, files: RunFiles, refused: StaalError) -> None:
-        """A record of the run was refused: `conclude` answers it failed and
-        this instance neither settles nor serves it further."""
-        self.cut_off[files.run] = refused.message
-        self.log("journal_refused", level="error", run=files.run, tool=files.tool,
-                 kind=refused.kind, message=refused.message)
-
-    def limits(self, tool: Tool) -> Limits:
-        """The limits the tool's runs run under, as its workers set them."""
-        return from_tool(self.manifest, tool).limits
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None,
@@ -378,9 +272,9 @@ class Calls:
         def on_message(reply: Any) -> None:
             if isinstance(reply, PrintLine):
                 self.log("print", run=reply.run, tool=tool.name, text=reply.text)
-                self.run_log(files).append(log_file_line("print", text=reply.text))
+                self.logs.of(files).append(log_file_line("print", text=reply.text))
             elif isinstance(reply, Started):
-                self.run_log(files).append(log_file_line("started", pid=reply.pid))
+                self.logs.of(files).append(log_file_line("started", pid=reply.pid))
             elif isinstance(reply, ProgressMsg) and progress is not None:
                 progress(reply.op, reply.message)
             elif isinstance(reply, RunSpans) and traceparent is not None:
@@ -390,42 +284,6 @@ class Calls:
                                     lambda append: self.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final
-
-    async def commit_record(self, files: RunFiles, append: JournalAppend) -> str | None:
-        """A worker's journal record on a shared store, committed before the
-        worker goes on; else why not. A run with a refused record is cut
-        off: this instance answers it as failed and neither settles nor
-        serves it further (another instance owns it, or it is resumed from
-        its rows at the next start)."""
-        if append.run != files.run:
-            return f"the record names run {append.run}, not the worker's run {files.run}"
-        try:
-            await asyncio.to_thread(self.run_journals.append, files, append.record)
-        except StaalError as exc:
-            self.cut_off_run(files, exc)
-            return exc.message
-        return None
-
-    def run_log(self, files: RunFiles) -> list[bytes]:
-        """The run's log lines, written beside its journal when it ends (or
-        stops): one write per run instead of one per line."""
-        return self.logs.setdefault(files.run, [])
-
-    def _last_lines(self, files: RunFiles, ended: str, failure: Failure | None = None,
-                    **said: str) -> bytes:
-        """The run's log lines held until now, and the one saying how it ended."""
-        lines = self.logs.pop(files.run, [])
-        lines.append(log_file_line("ended", outcome=ended, **failure_fields(failure), **said))
-        return b"".join(lines)
-
-    def _flush_log(self, files: RunFiles, ended: str, failure: Failure | None = None) -> None:
-        self.waiting.notes.log(files, self._last_lines(files, ended, failure))
-
-    def recovered_lines(self, files: RunFiles, end: End) -> bytes:
-        """The last log lines of a run recovery settles from its end: any
-        its call of this process still held (its settle failed), and the
-        one saying how it ended and was recovered."""
-        return self._last_lines(files, end.outcome, end.failure, recovered="settled from its end")
 
     def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
         """Step 7's settle and, once it is durable, the clean-up, in one
@@ -441,11 +299,14 @@ class Calls:
             return exc
         return None
 
+    def _flush_log(self, files: RunFiles, ended: str) -> None:
+        self.waiting.notes.log(files, self.logs.last_lines(files, ended))
+
     def _clean_up(self, files: RunFiles, final: Ended) -> None:
         """Once a run is settled: its log, its arguments file (a crash
         before this leaves it for the next start to remove) and any waiting
         record (on the shared store, one statement)."""
-        self.waiting.notes.end(files, self._last_lines(files, final.outcome, final.failure))
+        self.waiting.notes.end(files, self.logs.last_lines(files, final.outcome, final.failure))
 
     async def conclude(self, tool: Tool, files: RunFiles,
                        final: Ended | StoppedMsg | None) -> CallOutcome:
@@ -506,22 +367,8 @@ class Calls:
     # -- an earlier call under the same key ----------------------------------
 
     def answer_earlier(self, entry: RunEntry, args_hash: str) -> CallOutcome:
-        """Seed 000 section 5's table for a repeated once call."""
-        if entry.once is not None and args_hash != entry.once.args:
-            return Refused(
-                "once_conflict",
-                f"run {entry.run} already holds this call's once key with different arguments: "
-                "it is a different operation under the same key, and is refused")
-        files = self.files(entry.tool, entry.run)
-        if entry.state == "unsettled":
-            stopped = self.waiting.notes.waiting(files)
-            if stopped is not None:
-                return Stopped(entry.run, stopped["op"], stopped["message"])
-            return Refused(
-                "in_progress",
-                f"this call is already in progress as run {entry.run}; follow it with "
-                f"staal_run_status {{\"run\": \"{entry.run}\"}}")
-        return answer_of_journal(entry, files, self.run_journals)
+        return answer_earlier(entry, args_hash, self.files(entry.tool, entry.run),
+                              self.waiting.notes, self.run_journals)
 
     # -- staal_run_status ------------------------------------------------------
 
@@ -534,8 +381,6 @@ class Calls:
         return run_status(entry, self.files(entry.tool, run), self.waiting.notes,
                           self.run_journals)
 
-
-Progress = Callable[[int, str], None]
 
 
 def increasing(progress: Progress | None) -> Progress:
@@ -551,39 +396,3 @@ def increasing(progress: Progress | None) -> Progress:
             progress(value, message)
 
     return forward
-
-
-def failure_fields(failure: Failure | None) -> dict[str, Any]:
-    """A failure as log fields: kind, message and the program's frames."""
-    if failure is None:
-        return {}
-    fields: dict[str, Any] = {"kind": failure.kind, "message": failure.message}
-    if failure.traceback:
-        fields["traceback"] = [
-            {"file": f.file, "line": f.line, "function": f.function, "source": f.source}
-            for f in failure.traceback]
-    return fields
-
-
-def quota_text(tool: Tool, over: OverQuota, admission: Admission | None = None) -> str:
-    import datetime
-
-    whose = {"tool": f"tool '{tool.name}' is over its quota",
-             "caller": f"this caller is over its quota on tool '{tool.name}'",
-             "rate": "this caller is over its rate limit"}[over.scope]
-    limit = tool.quota if admission is None or over.scope == "tool" else \
-        (admission.rate if over.scope == "rate" else admission.quota)
-    window = limit.window.text if limit is not None else "?"
-    if over.frees_at_ms is None:
-        when = "this call alone needs more than the whole quota"
-    else:
-        moment = datetime.datetime.fromtimestamp(over.frees_at_ms / 1000, tz=datetime.UTC)
-        when = f"it frees up at {moment.strftime('%Y-%m-%d %H:%M:%S')} UTC"
-    if over.which == "calls":
-        used = f"{over.in_use} of {over.limit} calls per {window} are used"
-    else:
-        used = f"{over.in_use} of {over.limit} per {window} is held or spent"
-    return f"{whose}: {used}; {when}"
-
-
-

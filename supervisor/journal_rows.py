@@ -26,13 +26,8 @@ from psycopg.types.json import Jsonb
 
 from staal.journal import JournalState, journal_of
 from staal.journal_records import JOURNAL
-from staal.supervisor.ledger_postgres import (
-    ConnectionLost,
-    Fenced,
-    reason,
-    secrets_of,
-    usable,
-)
+from staal.supervisor.ledger_postgres import Fenced
+from staal.supervisor.pg_connection import ConnectionLost, reason, secrets_of, usable
 from staal.supervisor.pg_schema import StoreError, lock_key
 
 T = TypeVar("T")

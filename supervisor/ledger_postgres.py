@@ -24,12 +24,10 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 import staal
@@ -38,13 +36,11 @@ from staal.errors import StaalError
 from staal.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
-from staal.redaction import redact
 from staal.supervisor.lease import DEFAULT_LEASE, LeaseTiming
 from staal.supervisor.ledger import (
     EndsRuns,
     Stamper,
     Warn,
-    build_state,
     check_held,
     checked_encoding,
     decide,
@@ -52,7 +48,15 @@ from staal.supervisor.ledger import (
     quota_refusal,
     warn_on_stderr,
 )
-from staal.supervisor.pg_schema import StoreError, check_version, ensure_schema, lock_key
+from staal.supervisor.pg_connection import (
+    ConnectionLost,
+    check_settings,
+    connect,
+    reason,
+    secrets_of,
+    usable,
+)
+from staal.supervisor.pg_schema import EVENTS_SINCE, StoreError, ensure_schema, lock_key
 from staal.supervisor.quota import (
     Admission,
     Compaction,
@@ -68,23 +72,6 @@ from staal.supervisor.quota import (
 )
 
 T = TypeVar("T")
-CONNECT_TIMEOUT_S = 10
-# Every session's settings: commits durable on return; a session idle inside
-# a transaction (its process paused or wedged while it holds the head row)
-# is ended by the server, so it cannot stop every other instance; no
-# statement, lock waits included, runs for ever.
-SESSION = {"synchronous_commit": "on", "idle_in_transaction_session_timeout": "10000",
-           "statement_timeout": "120000"}
-
-_EVENTS_SINCE = """
-    SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
-    UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
-    ORDER BY seq"""
-
-
-class ConnectionLost(StoreError):
-    """The connection broke during a transaction: whether it committed is
-    not known until the ledger is read again."""
 
 
 class Fenced(StoreError):
@@ -99,50 +86,6 @@ def instance_name(journals: Path) -> str:
     its runs' journals and one server at a time (ServerLock), so a restart
     is the same instance and recovers its own runs."""
     return f"{socket.gethostname()}:{journals.resolve()}"
-
-
-def connect(dsn: str) -> psycopg.Connection[Any]:
-    """A connection with `SESSION`'s settings whatever the DSN or the
-    server's defaults say (given last, they win)."""
-    hide = secrets_of(dsn)
-    try:
-        given = str(conninfo_to_dict(dsn).get("options") or "")
-    except psycopg.Error:
-        raise StoreError("the DSN server.store.postgres.dsn names is not a valid PostgreSQL "
-                         "connection string") from None
-    try:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                               options=" ".join([given, *(f"-c {k}={v}" for k, v in
-                                                          SESSION.items())]).strip())
-    except psycopg.Error as exc:
-        raise StoreError(f"could not connect to the PostgreSQL store: "
-                         f"{reason(exc, hide)}") from None
-
-
-def usable(conn: psycopg.Connection[Any] | None, dsn: str) -> psycopg.Connection[Any]:
-    """`conn` if it can still be used, else a new connection (the old one closed)."""
-    if conn is not None and not conn.closed and not conn.broken:
-        return conn
-    if conn is not None:
-        conn.close()
-    return connect(dsn)
-
-
-def reason(exc: BaseException, hide: tuple[str, ...]) -> str:
-    """One line for a database error, with the DSN and password cut out."""
-    diag = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
-    text = " ".join((primary or str(exc) or type(exc).__name__).split())
-    sqlstate = getattr(exc, "sqlstate", None)
-    return redact(f"{text} (SQLSTATE {sqlstate})" if sqlstate else text, hide)
-
-
-def secrets_of(dsn: str) -> tuple[str, ...]:
-    try:
-        password = conninfo_to_dict(dsn).get("password")
-    except psycopg.Error:
-        password = None
-    return (dsn, password) if isinstance(password, str) and password else (dsn,)
 
 
 class PostgresLedger(EndsRuns):
@@ -174,7 +117,7 @@ class PostgresLedger(EndsRuns):
         conn = connect(dsn)
         try:
             with conn.transaction(), conn.cursor() as cur:
-                _check_settings(cur)
+                check_settings(cur)
                 ensure_schema(cur)
                 fence = _register(cur, instance, clock.now_ms(), lease.lease_ms)
         except psycopg.Error as exc:
@@ -239,7 +182,7 @@ class PostgresLedger(EndsRuns):
         if generation != self._generation:
             self._state, self._owners, self._seq = LedgerState(), {}, 0
             self._generation = generation
-        cur.execute(_EVENTS_SINCE, {"seq": self._seq})
+        cur.execute(EVENTS_SINCE, {"seq": self._seq})
         for seq, data, owner in cur.fetchall():
             try:
                 entry = self._state.apply(LEDGER.decode(data))
@@ -457,60 +400,6 @@ class PostgresLedger(EndsRuns):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-@dataclass(frozen=True, slots=True)
-class Instance:
-    """One instance as the shared store knows it."""
-
-    instance: str
-    fence: int
-    started_ms: int
-    lease_until_ms: int | None
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class SharedView:
-    """The shared ledger, who owns each run, and the instances."""
-
-    state: LedgerState
-    owners: Mapping[str, str]
-    instances: tuple[Instance, ...]
-
-
-def read_postgres(dsn: str) -> SharedView:
-    """The shared ledger, read in one snapshot without registering an
-    instance or changing anything (for `staal-supervisor status` and the
-    console); no schema is an empty ledger."""
-    with connect(dsn) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        with conn.transaction(), conn.cursor() as cur:
-            try:
-                cur.execute("SELECT version FROM staal_schema")
-            except psycopg.errors.UndefinedTable:
-                return SharedView(LedgerState(), {}, ())
-            check_version(cur.fetchone()[0])
-            cur.execute(_EVENTS_SINCE, {"seq": 0})
-            rows = cur.fetchall()
-            state = build_state(tuple(LEDGER.decode(row[1]) for row in rows),
-                                "the PostgreSQL store")
-            cur.execute("SELECT last_ms FROM staal_head")
-            state.last_ms = max(state.last_ms, cur.fetchone()[0])
-            cur.execute("SELECT instance, fence, started_ms, lease_until_ms, version "
-                        "FROM staal_instances ORDER BY instance")
-            instances = tuple(Instance(*row) for row in cur.fetchall())
-    owners = {row[1]["run"]: row[2] for row in rows if row[2] is not None}
-    return SharedView(state, owners, instances)
-
-
-def _check_settings(cur: psycopg.Cursor[Any]) -> None:
-    """The guarantees need a commit to be on disk: refuse a server that
-    does not write it there."""
-    cur.execute("SHOW fsync")
-    if cur.fetchone()[0] != "on":
-        raise StoreError("the PostgreSQL server runs with fsync off: a committed event could "
-                         "be lost in a crash, so staal does not use it (set fsync = on)")
 
 
 def _register(cur: psycopg.Cursor[Any], instance: str, now: int, lease_ms: int) -> int:

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from staal.supervisor.journal_rows import JournalRows
-from staal.supervisor.ledger_postgres import connect, reason, secrets_of
+from staal.supervisor.pg_connection import connect, reason, secrets_of
 from staal.supervisor.pg_schema import StoreError
 
 # The log lines go after the run's last (a run stopped, resumed and ended

@@ -11,7 +11,7 @@ from staal.journal import close_unfinished, journal_started
 from staal.journal_records import End
 from staal.messages import Ended, StoppedMsg, report_of
 from staal.money import Money
-from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus
+from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
 from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger import RunEntry
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
@@ -61,6 +61,27 @@ def answer_of_journal(entry: RunEntry, files: RunFiles,
             f"this call was already made as run {entry.run}, which ended as {entry.outcome}; "
             "its journal is no longer kept, so its result cannot be given again")
     return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
+
+
+def answer_earlier(entry: RunEntry, args_hash: str, files: RunFiles, notes: RunNotes,
+                   journals: RunJournals = FILE_JOURNALS) -> CallOutcome:
+    """Seed 000 section 5's table for a repeated once call: `entry` holds
+    the key, `args_hash` is the repeat's arguments ("" for a call refused as
+    a different operation under it)."""
+    if entry.once is not None and args_hash != entry.once.args:
+        return Refused(
+            "once_conflict",
+            f"run {entry.run} already holds this call's once key with different arguments: "
+            "it is a different operation under the same key, and is refused")
+    if entry.state == "unsettled":
+        stopped = notes.waiting(files)
+        if stopped is not None:
+            return Stopped(entry.run, stopped["op"], stopped["message"])
+        return Refused(
+            "in_progress",
+            f"this call is already in progress as run {entry.run}; follow it with "
+            f"staal_run_status {{\"run\": \"{entry.run}\"}}")
+    return answer_of_journal(entry, files, journals)
 
 
 def run_status(entry: RunEntry, files: RunFiles, notes: RunNotes,

@@ -94,6 +94,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
+# The ledger's events after `seq`, in commit order, with each reserve's owner:
+# the ledger's catch-up and the read-only view read them alike.
+EVENTS_SINCE = """
+    SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
+    UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
+    ORDER BY seq"""
+
 
 class StoreError(StaalError):
     """The PostgreSQL store cannot be used as configured, or a statement on

@@ -37,8 +37,8 @@ from staal.errors import StaalError
 from staal.fsio import FS
 from staal.journal_records import JOURNAL, Resolved
 from staal.manifest import ServerConfig
-from staal.supervisor.ledger_postgres import connect, reason, secrets_of
 from staal.supervisor.note_rows import drop_waiting
+from staal.supervisor.pg_connection import connect, reason, secrets_of
 from staal.supervisor.pg_schema import StoreError
 from staal.supervisor.store import dsn_of
 

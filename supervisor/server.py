@@ -34,7 +34,7 @@ from staal.protocol.results import CallOutcome, Failed, Refused
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
-from staal.supervisor.calls import Calls, CallState, ToolRuntime
+from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.files import RunFiles, make_run_folders, remove_never_started
 from staal.supervisor.in_flight import Holder
 from staal.supervisor.lease import Lease, LeaseState, LeaseTiming
@@ -49,6 +49,7 @@ from staal.supervisor.retention import DAY_S, sweep
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.startup import check_tools
 from staal.supervisor.store import describe_store, open_journals, open_ledger, open_notes
+from staal.supervisor.tool_runtime import ToolRuntime
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
 from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
@@ -178,7 +179,7 @@ class Server:
             # As a run's end: its kept arguments (on a shared store, their
             # row too) and any waiting record go, its log says so.
             await asyncio.to_thread(self.waiting.notes.end, files,
-                                    self.calls.recovered_lines(files, end))
+                                    self.calls.logs.recovered(files, end))
             self.log("recovered", rule="settled from its end", run=files.run, tool=files.tool)
         for files in plan.remove_inputs:
             await asyncio.to_thread(self.waiting.notes.end, files, b"")

@@ -12,9 +12,9 @@ import shutil
 
 from staal.errors import StaalError
 from staal.manifest import Manifest
-from staal.supervisor.calls import ToolRuntime, worst_case
 from staal.supervisor.pool import Pool
 from staal.supervisor.resources import entry_problems
+from staal.supervisor.tool_runtime import ToolRuntime, worst_case
 from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
 from staal.supervisor.zygote import runtime_dir, worker_environment
 

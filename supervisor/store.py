@@ -15,14 +15,10 @@ from staal.manifest import ServerConfig
 from staal.supervisor.journal_rows import JournalRows
 from staal.supervisor.lease import LeaseTiming
 from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
-from staal.supervisor.ledger_postgres import (
-    PostgresLedger,
-    SharedView,
-    instance_name,
-    read_postgres,
-)
+from staal.supervisor.ledger_postgres import PostgresLedger, instance_name
 from staal.supervisor.note_rows import NoteRows, read_all_waiting
 from staal.supervisor.pg_schema import StoreError
+from staal.supervisor.pg_view import SharedView, read_postgres
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals, StoreJournals
 from staal.supervisor.run_notes import FileNotes, RunNotes, StoreNotes
 

@@ -13,8 +13,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger_postgres import Fenced, connect
+from staal.supervisor.ledger_postgres import Fenced
 from staal.supervisor.note_rows import NoteRows
+from staal.supervisor.pg_connection import connect
 from staal.supervisor.pg_schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
 from staal.supervisor.run_notes import FileNotes, StoreNotes
 from tests.pg_store import PgStore

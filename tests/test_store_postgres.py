@@ -19,7 +19,8 @@ from staal.clock import FixedClock
 from staal.ledger_records import OnceHold
 from staal.supervisor.lease import DEFAULT_LEASE, TRANSITIONS, Lease, LeaseState, LeaseTiming
 from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
-from staal.supervisor.ledger_postgres import SESSION, Fenced, PostgresLedger, connect
+from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
+from staal.supervisor.pg_connection import SESSION, connect
 from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
 from staal.transitions import IllegalTransition, advance
 from tests.pg_store import CommitCutter, PgStore

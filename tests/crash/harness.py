@@ -30,7 +30,7 @@ from staal.appendlog import read_log
 from staal.journal_records import JOURNAL, End
 from staal.money import Money
 from staal.supervisor.ledger import read_ledger
-from staal.supervisor.ledger_postgres import read_postgres
+from staal.supervisor.pg_view import read_postgres
 from tests.payments import Payments
 
 ROOT = Path(__file__).resolve().parents[2]
