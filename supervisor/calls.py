@@ -341,7 +341,9 @@ class Calls(RunCrashes):
             # came): it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
             await asyncio.to_thread(remove_never_started, files)
-            await asyncio.to_thread(self._flush_log, files, "never started")
+            # Ended as any run: on a shared store its kept arguments' row goes too.
+            await asyncio.to_thread(self.waiting.notes.end, files,
+                                    self.logs.last_lines(files, "never started"))
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="the run never started: no worker created its journal (see above)")
             return Failed(files.run, "internal", "the run never started: no worker created its journal")

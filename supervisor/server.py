@@ -172,6 +172,8 @@ class Server:
         for files in plan.release:
             await asyncio.to_thread(self.ledger.release, files.run)
             cut = await asyncio.to_thread(remove_never_started, files)
+            await asyncio.to_thread(self.waiting.notes.end, files, self.calls.logs.last_lines(
+                files, "never started", recovered="released: it never started"))
             self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool,
                      removed="its journal, cut before its header was durable" if cut else None)
         for files, end in plan.settle:

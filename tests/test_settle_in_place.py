@@ -149,6 +149,11 @@ def test_a_run_whose_first_journal_record_the_store_refused_is_released_in_place
     holds = ledger_holds(store_events(dsn))
     assert holds.pop(run) == ["reserve", "release"]
     assert list(holds.values()) == [["reserve", "settle"]]
+    # Released, it ended as any run: no kept arguments left, a log that says so.
+    assert rows(dsn, "SELECT count(*) FROM staal_inputs") == [(0,)]
+    ended = [entry for (entry,) in rows(dsn, "SELECT entry FROM staal_logs WHERE run = %s AND "
+                                             "entry->>'event' = 'ended' ORDER BY line", (run,))]
+    assert ended[-1]["recovered"] == "released: it never started", ended
     assert alive
 
 
