@@ -258,8 +258,14 @@ class Server:
         try:
             plan = await asyncio.to_thread(plan_taken, self.manifest, self.ledger,
                                            [files for files, _ in taken if files.run in held])
+        except Exception as exc:  # noqa: BLE001 - raised, it would end the lease's loop
+            # The runs are this instance's now: settled in place after a
+            # later renewal, and the lease goes on being renewed.
+            self.calls.in_flight.let_go(held)
+            self.log("takeover_failed", level="error", error=f"{type(exc).__name__}: {exc}")
+            return
         except BaseException:
-            self.calls.in_flight.let_go(held)  # settled in place later
+            self.calls.in_flight.let_go(held)
             raise
         for problem in plan.problems:
             self.log("takeover_problem", level="error", message=problem)
