@@ -25,6 +25,7 @@ from typing import Any
 
 from staal.errors import StaalError
 from staal.inputs import InputError, arguments_to_json, check_arguments
+from staal.journal import discard_unstarted
 from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
@@ -32,7 +33,7 @@ from staal.messages import Progress as ProgressMsg
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.runconfig import config_key
 from staal.supervisor.callers import LOCAL, Admitted
-from staal.supervisor.files import RunFiles, remove_never_started
+from staal.supervisor.files import RunFiles
 from staal.supervisor.in_flight import RunsInFlight
 from staal.supervisor.ledger import (
     Admission,
@@ -340,8 +341,9 @@ class Calls(RunCrashes):
             # No worker made its journal's header durable (they died, or none
             # came): it never started.
             await asyncio.to_thread(self.ledger.release, files.run)
-            await asyncio.to_thread(remove_never_started, files)
-            # Ended as any run: on a shared store its kept arguments' row goes too.
+            # A journal cut before its header was durable goes; then the run
+            # ends as any run (its kept arguments, on a shared store their row too).
+            await asyncio.to_thread(discard_unstarted, files.journal)
             await asyncio.to_thread(self.waiting.notes.end, files,
                                     self.logs.last_lines(files, "never started"))
             self.log("internal_error", level="error", run=files.run, tool=tool.name,

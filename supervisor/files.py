@@ -19,7 +19,6 @@ import orjson
 
 from staal.fsio import FS, OS_SYNC, Syncer, make_private_dir
 from staal.ids import is_run_id
-from staal.journal import discard_unstarted
 
 
 @dataclass(frozen=True)
@@ -89,15 +88,6 @@ def remove_inputs(files: RunFiles) -> None:
         FS.unlink(files.inputs)
     except FileNotFoundError:
         pass
-
-
-def remove_never_started(files: RunFiles) -> bool:
-    """The files of a run that never started, which is released: its
-    arguments, and a journal cut during its creation (no complete header);
-    whether there was such a journal."""
-    cut = discard_unstarted(files.journal)
-    remove_inputs(files)
-    return cut
 
 
 def append_log(files: RunFiles, line: bytes) -> None:

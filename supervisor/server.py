@@ -24,6 +24,7 @@ import staal
 from staal.clock import SYSTEM_CLOCK
 from staal.errors import StaalError
 from staal.fsio import make_private_dir
+from staal.journal import discard_unstarted
 from staal.manifest import RUN_STATUS_TOOL, Manifest
 from staal.manifest_resources import is_hidden_tool
 from staal.protocol.cursors import CursorSigner
@@ -35,7 +36,7 @@ from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import describe_tool
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import Calls, CallState
-from staal.supervisor.files import RunFiles, make_run_folders, remove_never_started
+from staal.supervisor.files import RunFiles, make_run_folders
 from staal.supervisor.in_flight import Holder
 from staal.supervisor.lease import Lease, LeaseState, LeaseTiming
 from staal.supervisor.lockfile import ServerLock
@@ -81,7 +82,8 @@ class Server:
         # them (`RunsInFlight`) under this lock, never interleaved.
         self.claiming = asyncio.Lock()
         # Settling in place (`settle_in_place`), while it runs; and the runs
-        # it leaves as they are until the next start (waiting, or a problem).
+        # it leaves as they are until the next start (a problem: its program
+        # changed, its journal is damaged).
         self.settling: asyncio.Future[None] | None = None
         self.left_alone: set[str] = set()
         # Counted only with a `server.metrics` section; else reports are dropped.
@@ -171,7 +173,7 @@ class Server:
         """Recovery at start, before anything is answered (supervisor/recovery.py)."""
         for files in plan.release:
             await asyncio.to_thread(self.ledger.release, files.run)
-            cut = await asyncio.to_thread(remove_never_started, files)
+            cut = await asyncio.to_thread(discard_unstarted, files.journal)
             await asyncio.to_thread(self.waiting.notes.end, files, self.calls.logs.last_lines(
                 files, "never started", recovered="released: it never started"))
             self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool,
