@@ -104,7 +104,7 @@ def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_jo
     if changed:
         plan.problems.append(
             f"run {entry.run} of tool '{entry.tool}' is unfinished and cannot be resumed: "
-            f"{changed} since it began. Run the previous version until every run ends "
+            f"{changed}. Run the previous version until every run ends "
             "(staal-supervisor status lists them), or resolve this run by hand")
         return
     if not files.inputs.exists():
@@ -115,19 +115,25 @@ def _plan_unsettled(manifest: Manifest, entry: RunEntry, files: RunFiles, has_jo
 
 
 def what_changed(manifest: Manifest, tool_name: str, journal: JournalState) -> str:
+    """What differs from what the run began with, each a whole clause (the
+    refusal joins them), or "" when it may resume."""
     tool = manifest.tool(tool_name)
     if tool is None:
         return f"the manifest no longer has tool '{tool_name}'"
     header, changed = journal.header, []
     if header.runtime != staal.RUNTIME:
-        changed.append(f"the runtime (it began under {header.runtime}; this is {staal.RUNTIME})")
+        changed.append(f"the runtime changed since it began (it began under {header.runtime}; "
+                       f"this is {staal.RUNTIME})")
     program = Path(header.program)
     if program != tool.program:
-        changed.append(f"the program (it began with {program}; the manifest names {tool.program})")
-    elif not program.is_file() or _sha256(program) != header.program_sha256:
-        changed.append(f"the program {program}")
+        changed.append(f"its program changed since it began (it began with {program}; "
+                       f"the manifest names {tool.program})")
+    elif not program.is_file():
+        changed.append(f"its program {program} is gone since it began")
+    elif _sha256(program) != header.program_sha256:
+        changed.append(f"its program {program} changed since it began")
     if from_tool(manifest, tool).sha256() != header.config_sha256:
-        changed.append("the tool's config (grants, limits, net or entry)")
+        changed.append("the tool's config (grants, limits, net or entry) changed since it began")
     return "; ".join(changed)
 
 

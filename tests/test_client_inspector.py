@@ -22,6 +22,7 @@ import pytest
 
 from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
 from tests.test_client_typescript import (
+    INSTALL,
     JS,
     NODE_MODULES,
     SERVER_NAME,
@@ -30,6 +31,7 @@ from tests.test_client_typescript import (
     event_names,
     lines,
     node,
+    on_node22,
     require_node_modules,
     server_env,
     supervisor_command,
@@ -54,7 +56,7 @@ class Inspector:
         """The CLI's exit code, its one JSON object (stdout, or the error
         envelope on stderr) and its stderr."""
         require_node_modules()
-        assert INSPECTOR.exists(), f"{INSPECTOR} is missing: run `npm ci --prefix tests/js`"
+        assert INSPECTOR.exists(), f"{INSPECTOR} is missing: run `{INSTALL}`"
         server = [supervisor_command(), "serve", str(self.manifest)]
         if tap:
             server = [node(), str(JS / "tap.mjs"), str(self.taps), *server]
@@ -62,7 +64,8 @@ class Inspector:
                 "--connect-timeout", "30000", "--cwd", str(self.manifest.parent),
                 "-e", f"TMPDIR={self.env['TMPDIR']}", *server, *method]
         done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT, check=False,
-                              env={**self.env, "HOME": str(self.home)})
+                              env={**self.env, "HOME": str(self.home),
+                                   "PATH": on_node22(self.env["PATH"])})
         out = done.stdout.strip()
         if out:
             assert len(out.splitlines()) == 1, f"one JSON object expected on stdout:\n{out}"

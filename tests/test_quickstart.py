@@ -55,7 +55,7 @@ from tests.readme import (
 )
 from tests.readme import steps as readme_steps
 from tests.runs import TIMEOUT
-from tests.test_client_typescript import JS, NODE_MODULES, require_node_modules
+from tests.test_client_typescript import JS, NODE_MODULES, on_node22, require_node_modules
 
 TITLE = "Quickstart"
 HOME = "/home/you/staal"  # the README's stand-in for the checkout
@@ -131,7 +131,7 @@ def expected_exit(shown: str | None) -> int:
 
 def run_walkthrough(steps: list[Step], root: Path, base: str, home: Path) -> list[Ran]:
     env = shell_env({"HOME": str(home), "TMPDIR": str(root.parent / "tmp")})
-    env["PATH"] = os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]])
+    env["PATH"] = on_node22(os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]]))
     return run_steps(steps, lambda command: local(command, base), root, env,
                      root.parent / "steps")
 
@@ -218,7 +218,7 @@ def test_claude_code_records_the_same_server_as_the_claude_desktop_snippet(tmp_p
     home = tmp_path / "home"
     home.mkdir()
     env = {**shell_env({"HOME": str(home)}), "PWD": str(root)}
-    env["PATH"] = os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]])
+    env["PATH"] = on_node22(os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]]))
     done = subprocess.run(["bash", "--noprofile", "--norc", "-c", add.command.splitlines()[0]],
                           cwd=root, env=env, capture_output=True, text=True, timeout=TIMEOUT,
                           check=False)

@@ -23,7 +23,8 @@ def test_the_readme_opens_with_the_install_and_test_commands():
     install, tests = sh_blocks()[:2]
     assert README.index("```sh") < README.index("staal is a Python server")
     assert "pip install -e '.[test]'" in install and "staal-supervisor serve" in install
-    assert "npm ci --prefix tests/js" in install  # the clients the tests drive, as locked
+    assert "npm ci --prefix tests/js/node && " in install  # Node 22 first, as locked
+    assert 'PATH="$PWD/tests/js/node/node_modules/.bin:$PATH" npm ci --prefix tests/js ' in install
     assert "examples/manifest.json" in install
     assert "pytest" in tests
 

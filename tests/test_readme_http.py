@@ -12,7 +12,7 @@ import shlex
 from tests.http_servers import HttpServer
 from tests.readme import blocks, copy_examples, normalized, run_steps, section, shell_env, steps
 from tests.servers import Site
-from tests.test_client_typescript import NODE_MODULES, require_node_modules
+from tests.test_client_typescript import NODE_MODULES, on_node22, require_node_modules
 
 TITLE = "Serving over HTTP"
 README_URL = "http://127.0.0.1:8080"
@@ -41,7 +41,7 @@ def test_every_command_of_the_http_section_runs_and_prints_what_it_shows(tmp_pat
             return command.replace(README_URL, base)
 
         env = shell_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
-        env["PATH"] = os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]])
+        env["PATH"] = on_node22(os.pathsep.join([str(NODE_MODULES / ".bin"), env["PATH"]]))
         ran = run_steps([s for s in found if s is not serve], local, root, env,
                         tmp_path / "steps")
         runs = server.stderr.events("run_ended")

@@ -95,7 +95,9 @@ def test_an_unfinished_run_whose_program_changed_stops_the_server_naming_it(tmp_
     done = serve_once(manifest)
     assert done.returncode == 2
     assert done.stdout == b""
-    assert run.encode() in done.stderr and b"the program" in done.stderr
+    assert run.encode() in done.stderr
+    assert (f"run {run} of tool 'lookup' is unfinished and cannot be resumed: its program "
+            f"{program} changed since it began. Run the previous version").encode() in done.stderr
     assert len(service.seen("GET")) == 1
     program.write_text(source)
     again = serve_once(manifest)
