@@ -99,13 +99,18 @@ def failure_text(answer: dict[str, Any]) -> str:
     return answer["content"][0]["text"]
 
 
-def fail_once(site: Site, tool: str) -> tuple[str, str, RawServer]:
-    """Serve `site`, call `tool` once (it must fail) and let the server exit:
-    the failure's text, the run, and the server (its stderr)."""
+def fail_once(site: Site, tool: str, timeout: float = WAIT,
+              then_small: bool = False) -> tuple[str, str, RawServer]:
+    """Serve `site`, call `tool` once (it must fail within `timeout`), then,
+    if asked, its tool `small`, and let the server exit: the failure's text,
+    the run, and the server (its stderr)."""
     with RawServer(site) as server:
         server.initialize()
-        text = failure_text(server.call_tool(tool, {}))
+        text = failure_text(server.call_tool(tool, {}, timeout=timeout))
         run = server.stderr.wait_event("run_started", tool=tool)["run"]
+        if then_small:
+            # Nothing else is affected: the next call runs as ever.
+            assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
         server.close_stdin()
         assert server.wait_exit() == 0
     return text, run, server
@@ -148,15 +153,8 @@ def test_a_program_that_allocates_without_end_fails_as_budget_naming_its_memory_
     site.program("small.py", SMALL)
     site.write([{"name": "grow", "program": "grow.py", "max_memory": "64MiB"},
                 {"name": "small", "program": "small.py"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("grow", {}))
-        assert text == "budget: the run needed more than 64MiB of memory, its limit"
-        run = server.stderr.wait_event("run_started", tool="grow")["run"]
-        # Nothing else is affected: the next call runs as ever.
-        assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, server = fail_once(site, "grow", then_small=True)
+    assert text == "budget: the run needed more than 64MiB of memory, its limit"
     assert end_of(site, "grow", run)["failure"]["kind"] == "budget"
     assert len(server.stderr.events("run_started", run=run)) == 1
     assert server.stderr.events("worker_lost") == []
@@ -205,14 +203,7 @@ def test_c_code_looping_while_holding_the_interpreter_ends_as_budget_at_the_firs
     site.program("small.py", SMALL)
     site.write([{"name": "loop", "program": "loop.py", "deadline": "3s"},
                 {"name": "small", "program": "small.py"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("loop", {}, timeout=SILENCE_WAIT))
-        run = server.stderr.wait_event("run_started", tool="loop")["run"]
-        # Nothing else is affected: the next call runs as ever.
-        assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, server = fail_once(site, "loop", timeout=SILENCE_WAIT, then_small=True)
     assert text == (f"budget: the run computed for more than {SILENT_S:g} s inside code that never "
                     "let the interpreter run (C code holding it), and was ended as a runaway "
                     "computation")
