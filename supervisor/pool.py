@@ -20,7 +20,9 @@ A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
 serving, START_WAIT_S before) in the line of idle workers and waiting calls
 (worker_line.py) and gets `NoWorker` when none came. A worker
 that exits (or stops sending heartbeats) before its run ended is reported to
-whoever waits on it as `WorkerLost`, with how it ended.
+whoever waits on it as `WorkerLost`, with how it ended; one killed for its
+silence while it burned CPU is marked a runaway (silence.py), so its run
+ends as `budget` instead of being resumed.
 """
 
 from __future__ import annotations
@@ -67,11 +69,11 @@ from staal.supervisor.poolstate import (
     WorkerState,
     ZygoteGone,
 )
+from staal.supervisor.silence import SILENT_S, Silence, SilenceWatch, Verdict
 from staal.supervisor.worker_line import WorkerLine
 from staal.supervisor.zygote import Spawned, spawn
 from staal.transitions import advance
 
-HEARTBEAT_TIMEOUT_S = 15.0
 # A journal record's commit: None when durable, else why it was refused.
 OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
 END_GRACE_S = 5.0
@@ -113,6 +115,7 @@ class Pool:
         self.fork_at = 0.0  # no fork is asked before this (monotonic)
         self.unused_deaths = 0  # since workers were last ready
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
+        self.silence = SilenceWatch()  # why a silent worker is silent
         self.answer_due: float | None = None  # the zygote owes a report by then
         self.boot_due = math.inf
         self.timers: set[asyncio.TimerHandle] = set()
@@ -405,6 +408,7 @@ class Pool:
         was = worker.state
         if was is WorkerState.DRAINING:
             return
+        self.silence.forget(worker.pid)
         if not clean and self.state is not PoolState.CLOSED:
             self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
         if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
@@ -415,7 +419,7 @@ class Pool:
         self.workers.pop(worker.identity, None)
         self.line.withdraw(worker)
         if was in WATCHED:
-            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status))
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
         if was in UNUSED and strike and self.state is not PoolState.CLOSED:
             self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
         self._replenish()
@@ -431,6 +435,7 @@ class Pool:
 
     def _end_overdue(self, worker: Worker, how: str) -> None:
         if worker.state is WorkerState.DRAINING:
+            self.silence.forget(worker.pid)
             worker.move("overdue")
             worker.how = how
             self.workers.pop(worker.identity, None)
@@ -441,7 +446,8 @@ class Pool:
     async def _watch(self) -> None:
         """Once a second: a zygote that stopped answering is killed (and so
         replaced), and so is the process group of a worker that stopped
-        sending heartbeats (stuck inside C code holding the interpreter, say)."""
+        sending heartbeats (stuck inside C code holding the interpreter, say;
+        a running one that burned CPU meanwhile is a runaway: silence.py)."""
         while True:
             await asyncio.sleep(WATCH_S)
             now = time.monotonic()
@@ -450,14 +456,28 @@ class Pool:
             elif self.state is PoolState.UP and self.answer_due is not None and now > self.answer_due:
                 self._kill_zygote(f"it answered no fork request for {ZYGOTE_SILENT_S:g} s")
             for worker in list(self.workers.values()):
-                if (worker.state is not WorkerState.DRAINING and not worker.killed
-                        and now - worker.last_seen > HEARTBEAT_TIMEOUT_S):
-                    self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run,
-                             state=worker.state.value)
-                    self._kill(worker)
+                if worker.state is not WorkerState.DRAINING and not worker.killed:
+                    verdict = self.silence.look(worker.pid, worker.last_seen)
+                    if verdict is not None:
+                        self._kill_silent(worker, verdict)
             for identity, when in list(self.heard_early.items()):
-                if now - when > HEARTBEAT_TIMEOUT_S:
+                if now - when > SILENT_S:
                     del self.heard_early[identity]  # a worker of a zygote that is gone
+
+    def _kill_silent(self, worker: Worker, verdict: Verdict) -> None:
+        """Kill a worker silent for SILENT_S. One running a run that burned
+        CPU meanwhile is a runaway: its run ends as budget (run_crashes.py).
+        The mark lives in memory until the run's journal has its end: a
+        supervisor that dies in between leaves a journal without an end,
+        which the next start resumes once, and that resume, computing the
+        same way, is killed as a runaway again."""
+        worker.runaway = (verdict.silence is Silence.RUNAWAY
+                          and worker.state is WorkerState.RUNNING)
+        share = None if verdict.cpu_share is None else round(verdict.cpu_share, 2)
+        self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run,
+                 state=worker.state.value, silence=verdict.silence.value, cpu_share=share,
+                 runaway=worker.runaway)
+        self._kill(worker)
 
     def _kill(self, worker: Worker) -> None:
         worker.killed = True

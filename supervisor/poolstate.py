@@ -44,13 +44,16 @@ class WorkerLost(PoolError):
 
     kind = "worker_lost"
 
-    def __init__(self, pid: int, how: str, status: int | None = None) -> None:
+    def __init__(self, pid: int, how: str, status: int | None = None,
+                 runaway: bool = False) -> None:
         super().__init__(f"worker {pid} {how}")
         self.pid = pid
         self.how = how
         # The wait status the zygote reported, when it died (None: it went
         # silent, or died with the zygote); staal.budgets.own_limit reads it.
         self.status = status
+        # The pool killed it for computing while silent (supervisor/silence.py).
+        self.runaway = runaway
 
 
 class PoolState(Enum):
@@ -128,6 +131,7 @@ class Worker:
     last_seen: float = field(default_factory=time.monotonic)
     how: str = ""            # how it ended, once it did
     killed: bool = False     # the pool killed it for its silence
+    runaway: bool = False    # ... while it burned CPU in its run: its run ends as budget
 
     def move(self, event: str) -> WorkerState:
         self.state = advance(WORKER_TRANSITIONS, self.state, event)

@@ -1,9 +1,10 @@
 """What a call does when its run's execution stops short: its worker dies
 (resumed in a new one, at most MAX_RESUMES times, then given up), it meets
-its own limit (failed, not resumed), or the shared store refuses one of its
-journal records (cut off: answered failed, neither settled nor served
-further here). Kept apart from `Calls` so the seven steps read straight
-through; `Calls` mixes this in and provides what it names.
+its own limit or is killed as a runaway (failed as budget, not resumed), or
+the shared store refuses one of its journal records (cut off: answered
+failed, neither settled nor served further here). Kept apart from `Calls`
+so the seven steps read straight through; `Calls` mixes this in and
+provides what it names.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from staal.supervisor.outcomes import give_up, over_limit
 from staal.supervisor.pool import NoWorker, WorkerLost
 from staal.supervisor.poolstate import Worker
 from staal.supervisor.run_journals import RunJournals
+from staal.supervisor.silence import SILENT_S
 
 # A run whose worker dies is resumed in a new worker at most this many times.
 MAX_RESUMES = 3
@@ -67,12 +69,13 @@ class RunCrashes:
             except WorkerLost as lost:
                 deaths += 1
                 how = lost.how
-                limit = own_limit(lost.status)
+                limit = own_limit(lost.status, lost.runaway)
                 if limit is not None:
-                    # Its own limit ended it: deterministic, so resuming it
-                    # would only fail the same way again.
+                    # Its own limit ended it, or the pool killed it computing
+                    # while silent: deterministic, so resuming it would only
+                    # fail the same way again.
                     limits = self.limits(tool)
-                    message = message_of(limit, limits.cpu_ms, limits.memory_mib)
+                    message = message_of(limit, limits.cpu_ms, limits.memory_mib, SILENT_S)
                     self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
                              pid=lost.pid, how=how, limit=limit)
                     return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,

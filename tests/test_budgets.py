@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from staal.budgets import MEMORY_EXIT_CODE, cpu_message, memory_message, own_limit
+from staal.budgets import (
+    MEMORY_EXIT_CODE,
+    cpu_message,
+    memory_message,
+    message_of,
+    own_limit,
+)
 from staal.errors import SizeError
 from staal.ids import new_run_id
 from staal.journal import close_unfinished, read_journal
@@ -68,9 +74,23 @@ def test_a_kill_from_outside_a_crash_or_an_exit_is_no_limit(code):
     assert own_limit(None) is None
 
 
+def test_a_sigkill_the_supervisor_sent_to_a_runaway_is_its_limit_and_no_other_end_is():
+    killed = status_of("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert own_limit(killed, runaway=True) == "runaway"
+    # Marked a runaway, but it died some other way before the kill landed:
+    # that end is read as itself.
+    assert own_limit(status_of("import os; os._exit(1)"), runaway=True) is None
+    assert own_limit(status_of("import os, signal; os.kill(os.getpid(), signal.SIGXCPU)"),
+                     runaway=True) == "cpu"
+    assert own_limit(None, runaway=True) is None
+
+
 def test_the_limits_messages_name_the_limit():
     assert cpu_message(2000) == "the run used more than 2 s of CPU time"
     assert memory_message(1024) == "the run needed more than 1GiB of memory, its limit"
+    assert message_of("runaway", 60_000, 512, 15.0) == (
+        "the run computed for more than 15 s inside code that never let the interpreter run "
+        "(C code holding it), and was ended as a runaway computation")
 
 
 # -- the journal's end -----------------------------------------------------------------------

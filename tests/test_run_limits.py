@@ -7,6 +7,10 @@ take"; issue 11 items 4 to 6).
   whether Python raised MemoryError or C code crashed at the limit.
 - A worker ended by its own CPU or memory limit has failed for good: the run
   fails as `budget` at once, its journal says so, and it is not resumed.
+- C code that loops holding the interpreter silences its worker's
+  heartbeats while it burns CPU: a runaway, killed once and failed as
+  `budget`, not resumed (issue 24 item 6); a worker silent and idle
+  (stopped) is still a crash, and its run is resumed.
 - No wait without end: a program waiting outside any capability (a sleep
   loop, an event nobody sets) fails as `deadline` at its deadline, or at its
   `max_wait` without one.
@@ -14,13 +18,18 @@ take"; issue 11 items 4 to 6).
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.servers import RawServer, Site
+from staal.supervisor.files import RunFiles
+from staal.supervisor.silence import SILENT_S
+from tests.servers import WAIT, RawServer, Site
 
 FFI = {"libc": {"cap": "ffi.c", "library": "libc.so.6"}}
 
@@ -50,6 +59,35 @@ def main(spin: Ffi) -> int:
     return 0
 """
 
+C_LOOP = """
+import collections
+import itertools
+
+def main() -> int:
+    collections.deque(itertools.count(), maxlen=0)  # loops inside C, holding the interpreter
+    return 0
+"""
+
+# Idle until its worker is stopped; resumed (its clock read replayed, so at
+# least the watchdog's bound later), it returns at once.
+STOPPABLE = """
+import threading
+import time
+from staal.caps import Clock
+
+def main(clock: Clock) -> str:
+    began = clock.now() / 1000
+    if time.time() - began > 10:
+        return "resumed"
+    print("waiting to be stopped")
+    threading.Event().wait()  # nobody sets it: idle, neither computing nor heartbeating once stopped
+    return "woke"
+"""
+
+# A run silenced by its worker's stop or loop is killed SILENT_S after its
+# last heartbeat: its answer may take that long, and a resume as long again.
+SILENCE_WAIT = WAIT + 2 * SILENT_S
+
 SMALL = """
 def main(n: int) -> int:
     return n + 1
@@ -61,13 +99,18 @@ def failure_text(answer: dict[str, Any]) -> str:
     return answer["content"][0]["text"]
 
 
-def fail_once(site: Site, tool: str) -> tuple[str, str, RawServer]:
-    """Serve `site`, call `tool` once (it must fail) and let the server exit:
-    the failure's text, the run, and the server (its stderr)."""
+def fail_once(site: Site, tool: str, timeout: float = WAIT,
+              then_small: bool = False) -> tuple[str, str, RawServer]:
+    """Serve `site`, call `tool` once (it must fail within `timeout`), then,
+    if asked, its tool `small`, and let the server exit: the failure's text,
+    the run, and the server (its stderr)."""
     with RawServer(site) as server:
         server.initialize()
-        text = failure_text(server.call_tool(tool, {}))
+        text = failure_text(server.call_tool(tool, {}, timeout=timeout))
         run = server.stderr.wait_event("run_started", tool=tool)["run"]
+        if then_small:
+            # Nothing else is affected: the next call runs as ever.
+            assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
         server.close_stdin()
         assert server.wait_exit() == 0
     return text, run, server
@@ -110,15 +153,8 @@ def test_a_program_that_allocates_without_end_fails_as_budget_naming_its_memory_
     site.program("small.py", SMALL)
     site.write([{"name": "grow", "program": "grow.py", "max_memory": "64MiB"},
                 {"name": "small", "program": "small.py"}])
-    with RawServer(site) as server:
-        server.initialize()
-        text = failure_text(server.call_tool("grow", {}))
-        assert text == "budget: the run needed more than 64MiB of memory, its limit"
-        run = server.stderr.wait_event("run_started", tool="grow")["run"]
-        # Nothing else is affected: the next call runs as ever.
-        assert server.call_tool("small", {"n": 1})["structuredContent"] == {"result": 2}
-        server.close_stdin()
-        assert server.wait_exit() == 0
+    text, run, server = fail_once(site, "grow", then_small=True)
+    assert text == "budget: the run needed more than 64MiB of memory, its limit"
     assert end_of(site, "grow", run)["failure"]["kind"] == "budget"
     assert len(server.stderr.events("run_started", run=run)) == 1
     assert server.stderr.events("worker_lost") == []
@@ -152,6 +188,60 @@ def test_an_endless_loop_inside_c_code_fails_as_budget_at_its_cpu_limit_and_is_n
     assert (over["limit"], over["how"]) == ("cpu", "was killed by SIGXCPU")
     assert end_of(site, "spin", run)["failure"]["kind"] == "budget"
     assert [e["outcome"] for e in settled(site, run)] == ["failed"]
+
+
+def started_lines(site: Site, tool: str, run: str) -> list[dict[str, Any]]:
+    """The run's log lines saying a worker started it (one per attempt)."""
+    lines = RunFiles(site.journals, tool, run).log.read_text().splitlines()
+    return [line for line in map(json.loads, lines) if line["event"] == "started"]
+
+
+def test_c_code_looping_while_holding_the_interpreter_ends_as_budget_at_the_first_kill_never_resumed(
+        tmp_path):
+    site = Site(tmp_path)
+    site.program("loop.py", C_LOOP)
+    site.program("small.py", SMALL)
+    site.write([{"name": "loop", "program": "loop.py", "deadline": "3s"},
+                {"name": "small", "program": "small.py"}])
+    text, run, server = fail_once(site, "loop", timeout=SILENCE_WAIT, then_small=True)
+    assert text == (f"budget: the run computed for more than {SILENT_S:g} s inside code that never "
+                    "let the interpreter run (C code holding it), and was ended as a runaway "
+                    "computation")
+    # Killed once, by the watchdog, as a runaway; failed at that kill, never resumed.
+    (stuck,) = server.stderr.events("worker_stuck", run=run)
+    assert (stuck["silence"], stuck["runaway"], stuck["state"]) == ("runaway", True, "running")
+    over = not_resumed(server, run)
+    assert (over["limit"], over["how"], over["pid"]) == ("runaway", "was killed by SIGKILL",
+                                                        stuck["pid"])
+    assert [line["pid"] for line in started_lines(site, "loop", run)] == [stuck["pid"]]
+    end = end_of(site, "loop", run)
+    assert (end["failure"]["kind"], end["failure"]["message"]) == ("budget", text.removeprefix("budget: "))
+    assert [e["outcome"] for e in settled(site, run)] == ["failed"]
+
+
+def test_a_worker_stopped_mid_run_is_silent_and_idle_a_crash_and_its_run_is_resumed(tmp_path):
+    site = Site(tmp_path)
+    site.program("stoppable.py", STOPPABLE)
+    site.write([{"name": "stoppable", "program": "stoppable.py",
+                 "grants": {"clock": {"cap": "clock.now"}}}])
+    with RawServer(site) as server:
+        server.initialize()
+        call = server.request("tools/call", {"name": "stoppable", "arguments": {}})
+        first = server.stderr.wait_event("run_started", tool="stoppable")
+        server.stderr.wait_event("print", run=first["run"], text="waiting to be stopped")
+        os.kill(first["pid"], signal.SIGSTOP)
+        answer = server.answer(call, timeout=SILENCE_WAIT)["result"]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    assert answer["structuredContent"] == {"result": "resumed"}, answer
+    run = first["run"]
+    (stuck,) = server.stderr.events("worker_stuck", run=run)
+    assert (stuck["pid"], stuck["silence"], stuck["runaway"]) == (first["pid"], "idle", False)
+    (lost,) = server.stderr.events("worker_lost", run=run)
+    assert lost["pid"] == first["pid"] and server.stderr.events("worker_over_limit") == []
+    attempts = server.stderr.events("run_started", run=run)
+    assert [a.get("resume") for a in attempts] == [None, True]
+    assert [e["outcome"] for e in settled(site, run)] == ["done"]
 
 
 # -- waiting outside any capability -----------------------------------------------------
