@@ -2,8 +2,9 @@
 on a port chosen before the manifest is written, so that `auth.audience` is
 the URL it is served at (the resource clients ask tokens for, RFC 8707),
 issued for by the tests' authorization server. A token needs the scope
-`staal`, and the one caller profile is chosen by the scope `reader`: a token
-with only one of them is refused 403 and must step up."""
+`staal`, and a caller profile is chosen by the scope `reader` (or `admin`):
+a token with only one of them is refused 403 and must step up, and a client
+told nothing but the 401 asks for `staal reader`, not every scope."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ ADMITTED = f"{REQUIRED} {PROFILE}"
 REDIRECT = "http://127.0.0.1:9/callback"
 
 
-def oauth_site(root: Path, issuer: str) -> tuple[Site, str]:
+PROFILES = [{"name": "readers", "when": {"scope": PROFILE}, "tools": {"echo": {}}},
+            {"name": "admins", "when": {"scope": "admin"}, "tools": {"echo": {}}}]
+
+
+def oauth_site(root: Path, issuer: str, callers: list[dict] = PROFILES) -> tuple[Site, str]:
     """The site and the URL it will be served at."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -33,7 +38,7 @@ def oauth_site(root: Path, issuer: str) -> tuple[Site, str]:
     site.program("echo.py", ECHO)
     site.write([{"name": "echo", "program": "echo.py"}], sections={
         "auth": {"issuer": issuer, "audience": url, "required_scopes": [REQUIRED]},
-        "callers": [{"name": "readers", "when": {"scope": PROFILE}, "tools": {"echo": {}}}]})
+        "callers": callers})
     return site, url
 
 

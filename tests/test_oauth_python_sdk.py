@@ -207,3 +207,32 @@ def test_a_token_too_narrow_steps_up_once_for_the_challenges_scope_and_is_admitt
     assert set(asked["scope"][0].split()) == set(ADMITTED.split())
     assert claims_of(storage.tokens.access_token)["scope"] == asked["scope"][0]
     assert runs_of(server) == [("echo", "readers")]
+
+
+def test_the_401_without_a_token_names_the_least_a_profile_needs_not_every_scope(server):
+    answer = server.modern("tools/list")
+    assert answer.status_code == 401
+    challenge = answer.headers["www-authenticate"]
+    assert f'scope="{ADMITTED}"' in challenge and "admin" not in challenge
+    assert runs_of(server) == []
+
+
+def test_a_principal_no_scope_could_admit_is_refused_without_a_challenge_and_no_client_loops(
+        tmp_path, authorization):
+    only_ops = [{"name": "ops", "when": {"client_id": "ops-bot"}, "tools": {"echo": {}}}]
+    with serve(*oauth_site(tmp_path, authorization.issuer, only_ops)) as server:
+        granted = authorization.authorized("stranger", REQUIRED, server.url, REDIRECT)
+        answer = server.modern("tools/list", headers={
+            "authorization": f"Bearer {granted['access_token']}"})
+        assert answer.status_code == 403 and "www-authenticate" not in answer.headers
+        assert answer.json()["error"] == "access_denied"
+        assert "whatever its scopes" in answer.json()["error_description"]
+        client = OAuthClientInformationFull(client_id="stranger", redirect_uris=[REDIRECT],
+                                            token_endpoint_auth_method="none")
+        consent = Consent()
+        with pytest.raises(Exception):  # noqa: B017 - the SDK's own error for an HTTP 403
+            session(server.url, code_provider(server.url, Storage(client, OAuthToken(**granted)),
+                                              consent))
+        assert consent.asked == []  # never sent to re-authorize for nothing
+        server.stderr.wait_event("auth_refused", status=403, error="access_denied")
+        assert runs_of(server) == []
