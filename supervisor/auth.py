@@ -115,7 +115,7 @@ class Guard:
                      caller=principal.identity)
             return denied(why)
         return self.refuse(AuthRefusal(403, "insufficient_scope",
-                                       f"a token with the scopes {' '.join(scopes)} is admitted"),
+                                       f"this request needs a token with the scopes {' '.join(scopes)}"),
                            caller=principal.identity, scope=scopes)
 
     @property
