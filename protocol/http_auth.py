@@ -30,7 +30,7 @@ _TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _UNSAFE = re.compile(r'[^\x20-\x7e]|["\\]')
 
 __all__ = ["CREDENTIAL_HEADER", "VERIFIER_SCHEME", "WELL_KNOWN", "Malformed", "ProtectedResource",
-           "bearer_of", "challenge", "without_headers"]
+           "bearer_of", "challenge", "denied", "without_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +148,12 @@ def challenge(status: int, error: str | None, description: str, scope: Iterable[
     return HttpResponse(status, (asked, ("content-type", "application/json"),
                                  ("cache-control", "no-store"),
                                  ("content-length", str(len(body)))), body)
+
+
+def denied(description: str) -> HttpResponse:
+    """403 to a valid credential whose principal no scope could admit: no
+    challenge, so no client re-authorizes for it (supervisor/auth.py,
+    `Guard.step_up`, says why); the body says what was refused."""
+    body = orjson.dumps({"error": "access_denied", "error_description": description})
+    return HttpResponse(403, (("content-type", "application/json"), ("cache-control", "no-store"),
+                              ("content-length", str(len(body)))), body)

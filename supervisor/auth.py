@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from staal.manifest import Manifest
 from staal.protocol.http import Head, HttpResponse
-from staal.protocol.http_auth import ProtectedResource, challenge, without_headers
+from staal.protocol.http_auth import ProtectedResource, challenge, denied, without_headers
+from staal.protocol.step_up import Asker, When, least_scopes, step_up_scopes
 from staal.supervisor.callers import Admitted, admit
-from staal.supervisor.principal import Authenticator, AuthRefusal
+from staal.supervisor.principal import Authenticator, AuthRefusal, Principal
 
 Log = Callable[..., None]
 
@@ -34,19 +35,25 @@ def authenticator_for(manifest: Manifest, log: Log) -> Authenticator:
     return JwtAuthenticator(manifest.auth, log)
 
 
-def resource_of(manifest: Manifest) -> ProtectedResource | None:
-    """The RFC 9728 metadata: the audience is the resource; the scopes it
-    knows are those it requires and those caller profiles are chosen by.
-    None with the operator's verifier: no authorization server issues its
-    credentials, so there is no metadata to point a client at."""
+def known_scopes(manifest: Manifest) -> tuple[str, ...]:
+    """The scopes this resource knows: those it requires and those caller
+    profiles are chosen by, in the manifest's order."""
     assert manifest.auth is not None
-    if manifest.auth.issuer is None or manifest.auth.audience is None:
-        return None
     scopes = list(manifest.auth.required_scopes)
     for caller in manifest.callers or ():
         if caller.when[0] == "scope" and caller.when[1] not in scopes:
             scopes.append(caller.when[1])
-    return ProtectedResource(manifest.auth.audience, (manifest.auth.issuer,), tuple(scopes))
+    return tuple(scopes)
+
+
+def resource_of(manifest: Manifest) -> ProtectedResource | None:
+    """The RFC 9728 metadata: the audience is the resource; its scopes are
+    the ones it knows. None with the operator's verifier: no authorization
+    server issues its credentials, so there is no metadata to point a client at."""
+    assert manifest.auth is not None
+    if manifest.auth.issuer is None or manifest.auth.audience is None:
+        return None
+    return ProtectedResource(manifest.auth.audience, (manifest.auth.issuer,), known_scopes(manifest))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,19 +89,51 @@ class Guard:
             return self.refuse(principal)
         # Whichever presence authenticated it, the scopes this resource requires.
         missing = [s for s in self.manifest.auth.required_scopes if s not in principal.scopes]
-        if missing:
-            return self.refuse(AuthRefusal(403, "insufficient_scope", "the credential lacks "
-                                           f"the scope this resource requires: {' '.join(missing)}"),
-                               caller=principal.identity)
         admitted = admit(self.manifest, principal)
-        if isinstance(admitted, AuthRefusal):
-            return self.refuse(admitted, caller=principal.identity)
+        if missing or isinstance(admitted, AuthRefusal):
+            return self.step_up(principal)
         return Passed(admitted, without_headers(head, self.credential_headers))
 
-    def refuse(self, refusal: AuthRefusal, caller: str | None = None) -> HttpResponse:
+    def step_up(self, principal: Principal) -> HttpResponse:
+        """A valid credential this request needs more scopes for: the 403
+        names every scope that, held, admits it (protocol/step_up.py). One
+        that no scope could admit is told so without a challenge: RFC 6750
+        defines `insufficient_scope` as a token lacking privileges another
+        token could carry, and MCP clients answer it by re-authorizing for
+        the challenge's scope, which here would loop (re-authorizing for
+        the same scopes, or for none) and bother the person each time;
+        `invalid_token` would be false (the token is valid) and make them
+        discard it. A 403 with no challenge is RFC 9110's "refuses to
+        fulfill it; do not repeat with the same credentials", which every
+        client reports as it is."""
+        auth = self.manifest.auth
+        scopes = step_up_scopes(auth.required_scopes, self.whens, known_scopes(self.manifest),
+                                Asker(principal.subject, principal.client_id, principal.scopes))
+        if scopes is None:
+            why = "no caller profile of this server admits this principal, whatever its scopes"
+            self.log("auth_refused", level="info", status=403, error="access_denied", message=why,
+                     caller=principal.identity)
+            return denied(why)
+        return self.refuse(AuthRefusal(403, "insufficient_scope",
+                                       f"this request needs a token with the scopes {' '.join(scopes)}"),
+                           caller=principal.identity, scope=scopes)
+
+    @property
+    def whens(self) -> tuple[When, ...] | None:
+        callers = self.manifest.callers
+        return None if callers is None else tuple(caller.when for caller in callers)
+
+    def refuse(self, refusal: AuthRefusal, caller: str | None = None,
+               scope: tuple[str, ...] | None = None) -> HttpResponse:
+        """The 401, 403 or 503 of `refusal`. Unless `scope` is given, a
+        refusal without a credential (401, no error) or of the verifier's
+        own (403 `insufficient_scope`, no principal to step up) names the
+        least any profile needs, not every scope the resource knows."""
         self.log("auth_refused", level="info", status=refusal.status, error=refusal.error,
                  message=refusal.description, caller=caller)
-        scope = self.manifest.auth.required_scopes if refusal.error == "insufficient_scope" else ()
+        if scope is None:
+            asked = (refusal.status, refusal.error) in ((401, None), (403, "insufficient_scope"))
+            scope = least_scopes(self.manifest.auth.required_scopes, self.whens) if asked else ()
         if self.resource is None:  # the operator's verifier: 401, 403 or 503
             return challenge(refusal.status, refusal.error, refusal.description, scope,
                              headers=self.credential_headers)

@@ -1,7 +1,9 @@
 """A real OAuth 2 authorization server for the tests: oauth2-mock-server
 (tests/js/authorization_server.mjs) on Node 22, issuing RS256 access tokens
-by client credentials, and the staal server in front of it (`serve --http`
-with an `auth` section naming it as the issuer)."""
+by client credentials, authorization code + PKCE and refresh (the RFC 8707
+`resource` as `aud`, dynamic registration at /register), and the staal
+server in front of it (`serve --http` with an `auth` section naming it as
+the issuer)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import hashlib
 import hmac
 import json
 import queue
+import secrets
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -27,10 +31,12 @@ AUDIENCE = "https://staal.test/mcp"
 class AuthorizationServer:
     """The authorization server process; its first line says its issuer."""
 
-    def __init__(self) -> None:
+    def __init__(self, token_ttl: int | None = None) -> None:
+        """`token_ttl`: every access token's lifetime in seconds (else an hour)."""
         require_node_modules()
+        ttl = [] if token_ttl is None else ["--token-ttl", str(token_ttl)]
         self.process = subprocess.Popen(
-            [node(), str(SCRIPT)], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
+            [node(), str(SCRIPT), *ttl], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -66,6 +72,31 @@ class AuthorizationServer:
         answer = self.client.post(f"{self.issuer}/token", data=form)
         answer.raise_for_status()
         return answer.json()["access_token"]
+
+    def authorized(self, client: str, scope: str, resource: str,
+                   redirect_uri: str = "http://127.0.0.1/callback") -> dict[str, Any]:
+        """The token response of an authorization code + PKCE flow for
+        `client` (its person consenting at once: the 302 read, not followed)."""
+        verifier = secrets.token_urlsafe(48)
+        challenge = _b64(hashlib.sha256(verifier.encode()).digest())
+        query = {"response_type": "code", "client_id": client, "redirect_uri": redirect_uri,
+                 "scope": scope, "resource": resource, "state": "s",
+                 "code_challenge": challenge, "code_challenge_method": "S256"}
+        redirect = self.client.get(f"{self.issuer}/authorize", params=query)
+        assert redirect.status_code == 302, redirect.text
+        code = parse_qs(urlsplit(redirect.headers["location"]).query)["code"][0]
+        answer = self.client.post(f"{self.issuer}/token", data={
+            "grant_type": "authorization_code", "code": code, "client_id": client,
+            "redirect_uri": redirect_uri, "code_verifier": verifier, "resource": resource})
+        answer.raise_for_status()
+        return answer.json()
+
+    def issued(self) -> list[dict[str, Any]]:
+        """Every access token issued so far: grant_type, client_id, scope, aud."""
+        assert self.process.stdin is not None
+        self.process.stdin.write('{"issued": true}\n')
+        self.process.stdin.flush()
+        return self.next_line()["issued"]
 
     def rotate(self) -> str:
         """A new signing key (the old stays in the JWKS); its kid."""
