@@ -191,3 +191,28 @@ def test_a_zygote_signalled_while_its_interpreter_starts_outlives_it_and_exits_w
             process.wait(WAIT)
     written = capfd.readouterr()
     assert "Traceback" not in written.err + written.out
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_ctrl_c_before_the_server_serves_stops_it_at_once_without_a_traceback(
+        tmp_path, service, transport):
+    """While it waits for the journal directory's lock (another server holds
+    it), the server is not serving yet: Ctrl-C stops it there and then,
+    exit 130, its zygote with it, no traceback."""
+    from staal.supervisor.lockfile import ServerLock
+
+    site = lookup_site(tmp_path, service)
+    with ServerLock.acquire(site.journals, wait_s=0):
+        server = (RawServer(site, new_session=True) if transport == "stdio"
+                  else HttpServer(site, new_session=True))
+        try:
+            server.stderr.wait_event("waiting_for_lock")
+            os.killpg(server.process.pid, signal.SIGINT)
+            code = server.wait_exit()
+        finally:
+            server.stop()
+    text = server.stderr.wait_closed()
+    assert code == 130, text
+    assert server.stderr.events("interrupted") and not server.stderr.events("startup_failed")
+    assert [r for r in server.stderr.records() if r.get("level") == "error"] == []
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
