@@ -53,7 +53,7 @@ from staal.supervisor.store import describe_store, open_journals, open_ledger, o
 from staal.supervisor.tool_runtime import ToolRuntime
 from staal.supervisor.tracing import Tracing, tracing_for
 from staal.supervisor.waiting import Waiting
-from staal.supervisor.zygote import Spawned, runtime_dir, worker_environment
+from staal.supervisor.zygote import STOP_SIGNALS, Spawned, runtime_dir, worker_environment
 
 # How long settling in place waits for the reservations under way to end
 # (new ones wait meanwhile) before it leaves its runs to the next renewal.
@@ -72,9 +72,10 @@ class Server:
         self.log = log
         # None: decided at start from server.traces and the OTEL_* variables.
         self.tracing: Tracing = tracing or tracing_for(manifest.server.traces, os.environ, log)
-        # Set by SIGTERM (or the transport's own end): serving stops taking
+        # Set by SIGTERM or SIGINT (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        self.terminated_by: signal.Signals | None = None
         self.run_journals: RunJournals = FILE_JOURNALS
         # Runs taken over from dead instances, being resumed (`take_over`).
         self.resuming: set[asyncio.Future[None]] = set()
@@ -374,8 +375,12 @@ class Server:
                  error=f"{type(error).__name__}: {error}",
                  traceback="".join(traceback.format_exception(error)))
 
-    def terminated(self) -> None:
-        self.log("terminated", signal="SIGTERM")
+    def terminated(self, number: signal.Signals) -> None:
+        """SIGTERM or SIGINT: stop as the end of input does. Said once: a
+        second Ctrl-C while calls in flight end changes nothing."""
+        if self.terminated_by is None:
+            self.terminated_by = number
+            self.log("terminated", signal=number.name)
         self.stopping.set()
 
 
@@ -403,10 +408,14 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
             metrics_sock.close()
         return 2
     loop = asyncio.get_running_loop()
-    # SIGTERM (an SDK letting go of its probe, `docker stop`) ends serving as
-    # the end of input does: calls in flight are answered, and close() lets
-    # go of the lock and removes the runtime directory.
-    loop.add_signal_handler(signal.SIGTERM, server.terminated)
+    # SIGTERM (an SDK letting go of its probe, `docker stop`) and SIGINT
+    # (Ctrl-C, sent by a terminal to the whole process group: the children
+    # ignore it) end serving as the end of input does: calls in flight are
+    # answered, and close() stops the children, lets go of the lock and
+    # removes the runtime directory. This replaces asyncio's SIGINT handling,
+    # which would cancel everything with a KeyboardInterrupt.
+    for number in STOP_SIGNALS:
+        loop.add_signal_handler(number, server.terminated, number)
     daily = asyncio.ensure_future(server.daily())
     metrics = MetricsListener(server, metrics_sock)
     lease = asyncio.ensure_future(server.keep_lease())

@@ -5,14 +5,20 @@ manifest is read, overlapping its start-up with the supervisor's."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from staal.errors import ManifestError
 from staal.manifest import Manifest, load_manifest
 
+if TYPE_CHECKING:
+    from staal.supervisor.zygote import Spawned
+
 EXIT_MANIFEST = 2
+EXIT_INTERRUPTED = 130  # a shell's code for a command ended by SIGINT
 
 
 def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Manifest | None:
@@ -61,7 +67,10 @@ def run_serve(manifest: Path, log_format: str, http: str | None = None,
     from staal.supervisor.server import serve
     from staal.supervisor.stdio_serving import over_stdio
 
-    return asyncio.run(serve(loaded, over_stdio(stdio), log, early))
+    try:
+        return asyncio.run(serve(loaded, over_stdio(stdio), log, early))
+    except KeyboardInterrupt:
+        return interrupted(log, early)
 
 
 def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
@@ -97,6 +106,19 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
         except StaalError as exc:  # an authenticator that could not start: a verifier that did not load
             log("startup_failed", level="error", kind=exc.kind, message=exc.message)
             return 2
+        except KeyboardInterrupt:
+            return interrupted(log, early)
+
+
+def interrupted(log: Callable[..., None], early: Spawned) -> int:
+    """Ctrl-C before the server was serving: asyncio's own SIGINT handling
+    (the server's, `terminated`, is installed once it serves) cancelled the
+    start. Stopped at once, as SIGTERM stops it then; the zygote dies with
+    this process (it asked the kernel to)."""
+    log("interrupted", level="warning",
+        message="SIGINT before the server was serving: it stopped without serving anything")
+    shutil.rmtree(early.runtime_dir, ignore_errors=True)
+    return EXIT_INTERRUPTED
 
 
 def serve_from_argv(argv: list[str]) -> int | None:

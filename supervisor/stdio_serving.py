@@ -1,5 +1,5 @@
 """Serving over stdio (seed 000 section 3): read the protocol stream until
-it ends or SIGTERM, answer every call in flight, then let the server close.
+it ends or SIGTERM or SIGINT, answer every call in flight, then let the server close.
 
 A thread reads the protocol descriptor into the event loop; the connection
 (protocol/connection.py) turns lines into events; every outgoing line is

@@ -52,12 +52,11 @@ from staal.supervisor.exits import describe_exit, wait_status
 from staal.supervisor.poolstate import POOL_TRANSITIONS, Backoff, PoolState
 from staal.supervisor.principal import AuthRefusal, Principal
 from staal.supervisor.verdict import judge, unavailable
-from staal.supervisor.zygote import runtime_dir, worker_environment
+from staal.supervisor.zygote import runtime_dir, stop_signals_blocked, worker_environment
 from staal.transitions import advance
 
 START_WAIT_S = 60.0  # the first process's start, on a loaded machine
 WAIT_S = 10.0        # a request's wait for a verifier that is up (a replacement starting)
-CLOSE_WAIT_S = 5.0
 MAX_IN_FLIGHT = 64
 
 __all__ = ["ProviderAuthenticator", "VerifierRefused"]
@@ -149,12 +148,15 @@ class ProviderAuthenticator:
         self.log("verifier_started", pid=proc.process.pid, program=str(self.credential.program))
 
     def _spawn(self) -> VerifierProcess:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "staal.worker.verifier", "--manifest", str(self.manifest_path),
-             "--endpoint", self.endpoint],
-            stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=self.env, close_fds=True,
-            process_group=0,  # its own group, so one that hangs is killed whole
-        )
+        # The stop signals are the supervisor's: it ignores them from its
+        # first instant (as the zygote does) and is killed by `close`.
+        with stop_signals_blocked():
+            process = subprocess.Popen(
+                [sys.executable, "-m", "staal.worker.verifier", "--manifest",
+                 str(self.manifest_path), "--endpoint", self.endpoint],
+                stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=self.env, close_fds=True,
+                process_group=0,  # its own group, so one that hangs is killed whole
+            )
         proc = VerifierProcess(process, os.pidfd_open(process.pid))
         asyncio.get_running_loop().add_reader(proc.pidfd, self._exited, proc)
         self.current = proc
@@ -215,19 +217,20 @@ class ProviderAuthenticator:
             pass  # already gone: its pidfd says so
 
     async def close(self) -> None:
-        """Stop the verifier with the server: SIGTERM, then SIGKILL after CLOSE_WAIT_S."""
+        """Stop the verifier with the server, once no request waits on it:
+        killed (it ignores SIGTERM, which is the supervisor's; it holds
+        nothing that must outlive it: each answer was sent whole)."""
         self._move("close")
         self.up.set()  # whoever still waits for a verifier wakes to learn there is none
         for handle in self.timers:
             handle.cancel()
         proc = self.current
         if proc is not None and not proc.exited.is_set():
-            proc.process.terminate()
             try:
-                await asyncio.wait_for(proc.exited.wait(), CLOSE_WAIT_S)
-            except TimeoutError:
-                self._kill(proc, f"did not stop within {CLOSE_WAIT_S:.0f} s of SIGTERM")
-                await proc.exited.wait()
+                os.killpg(proc.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # already gone: its pidfd says so
+            await proc.exited.wait()
         if self.receiving is not None:
             self.receiving.cancel()
         if self.router is not None and self.context is not None:

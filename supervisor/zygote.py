@@ -5,11 +5,13 @@ reason."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,11 @@ from staal.manifest import Manifest
 # The crash tests' switches: kill points, and the file-system recording
 # (staal.fsio) the power-loss enumeration replays.
 KILL_VARIABLES = ("STAAL_TEST_KILL_POINTS", "STAAL_KILL_AT", "STAAL_KILL_ONCE", "STAAL_TEST_FS_RECORD")
+# The signals that stop the server (Ctrl-C, `kill`, `docker stop`). They are
+# the supervisor's alone: a terminal sends Ctrl-C to its whole process group,
+# zygote included, and the supervisor stops its children itself once every
+# call in flight is answered.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 @dataclass
@@ -61,15 +68,32 @@ def runtime_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="staal-"))
 
 
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """The stop signals blocked in this thread while a child is started: the
+    child inherits the mask through its exec and keeps them pending until it
+    ignores them (worker/zygote.py's `ignore_stop_signals`); here they are
+    delivered once the mask is restored."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def spawn(manifest: Path, endpoint: str, env: dict[str, str]) -> Spawned:
-    """The zygote, started with no inherited descriptors but its report pipe."""
+    """The zygote, started with no inherited descriptors but its report pipe,
+    and with the stop signals blocked (a signal mask survives the exec) until
+    it ignores them, first thing (worker/zygote.py's `ignore_stop_signals`):
+    a Ctrl-C during its interpreter's start stays pending, then is dropped."""
     report_r, report_w = os.pipe()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "staal.worker.zygote", "--manifest", str(manifest),
-         "--endpoint", endpoint, "--report-fd", str(report_w)],
-        stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=env,
-        pass_fds=(report_w,), close_fds=True,
-    )
+    with stop_signals_blocked():
+        process = subprocess.Popen(
+            [sys.executable, "-m", "staal.worker.zygote", "--manifest", str(manifest),
+             "--endpoint", endpoint, "--report-fd", str(report_w)],
+            stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=env,
+            pass_fds=(report_w,), close_fds=True,
+        )
     os.close(report_w)
     return Spawned(process, report_r, endpoint, Path(endpoint.removeprefix("ipc://")).parent)
 

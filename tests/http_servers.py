@@ -55,14 +55,15 @@ class HttpServer:
 
     def __init__(self, site: Site, env: dict[str, str] | None = None,
                  address: str = "127.0.0.1:0", args: tuple[str, ...] = (),
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, new_session: bool = False) -> None:
         self.site = site
         self.stderr = Stderr(site.stderr_path)
-        # `preexec` runs in the child before the exec (e.g. to drop a capability).
+        # `preexec` runs in the child before the exec (e.g. to drop a capability);
+        # `new_session`: a process group of its own, as a terminal's foreground job.
         self.process = subprocess.Popen(
             [*supervisor_command(site.manifest), "--http", address, *args], cwd=site.root,
             env=server_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=self.stderr.fd, preexec_fn=preexec)
+            stderr=self.stderr.fd, preexec_fn=preexec, start_new_session=new_session)
         self.stderr.spawned()
         self.url = ""
         self.client = httpx.Client(timeout=WAIT, trust_env=False)

@@ -281,14 +281,15 @@ class RawServer:
     """The server process, spoken to in raw lines."""
 
     def __init__(self, site: Site, env: dict[str, str] | None = None,
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, new_session: bool = False) -> None:
         self.site = site
         self.stderr = Stderr(site.stderr_path)
-        # `preexec` runs in the child before the exec (e.g. to drop a capability).
+        # `preexec` runs in the child before the exec (e.g. to drop a capability);
+        # `new_session`: a process group of its own, as a terminal's foreground job.
         self.process = subprocess.Popen(
             supervisor_command(site.manifest), cwd=site.root, env=server_env(env),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr.fd,
-            preexec_fn=preexec)
+            preexec_fn=preexec, start_new_session=new_session)
         self.stderr.spawned()
         self.lines: list[Line] = []
         self._arrivals: queue.SimpleQueue[Line | None] = queue.SimpleQueue()

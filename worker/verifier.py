@@ -40,7 +40,7 @@ from staal.verifier import Refusal, VerifierRequest
 from staal.worker import confine
 from staal.worker.limits import memory_limit
 from staal.worker.program import load_module
-from staal.worker.zygote import die_with_parent
+from staal.worker.zygote import die_with_parent, ignore_stop_signals
 
 VERIFIER_MEMORY_MIB = 256
 MAX_PRINTED = 16 * 1024  # characters kept of what one verify prints
@@ -143,6 +143,7 @@ def serve(socket: zmq.Socket, entry: Entry) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ignore_stop_signals()  # the supervisor's: it kills this process when it closes
     parser = argparse.ArgumentParser(prog="staal-verifier")
     parser.add_argument("--manifest", required=True, type=Path)
     parser.add_argument("--endpoint", required=True)

@@ -219,7 +219,23 @@ def die_with_parent() -> None:
         pass  # not Linux: the zygote still kills its workers when its stdin closes
 
 
+def ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM are the supervisor's (supervisor/zygote.py's
+    STOP_SIGNALS): a terminal's Ctrl-C and a SIGTERM to the server's process
+    group (or to its whole cgroup) reach its children too, and each must
+    outlive them until the supervisor, once every call in flight is
+    answered, stops it: the zygote by closing its standard input, the
+    verifier by killing it. Ignored, then unblocked (the supervisor started
+    the process with them blocked), so one that came during the start is
+    dropped; every worker inherits the ignoring from the zygote, so a run is
+    never cut short by them either."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def main(argv: list[str] | None = None) -> None:
+    ignore_stop_signals()
     parser = argparse.ArgumentParser(prog="staal-zygote")
     parser.add_argument("--manifest", required=True, type=Path)
     parser.add_argument("--endpoint", required=True)
