@@ -129,6 +129,8 @@ def test_on_postgresql_a_forget_while_an_instance_serves_is_seen_by_its_next_cal
         fixed = served.call("half", {"n": 4})  # the serving instance's next call
         assert fixed.get("structuredContent") == {"result": {"half": 2.0}}, fixed
         assert served.call("half", {"n": 4})["structuredContent"] == fixed["structuredContent"]
+        # The serving instance logs the forget it was told of by the store.
+        assert [(e["run"], e["tool"]) for e in served.events("once_forgotten")] == [(run, "half")]
         report = status_of(manifest, pg_store)
         assert [(f["run"], f["outcome"]) for f in report["forgotten"]] == [(run, "failed")]
         assert served.close() == 0
@@ -138,6 +140,7 @@ def test_on_postgresql_a_forget_while_an_instance_serves_is_seen_by_its_next_cal
                          "ORDER BY line DESC LIMIT 1", (run,)) == [("once_forgotten",)]
     with start(manifest, env) as served:  # a new instance reads the ledger anew
         assert served.call("half", {"n": 4})["structuredContent"] == {"result": {"half": 2.0}}
+        assert served.events("once_forgotten") == []  # logged once, by who saw it happen
         assert served.close() == 0
     assert len(runs_in(pg_store)) == 2
 
