@@ -17,6 +17,7 @@ from staal.durations import Duration
 from staal.ledger_records import OnceHold
 from staal.manifest import QuotaConfig
 from staal.money import Money
+from staal.supervisor.forget import ForgetRefused, forget_in_files, forget_in_store
 from staal.supervisor.ledger import (
     Admission,
     Different,
@@ -27,7 +28,6 @@ from staal.supervisor.ledger import (
     OverQuota,
     Reserved,
 )
-from staal.supervisor.forget import ForgetRefused, forget_in_files, forget_in_store
 from staal.supervisor.ledger_postgres import PostgresLedger
 from staal.supervisor.quota import RunEntry
 from tests.pg_store import PgStore
