@@ -21,7 +21,7 @@ from staal.supervisor.files import RunFiles
 from staal.supervisor.forget import ForgetRefused, forget_in_store
 from staal.supervisor.ledger import read_ledger
 from staal.supervisor.pg_connection import connect
-from staal.supervisor.pg_schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
+from staal.supervisor.pg_schema import SCHEMA_VERSION, ensure_schema
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
@@ -176,6 +176,9 @@ def forgets(tmp_path: Path, pg: PgStore | None) -> list[Any]:
 def test_on_postgresql_forget_of_a_run_in_progress_is_refused_naming_its_state(
         tmp_path: Path, service: Any, pg_store: PgStore) -> None:
     manifest = lookup_manifest(tmp_path, service, store=STORE)
+    data = json.loads(manifest.read_text())
+    data["tools"][0]["net"]["timeout_ms"] = 120_000  # the GET waits out the forget, however slow
+    manifest.write_text(json.dumps(data))
     env = env_for(pg_store)
     hold = service.hold("/v1/orders/o1")
     with start(manifest, env) as served:
@@ -219,13 +222,7 @@ def test_forget_of_a_run_whose_tool_has_no_once_key_says_there_is_no_key(tmp_pat
 
 def test_an_upgrade_from_schema_version_3_keeps_every_row_and_forget_waits_for_it(
         pg_store: PgStore) -> None:
-    with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
-        cur.execute("CREATE TABLE staal_schema (one boolean PRIMARY KEY DEFAULT true "
-                    "CHECK (one), version integer NOT NULL CHECK (version >= 0))")
-        cur.execute("INSERT INTO staal_schema (version) VALUES (3)")
-        for steps in MIGRATIONS[:3]:
-            for statement in steps:
-                cur.execute(statement)
+    pg_store.at_version(3)
     run, hold = "a" * 32, OnceHold(key="b" * 64, args="c" * 64, keep_ms=None)
     reserve = Reserve(run=run, tool="half", time=1, calls=1, once=hold)
     pg_store.execute("INSERT INTO staal_instances VALUES ('i', 1, 0, NULL, 'old')")
