@@ -1,6 +1,6 @@
 """Ledger events (seed 000 section 6): the ledger is the authority on which
 runs exist and what they hold. Each run has exactly one reserve and at most
-one settle or release."""
+one settle or release, and a settled run at most one forget."""
 
 from __future__ import annotations
 
@@ -66,4 +66,16 @@ class Release(Record):
     time: TimeMs
 
 
-LEDGER = Family(name="ledger", tag="event", version=1, types=(Reserve, Settle, Release))
+@dataclass(frozen=True, slots=True)
+class Forget(Record):
+    """An operator released an ended run's once key (`staal-supervisor
+    forget`): the next identical call starts a new run. The run stays
+    settled, and what it spent still counts against its quota."""
+
+    TYPE: ClassVar[str] = "forget"
+    run: RunId
+    time: TimeMs
+
+
+LEDGER = Family(name="ledger", tag="event", version=1,
+                types=(Reserve, Settle, Release, Forget))

@@ -138,6 +138,25 @@ def resolve(
 
 
 @app.command()
+def forget(
+    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
+    run: str = typer.Option(..., help="The ended run whose once key to release."),
+) -> None:
+    """Release an ended run's once key, so the next identical call starts a
+    new run (after its program is fixed, say); what it spent still counts."""
+    from staal.errors import LogDamaged
+    from staal.supervisor.forget import ForgetRefused, forget_run
+    from staal.supervisor.store import StoreError
+
+    loaded = load_or_exit(manifest)
+    try:
+        print(forget_run(loaded.server, run))
+    except (ForgetRefused, StoreError, LogDamaged) as exc:
+        print(f"staal-supervisor forget: {exc.message}", file=sys.stderr)
+        raise typer.Exit(EXIT_MANIFEST) from None
+
+
+@app.command()
 def console(
     manifest: Path = typer.Argument(..., help="The manifest JSON file."),
     listen: str = typer.Option("127.0.0.1:8090", help="HOST:PORT to serve the pages at."),

@@ -31,7 +31,7 @@ from staal.errors import LogDamaged, RecordError
 from staal.fsio import FS, OS_SYNC, Syncer
 from staal.ids import new_run_id
 from staal.killpoints import kill_point
-from staal.ledger_records import LEDGER, Release, Reserve, Settle
+from staal.ledger_records import LEDGER, Forget, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.outcomes import Outcome
@@ -40,6 +40,7 @@ from staal.supervisor.quota import (
     Admission,
     Compaction,
     Different,
+    Event,
     Existing,
     FilesKept,
     LedgerBug,
@@ -79,7 +80,6 @@ LEDGER_FILE = "server.ledger"
 COMPACT_SUFFIX = ".compact"
 _TEMP_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
 
-Event = Reserve | Settle | Release
 Warn = Callable[[str], None]
 T = TypeVar("T")
 
@@ -320,7 +320,12 @@ class FileLedger(EndsRuns):
         self._commit.wait(seq)
         return result
 
-    def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
+    def forget(self, run: str) -> RunEntry:
+        """Release a settled run's once key: an operator's, made holding the
+        server lock while no server serves (supervisor/forget.py)."""
+        return self._end(lambda now: Forget(run=run, time=now))
+
+    def _end(self, make: Callable[[int], Event]) -> RunEntry:
         with self._lock:
             self._commit.check_usable()
             entry, seq = self._append(make(self._stamp()))

@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 import staal
 from staal.clock import Clock
 from staal.errors import StaalError
-from staal.ledger_records import LEDGER, Release, Reserve, Settle
+from staal.ledger_records import LEDGER, Forget, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.supervisor.lease import DEFAULT_LEASE, LeaseTiming
@@ -106,6 +106,11 @@ class PostgresLedger(EndsRuns):
         self._owners: dict[str, str] = {}
         self._seq = 0
         self._generation: int | None = None
+        # Told of each forget an operator commits while this instance serves
+        # (`staal-supervisor forget`), for its log: events past `_seen`,
+        # the highest seq it ever applied (None: it has not read yet).
+        self.on_forget: Callable[[RunEntry], None] | None = None
+        self._seen: int | None = None
 
     @classmethod
     def open(cls, dsn: str, instance: str, clock: Clock, warn: Warn | None = None,
@@ -185,13 +190,18 @@ class PostgresLedger(EndsRuns):
         cur.execute(EVENTS_SINCE, {"seq": self._seq})
         for seq, data, owner in cur.fetchall():
             try:
-                entry = self._state.apply(LEDGER.decode(data))
+                event = LEDGER.decode(data)
+                entry = self._state.apply(event)
             except (LedgerBug, StaalError) as exc:
                 raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
                                  f"{exc.message}") from None
             if owner is not None:
                 self._owners[entry.run] = owner
+            if isinstance(event, Forget) and self._seen is not None and seq > self._seen \
+                    and self.on_forget is not None:
+                self.on_forget(entry)
             self._seq = seq
+        self._seen = max(self._seen or 0, self._seq)
         self._state.last_ms = max(self._state.last_ms, last_ms)
 
     def _stamp(self, cur: psycopg.Cursor[Any]) -> int:

@@ -101,6 +101,17 @@ def drop_waiting(cur: psycopg.Cursor[Any], run: str) -> None:
     cur.execute("DELETE FROM staal_waiting WHERE run = %s", (run,))
 
 
+def waiting_in(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
+    """In the caller's transaction: the run's waiting record (an operator's
+    forget, which refuses a waiting run)."""
+    return _record_of(cur, run)
+
+
+def log_in(cur: psycopg.Cursor[Any], run: str, entries: list[dict[str, Any]]) -> None:
+    """In the caller's transaction: lines appended to the run's log."""
+    _write(cur, _LOG, run, entries, False)
+
+
 def _record_of(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
     cur.execute("SELECT record FROM staal_waiting WHERE run = %s", (run,))
     row = cur.fetchone()

@@ -10,7 +10,8 @@ rows rely on.
 The guarantees are the schema's, not only the code's (seed 000 section 6):
 one reserve per run (`staal_runs` primary key), at most one settle or
 release per run and none without a reserve (`staal_ends` primary key and
-foreign key), one holder per once key (`staal_once` primary key, the key
+foreign key), at most one forget per run and none before its end
+(`staal_forgets`), one holder per once key (`staal_once` primary key, the key
 already the caller's own), every event's place in the ledger's order unique
 (`seq`). Instances, their fencing tokens and each run's owner are in from
 the first version, so leases and takeover (issue 15 item 3) add no column
@@ -24,7 +25,7 @@ from typing import Any
 import staal
 from staal.errors import StaalError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -91,6 +92,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             entry jsonb NOT NULL,
             PRIMARY KEY (run, line))""",
     ),
+    (
+        # Version 4: an operator's forget of an ended run's once key
+        # (supervisor/forget.py), at most one per run and only after its
+        # settle (the key: a settle's run); it goes with its run.
+        """CREATE TABLE staal_forgets (
+            run text PRIMARY KEY REFERENCES staal_ends ON DELETE CASCADE,
+            forgotten_ms bigint NOT NULL,
+            seq bigint NOT NULL UNIQUE,
+            event jsonb NOT NULL)""",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -99,6 +110,7 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 EVENTS_SINCE = """
     SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
     UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
+    UNION ALL SELECT seq, event, NULL FROM staal_forgets WHERE seq > %(seq)s
     ORDER BY seq"""
 
 

@@ -3,14 +3,16 @@ and the answers it gives.
 
 Pure state with no I/O (seed 000 section 6). `LedgerState.apply` is the one
 place an event changes it, and it enforces the ledger's invariants: each run
-has exactly one reserve, first, and at most one settle or release after it,
-and the ledger's time never goes backwards. The file ledger builds a state by
+has exactly one reserve, first, at most one settle or release after it and,
+once settled with a once key, at most one forget (an operator's: the key is
+released), and the ledger's time never goes backwards. The file ledger builds a state by
 applying every event it reads, and checks each event it is about to write
 the same way, so what is written is what a restart reads back.
 
 Windows are closed: a reservation made at `r` counts in a window of `w` ms
 ending at `now` while `now - w <= r`, and ages out at `r + w + 1`. A once
-key held by a settled run is held while `now < end + keep`.
+key held by a settled run is held while `now < end + keep`, unless an
+operator forgot it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Literal
 
 from staal.canonical import arguments_hash, canonical_json, once_key, sha256_hex
 from staal.errors import StaalError
-from staal.ledger_records import OnceHold, Release, Reserve, Settle
+from staal.ledger_records import Forget, OnceHold, Release, Reserve, Settle
 from staal.manifest import QuotaConfig, Tool
 from staal.money import Money
 from staal.outcomes import Outcome
@@ -59,6 +61,8 @@ class RunEntry:
     caller: str | None = None
     profile: str | None = None
     grants: str | None = None
+    # When an operator released its once key (a forget event); None: never.
+    forgotten_ms: int | None = None
 
     @property
     def unsettled(self) -> bool:
@@ -66,9 +70,9 @@ class RunEntry:
 
     def holds_key(self, now_ms: int) -> bool:
         """Whether this run still holds its once key at `now_ms`: while it is
-        unsettled, and after it settles for `keep` (None: for ever). A
-        released run never started and holds nothing."""
-        if self.once is None or self.state == "released":
+        unsettled, and after it settles for `keep` (None: for ever) unless
+        an operator forgot it. A released run never started and holds nothing."""
+        if self.once is None or self.state == "released" or self.forgotten_ms is not None:
             return False
         if self.state == "unsettled" or self.once.keep_ms is None:
             return True
@@ -210,8 +214,8 @@ class LedgerState:
     last_ms: int = 0
     events: int = 0
     _runs: dict[str, RunEntry] = field(default_factory=dict)
-    # Where each run's events came in the ledger: (reserve, end) positions.
-    _order: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    # Where each run's events came in the ledger: (reserve, end, forget) positions.
+    _order: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
     # (tool, once key) -> the latest run reserved with that key.
     _keys: dict[tuple[str, str], str] = field(default_factory=dict)
     # Window key -> its runs' reserve times and ids, in ledger order (so
@@ -222,7 +226,7 @@ class LedgerState:
 
     # -- changing it ------------------------------------------------------
 
-    def apply(self, event: Reserve | Settle | Release) -> RunEntry:
+    def apply(self, event: Event) -> RunEntry:
         """Apply one event, or raise `LedgerBug` (nothing changed) if it
         breaks an invariant."""
         self.check(event)
@@ -230,21 +234,24 @@ class LedgerState:
             entry = RunEntry(event.run, event.tool, event.time, event.calls, event.money,
                              event.once, caller=event.caller, profile=event.profile,
                              grants=event.grants)
-            self._order[event.run] = (self.events, None)
+            self._order[event.run] = (self.events, None, None)
             for key in window_keys(event.tool, event.caller):
                 self._times.setdefault(key, []).append(event.time)
                 self._ids.setdefault(key, []).append(event.run)
             if event.once is not None:
                 self._keys[(event.tool, event.once.key)] = event.run
+        elif isinstance(event, Forget):
+            entry = replace(self._runs[event.run], forgotten_ms=event.time)
+            self._order[event.run] = (*self._order[event.run][:2], self.events)
         else:
             entry = _ended(self._runs[event.run], event)
-            self._order[event.run] = (self._order[event.run][0], self.events)
+            self._order[event.run] = (self._order[event.run][0], self.events, None)
         self._runs[event.run] = entry
         self.last_ms = event.time
         self.events += 1
         return entry
 
-    def check(self, event: Reserve | Settle | Release) -> None:
+    def check(self, event: Event) -> None:
         if event.time < self.last_ms:
             raise LedgerBug(
                 f"event time {event.time} is before the ledger's last time {self.last_ms}: "
@@ -257,7 +264,9 @@ class LedgerState:
             return
         if entry is None:
             raise LedgerBug(f"a {name} for run {event.run}, which has no reserve")
-        if entry.state != "unsettled":
+        if isinstance(event, Forget):
+            _check_forget(entry)
+        elif entry.state != "unsettled":
             raise LedgerBug(
                 f"a {name} for run {event.run}, which was already {entry.state}")
 
@@ -360,17 +369,35 @@ class LedgerState:
             return True
         return files_kept(entry) if callable(files_kept) else entry.run in files_kept
 
-    def events_of(self, run_ids: Iterable[str]) -> list[Reserve | Settle | Release]:
-        """Every event of these runs, in the order the ledger holds them."""
-        placed: list[tuple[int, Reserve | Settle | Release]] = []
+    def events_of(self, run_ids: Iterable[str]) -> list[Event]:
+        """Every event of these runs, in the order the ledger holds them (a
+        forgotten run's forget too, so a compacted ledger never holds its
+        key again)."""
+        placed: list[tuple[int, Event]] = []
         for run_id in run_ids:
             entry = self._runs[run_id]
-            reserve_at, end_at = self._order[run_id]
+            reserve_at, end_at, forget_at = self._order[run_id]
             placed.append((reserve_at, _reserve_of(entry)))
             if end_at is not None:
                 placed.append((end_at, _end_of(entry)))
+            if forget_at is not None and entry.forgotten_ms is not None:
+                placed.append((forget_at, Forget(run=run_id, time=entry.forgotten_ms)))
         placed.sort(key=lambda p: p[0])
         return [event for _, event in placed]
+
+
+Event = Reserve | Settle | Release | Forget
+
+
+def _check_forget(entry: RunEntry) -> None:
+    """Only a settled run's once key can be forgotten, once: an unsettled
+    run still acts on it, a released one never held it."""
+    if entry.state != "settled":
+        raise LedgerBug(f"a forget for run {entry.run}, which is {entry.state}, not settled")
+    if entry.once is None:
+        raise LedgerBug(f"a forget for run {entry.run}, which holds no once key")
+    if entry.forgotten_ms is not None:
+        raise LedgerBug(f"a second forget for run {entry.run}")
 
 
 def _ended(entry: RunEntry, event: Settle | Release) -> RunEntry:

@@ -101,7 +101,9 @@ class Server:
             lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
         self.ledger = await asyncio.to_thread(
             open_ledger, server, SYSTEM_CLOCK,
-            lambda text: self.log("clock_behind", level="warning", message=text))
+            lambda text: self.log("clock_behind", level="warning", message=text),
+            on_forget=lambda entry: self.log("once_forgotten", run=entry.run, tool=entry.tool,
+                                             by="staal-supervisor forget"))
         self.run_journals = await asyncio.to_thread(open_journals, server, self.ledger)
         self.waiting = Waiting(open_notes(server, self.run_journals), server.notify,
                                server.notify_env, self.log)

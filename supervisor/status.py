@@ -75,11 +75,20 @@ def collect(manifest: Manifest) -> dict[str, Any]:
               if tool.quota is not None]
     report = {"server": {"running": pid is not None, "pid": pid, "journals": str(journals),
                          "store": describe_store(manifest.server)},
-              "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now)}
+              "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now),
+              "forgotten": _forgotten(state)}
     if view.instances:
         report["instances"] = [_instance(i, me, view.owners, state, now)
                                for i in view.instances]
     return report
+
+
+def _forgotten(state: LedgerState) -> list[dict[str, Any]]:
+    """Ended runs whose once key an operator released (`staal-supervisor
+    forget`), while the ledger still holds them."""
+    return [{"run": e.run, "tool": e.tool, "outcome": e.outcome, "ended": _when(e.ended_ms),
+             "forgotten": _when(e.forgotten_ms)}
+            for e in state.runs() if e.forgotten_ms is not None]
 
 
 def _elsewhere(entry: Any, owner: str, record: dict[str, Any] | None) -> dict[str, Any]:
@@ -226,7 +235,19 @@ def render(report: dict[str, Any]) -> str:
             line += f"; next frees at {frees}"
         lines.append(line)
     lines += _render_callers(report.get("callers", []))
+    lines += _render_forgotten(report.get("forgotten", []))
     return "\n".join(lines)
+
+
+def _render_forgotten(forgotten: list[dict[str, Any]]) -> list[str]:
+    """Runs whose once key was released; nothing at all without any."""
+    if not forgotten:
+        return []
+    lines = ["", f"forgotten once keys: {len(forgotten)} (the next identical call starts a new run)"]
+    for run in forgotten:
+        lines.append(f"  {run['run']:<32}  {run['tool']:<20}  ended {run['outcome']} "
+                     f"{run['ended']}, key forgotten {run['forgotten']}")
+    return lines
 
 
 def _window(ms: int) -> str:

@@ -7,14 +7,22 @@ console reach a store only through these functions.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from staal.clock import Clock
 from staal.manifest import ServerConfig
 from staal.supervisor.journal_rows import JournalRows
 from staal.supervisor.lease import LeaseTiming
-from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Ledger, LedgerState, Warn, read_ledger
+from staal.supervisor.ledger import (
+    LEDGER_FILE,
+    FileLedger,
+    Ledger,
+    LedgerState,
+    RunEntry,
+    Warn,
+    read_ledger,
+)
 from staal.supervisor.ledger_postgres import PostgresLedger, instance_name
 from staal.supervisor.note_rows import NoteRows, read_all_waiting
 from staal.supervisor.pg_schema import StoreError
@@ -27,13 +35,18 @@ __all__ = ["SharedView", "StoreError", "describe_store", "open_journals", "open_
 
 
 def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
-                environ: Mapping[str, str] = os.environ) -> Ledger:
+                environ: Mapping[str, str] = os.environ,
+                on_forget: Callable[[RunEntry], None] | None = None) -> Ledger:
     """The ledger the server writes, opened (and on PostgreSQL, its schema
-    created or upgraded and this instance registered)."""
+    created or upgraded and this instance registered). `on_forget` is told
+    of each forget an operator commits on PostgreSQL while it serves (on
+    the file store, none can be: the server holds the lock)."""
     if server.store is None:
         return FileLedger.open(server.journals / LEDGER_FILE, clock, warn=warn)
-    return PostgresLedger.open(dsn_of(server, environ), instance_name(server.journals), clock,
-                               warn, LeaseTiming.of(server.store))
+    ledger = PostgresLedger.open(dsn_of(server, environ), instance_name(server.journals), clock,
+                                 warn, LeaseTiming.of(server.store))
+    ledger.on_forget = on_forget
+    return ledger
 
 
 def open_journals(server: ServerConfig, ledger: Ledger,

@@ -35,6 +35,19 @@ class PgStore:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(sql, params)
 
+    def at_version(self, version: int) -> None:
+        """The schema as an older staal left it: its migrations up to
+        `version`, and that version recorded."""
+        from staal.supervisor.pg_schema import MIGRATIONS
+
+        with psycopg.connect(self.dsn) as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("CREATE TABLE staal_schema (one boolean PRIMARY KEY DEFAULT true "
+                        "CHECK (one), version integer NOT NULL CHECK (version >= 0))")
+            cur.execute("INSERT INTO staal_schema (version) VALUES (%s)", (version,))
+            for steps in MIGRATIONS[:version]:
+                for statement in steps:
+                    cur.execute(statement)
+
 
 @pytest.fixture
 def pg_store(postgres_dsn: str) -> Iterator[PgStore]:

@@ -17,6 +17,7 @@ from staal.durations import Duration
 from staal.ledger_records import OnceHold
 from staal.manifest import QuotaConfig
 from staal.money import Money
+from staal.supervisor.forget import ForgetRefused, forget_in_files, forget_in_store
 from staal.supervisor.ledger import (
     Admission,
     Different,
@@ -28,6 +29,7 @@ from staal.supervisor.ledger import (
     Reserved,
 )
 from staal.supervisor.ledger_postgres import PostgresLedger
+from staal.supervisor.quota import RunEntry
 from tests.pg_store import PgStore
 
 T0 = 1_700_000_000_000
@@ -38,11 +40,18 @@ QUOTA = QuotaConfig(window=Duration.parse("1h"), calls=2, money=Money("10", "USD
 class Store:
     """Opens ledgers of one store, all on one clock, collecting warnings."""
 
-    def __init__(self, opener: Callable[[FixedClock, Callable[[str], None]], Any]) -> None:
+    def __init__(self, opener: Callable[[FixedClock, Callable[[str], None]], Any],
+                 forgetter: Callable[[str, FixedClock], RunEntry] | None = None) -> None:
         self.clock = FixedClock(T0)
         self.warnings: list[str] = []
         self._opener = opener
+        self._forgetter = forgetter
         self._opened: list[Any] = []
+
+    def forget(self, run: str) -> RunEntry:
+        """An operator's `staal-supervisor forget` of `run` on this store."""
+        assert self._forgetter is not None
+        return self._forgetter(run, self.clock)
 
     def open(self) -> Any:
         ledger = self._opener(self.clock, self.warnings.append)
@@ -58,10 +67,12 @@ class Store:
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "file":
         path = tmp_path / "journals" / "server.ledger"
-        made = Store(lambda clock, warn: FileLedger.open(path, clock, warn=warn))
+        made = Store(lambda clock, warn: FileLedger.open(path, clock, warn=warn),
+                     lambda run, clock: forget_in_files(path.parent, run, clock))
     else:
         pg: PgStore = request.getfixturevalue("pg_store")
-        made = Store(lambda clock, warn: PostgresLedger.open(pg.dsn, "instance-1", clock, warn))
+        made = Store(lambda clock, warn: PostgresLedger.open(pg.dsn, "instance-1", clock, warn),
+                     lambda run, clock: forget_in_store(pg.dsn, run, clock))
     try:
         yield made
     finally:
@@ -249,3 +260,59 @@ def test_the_quota_read_before_a_worker_refuses_as_the_reserve_does_and_reserves
     assert isinstance(limited, OverQuota) and limited.scope == "rate"
     assert ledger.over_quota("v", None, 1, (), None) is None  # another caller is not limited
     assert len(ledger.runs()) == 4
+
+
+def test_a_forgotten_once_key_is_released_for_a_new_run_and_stays_so_after_replay_and_compaction(
+        store: Store) -> None:
+    ledger = store.open()
+    failed = reserved(ledger, once=hold(keep_ms=None), quota=QUOTA, money=usd("4"))
+    store.clock.advance(10)
+    ledger.settle(failed.run, "failed", usd("3"))
+    assert isinstance(ledger.reserve_call("t", QUOTA, 1, (), hold(keep_ms=None)), Existing)
+    ledger.close()
+    store.clock.advance(10)
+    forgotten = store.forget(failed.run)
+    assert (forgotten.state, forgotten.outcome, forgotten.forgotten_ms) == \
+        ("settled", "failed", T0 + 20)
+    again = store.open()  # the ledger replayed
+    assert again.once_holder("t", "a" * 64) is None
+    assert again.run(failed.run) == forgotten
+    use = again.quota_use("t", QUOTA)  # forgetting gives back nothing the run spent
+    assert (use.calls, use.money_charged) == (1, Money("3", "USD"))
+    fixed = reserved(again, once=hold(keep_ms=None), quota=QUOTA)
+    assert fixed.run != failed.run
+    again.settle(fixed.run, "done", ())
+    assert again.once_holder("t", "a" * 64).run == fixed.run
+    store.clock.advance(2 * HOUR)
+    # Compaction keeps the forgotten run while its journal is kept, and its forget with it.
+    assert set(again.compact({failed.run}, {"t": HOUR}).kept) == {failed.run, fixed.run}
+    again.close()
+    replayed = store.open()
+    assert replayed.run(failed.run).forgotten_ms == T0 + 20
+    assert replayed.once_holder("t", "a" * 64).run == fixed.run
+    assert replayed.compact(set(), {"t": HOUR}).dropped == (failed.run,)
+    assert isinstance(replayed.reserve_call("t", None, 1, (), hold(keep_ms=None)), Existing)
+
+
+def test_forget_refuses_a_run_not_ended_unknown_released_without_a_key_or_forgotten_and_writes_nothing(
+        store: Store) -> None:
+    ledger = store.open()
+    running = reserved(ledger, once=hold()).run
+    released = reserved(ledger, once=hold("b")).run
+    ledger.release(released)
+    keyless = reserved(ledger).run
+    ledger.settle(keyless, "done", ())
+    done = reserved(ledger, once=hold("c")).run
+    ledger.settle(done, "done", ())
+    ledger.close()
+    refusals = {running: ", not ended: only an ended run", released: "never started",
+                keyless: "has no once key", "f" * 32: "is not in the ledger"}
+    for run, said in refusals.items():
+        with pytest.raises(ForgetRefused, match=said):
+            store.forget(run)
+    store.forget(done)
+    with pytest.raises(ForgetRefused, match="forgotten already"):
+        store.forget(done)
+    again = store.open()
+    assert [e.run for e in again.runs() if e.forgotten_ms is not None] == [done]
+    assert again.once_holder("t", "a" * 64).run == running

@@ -16,7 +16,7 @@ from staal.supervisor.files import RunFiles
 from staal.supervisor.ledger_postgres import Fenced
 from staal.supervisor.note_rows import NoteRows
 from staal.supervisor.pg_connection import connect
-from staal.supervisor.pg_schema import MIGRATIONS, SCHEMA_VERSION, ensure_schema
+from staal.supervisor.pg_schema import SCHEMA_VERSION, ensure_schema
 from staal.supervisor.run_notes import FileNotes, StoreNotes
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
@@ -90,13 +90,7 @@ def test_a_runs_log_is_rows_in_order_and_its_end_removes_its_record_and_argument
 
 def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_and_log_tables(
         pg_store: PgStore) -> None:
-    with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
-        cur.execute("CREATE TABLE staal_schema (one boolean PRIMARY KEY DEFAULT true "
-                    "CHECK (one), version integer NOT NULL CHECK (version >= 0))")
-        cur.execute("INSERT INTO staal_schema (version) VALUES (2)")
-        for steps in MIGRATIONS[:2]:
-            for statement in steps:
-                cur.execute(statement)
+    pg_store.at_version(2)
     pg_store.execute("INSERT INTO staal_instances VALUES ('a', 1, 0, NULL, 'old')")
     run = "a" * 32
     pg_store.execute("INSERT INTO staal_runs VALUES (%s, 't', 0, 1, '{}', 'a', 1)", (run,))
@@ -105,7 +99,7 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     before = pg_store.rows("SELECT run, line, record FROM staal_journal")
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 2
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(3,)]
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(4,)]
     assert pg_store.rows("SELECT run, line, record FROM staal_journal") == before
     assert pg_store.rows("SELECT run, owner FROM staal_runs") == [(run, "a")]
     pg_store.execute("INSERT INTO staal_waiting VALUES (%s, 'a', '{}')", (run,))
