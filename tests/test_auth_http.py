@@ -17,10 +17,10 @@ from cryptography.hazmat.primitives import serialization
 
 from staal.supervisor.ledger import read_ledger
 from tests.authorization import AuthorizationServer, claims_of, forged, header_of
-from tests.http_servers import HttpServer
+from tests.http_servers import HttpServer, modern_headers
 from tests.pg_cluster import free_port
 from tests.recorder import Recorder
-from tests.servers import Site
+from tests.servers import Site, modern_meta
 
 LOOKUP = """
 from staal.caps import HttpGet
@@ -140,10 +140,36 @@ def test_a_token_not_valid_for_this_resource_is_401_invalid_token_and_nothing_ru
     assert_nothing_ran(guarded, service)
 
 
-@pytest.mark.parametrize("header", ["Basic b3BzOnNlY3JldA==", "Bearer", "Bearer a b"])
-def test_an_authorization_header_that_is_not_one_bearer_token_is_401(guarded, service, header):
-    answer = lookup(guarded, service, "modern", {"authorization": header})
-    assert answer.status_code == 401 and 'error="invalid_token"' in challenge_of(answer)
+@pytest.mark.parametrize("header", ["Basic b3BzOnNlY3JldA==", 'Digest username="ops"',
+                                    "Negotiate YIIBhgYGKwYBBQUCoII="])
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_an_authorization_scheme_other_than_bearer_is_401_with_no_error_code(guarded, service,
+                                                                             header, era):
+    # RFC 6750 section 3.1: credentials of a method not supported here are
+    # answered as none at all, with the challenge that says what is.
+    answer = lookup(guarded, service, era, {"authorization": header})
+    assert answer.status_code == 401 and "error=" not in challenge_of(answer)
+    assert answer.json()["error"] == "unauthorized"
+    assert_nothing_ran(guarded, service)
+
+
+MALFORMED = {"no token": [("authorization", "Bearer")], "empty": [("authorization", "")],
+             "two tokens": [("authorization", "Bearer abc def")],
+             "not token68": [("authorization", "Bearer abc!def")],
+             "two headers": [("authorization", "Bearer abc"), ("authorization", "Bearer def")]}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_authorization_header_is_400_invalid_request_and_nothing_runs(guarded, service,
+                                                                                  case):
+    params = {"name": "lookup", "arguments": {"url": service.base + "/orders/1"},
+              "_meta": modern_meta()}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    answer = guarded.post(message, [*modern_headers("tools/call", params).items(), *MALFORMED[case]])
+    assert answer.status_code == 400  # RFC 6750 section 3.1: not a token to judge
+    assert 'error="invalid_request"' in challenge_of(answer)
+    assert answer.json()["error"] == "invalid_request"
+    guarded.stderr.wait_event("auth_refused", status=400)
     assert_nothing_ran(guarded, service)
 
 
