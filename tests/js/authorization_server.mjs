@@ -39,7 +39,8 @@ server.service.on("beforeTokenSigning", (token, req) => {
 const originalBuild = server.issuer.buildToken.bind(server.issuer);
 server.issuer.buildToken = async (opts) => originalBuild({ ...opts, kid: signing.kid });
 
-await server.start(0, "127.0.0.1");
+// Its one argument, if any, is the port (docs/operators.md's local recipe); else a free one.
+await server.start(Number(process.argv[2] ?? 0), "127.0.0.1");
 const say = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 say({ issuer: server.issuer.url, kid: signing.kid });
 

@@ -1,0 +1,72 @@
+"""docs/operators.md's "Authenticated callers on one machine" (issue 24 item
+10): every command of the recipe, run as an operator would. The test starts
+the two long-running ones itself, each as the guide says, on a free port
+(the authorization server by its script and port argument, `serve` on its
+manifest), and runs the others with the guide's URLs pointed at them, each
+printing what the guide shows."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from tests.authorization import NODE22, SCRIPT, AuthorizationServer
+from tests.http_servers import HttpServer
+from tests.pg_cluster import free_port
+from tests.readme import ROOT, blocks, copy_examples, normalized, run_steps, shell_env, steps
+from tests.servers import Site
+
+TITLE = "### Authenticated callers on one machine"
+ISSUER = "http://localhost:8080"
+SERVED = "http://127.0.0.1:8000"
+SERVE = "staal-supervisor serve examples/manifest.auth.json --http 127.0.0.1:8000"
+
+
+def recipe() -> str:
+    """The guide's section, up to its next heading."""
+    guide = (ROOT / "docs" / "operators.md").read_text()
+    start = guide.index(TITLE + "\n")
+    end = re.compile(r"^#{1,3} ", re.MULTILINE).search(guide, start + len(TITLE))
+    return guide[start:end.start() if end else len(guide)]
+
+
+def test_the_guides_local_recipe_for_authenticated_callers_runs_and_prints_what_it_shows(tmp_path):
+    found = steps(blocks(recipe()))
+    (authorization_step, serve_step, *rest) = found
+    # The authorization server as the guide starts it: its script, on the pinned Node 22.
+    node, script, port = shlex.split(authorization_step.command)
+    assert (ROOT / node, ROOT / script, port) == (NODE22, SCRIPT, "8080")
+    assert serve_step.command == SERVE
+    root = tmp_path / "staal"
+    root.mkdir()
+    examples = copy_examples(root, "http://127.0.0.1:9")  # no payment is made: no fake needed
+    authorization = AuthorizationServer(port=free_port())
+    try:
+        issuer = authorization.issuer
+        assert re.fullmatch(r"http://localhost:\d+", issuer)  # as the guide says it prints
+        manifest = examples / "manifest.auth.json"
+        manifest.write_text(manifest.read_text().replace(ISSUER, issuer))
+        site = Site(examples)
+        site.manifest = manifest
+        with HttpServer(site) as server:
+            here = {SERVED: server.base, ISSUER: issuer}
+
+            def local(command: str) -> str:
+                for guide_url, url in here.items():
+                    command = command.replace(guide_url, url)
+                return command
+
+            env = shell_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
+            ran = run_steps(rest, local, root, env, tmp_path / "steps")
+            runs = server.stderr.events("run_ended")
+    finally:
+        authorization.stop()
+    for r in ran:
+        where = f"guide step:\n{r.step.command}\nprinted:\n{r.out}\n{r.err}"
+        assert r.code == 0, where
+        out = r.out
+        for guide_url, url in here.items():
+            out = out.replace(url, guide_url)
+        assert normalized(out) == normalized(r.step.shown), where
+    # The request without a token ran nothing; the call with one ran the tool once.
+    assert [(e["tool"], e["outcome"]) for e in runs] == [("lookup_order", "done")]
