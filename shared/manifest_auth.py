@@ -119,7 +119,8 @@ class AuthChecker:
                    "a token's audience is the resource the server's metadata names, which is "
                    "the URL clients reach it at; leave auth.audience out (it is then "
                    "server.http.public_url) or make the two the same")
-        elif urlsplit(audience).scheme != "http" or urlsplit(audience).path != http.path:
+        elif (urlsplit(audience).scheme != "http"
+              or urlsplit(audience).path.rstrip("/") != http.path.rstrip("/")):
             why = (f"cannot be the URL clients use: server.http.public_url is not set, so "
                    f"that is the URL `serve --http` listens at, http://HOST:PORT{http.path} "
                    "(staal serves plain HTTP; behind a proxy set server.http.public_url to "

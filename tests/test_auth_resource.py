@@ -182,3 +182,52 @@ def test_on_every_interface_without_a_public_url_serve_is_refused_naming_it(tmp_
     assert failed["message"].startswith("server.http.public_url is not set and the server listens "
                                         "on every interface (http://0.0.0.0:")
     assert_nothing_ran(site, service)
+
+
+# -- the rule, in process --------------------------------------------------------------------
+
+
+def _manifest(tmp_path, audience: str | None = None, public_url: str | None = None):
+    from staal.manifest_check import check as check_manifest
+    from tests.manifests import seed_example, write_programs
+
+    write_programs(tmp_path)
+    data = seed_example()
+    data["auth"] = {"issuer": "https://auth.example.com/",
+                    **({"audience": audience} if audience else {})}
+    if public_url:
+        data["server"]["http"] = {"public_url": public_url}
+    return check_manifest(data, tmp_path / "manifest.json")
+
+
+@pytest.mark.parametrize(("audience", "public_url", "bound", "resource"), [
+    (None, None, ("127.0.0.1", 43117), "http://127.0.0.1:43117/mcp"),
+    (None, None, ("::1", 43117), "http://[::1]:43117/mcp"),
+    (None, None, ("127.0.0.1", 80), "http://127.0.0.1/mcp"),
+    ("http://localhost:43117/mcp", None, ("127.0.0.1", 43117), "http://localhost:43117/mcp"),
+    ("http://10.0.0.5:8080/mcp", None, ("0.0.0.0", 8080), "http://10.0.0.5:8080/mcp"),
+    (None, "https://tools.example.com/mcp", ("127.0.0.1", 43117), "https://tools.example.com/mcp"),
+    (None, "https://tools.example.com/mcp", ("0.0.0.0", 8080), "https://tools.example.com/mcp")])
+def test_the_resource_is_the_public_url_or_the_audience_naming_the_listening_url_or_that_url(
+        tmp_path, audience, public_url, bound, resource):
+    from staal.supervisor.auth import resource_of, with_resource
+
+    served = with_resource(_manifest(tmp_path, audience, public_url), bound)
+    assert served.auth.audience == resource
+    assert resource_of(served).resource == resource
+
+
+@pytest.mark.parametrize(("audience", "bound"), [
+    ("http://127.0.0.1:8000/mcp", ("127.0.0.1", 43117)),  # another port
+    ("http://example.com:43117/mcp", ("127.0.0.1", 43117)),  # a name loopback is not
+    (None, ("0.0.0.0", 8080)), (None, ("::", 8080))])  # every interface: no URL known
+def test_an_audience_the_socket_does_not_answer_at_or_no_url_at_all_is_refused(tmp_path, audience,
+                                                                               bound):
+    from staal.supervisor.auth import ResourceRefused, with_resource
+
+    with pytest.raises(ResourceRefused) as refused:
+        with_resource(_manifest(tmp_path, audience), bound)
+    message = refused.value.message
+    assert "server.http.public_url" in message
+    assert message.startswith(f"auth.audience {audience!r} is not the URL this server listens at"
+                              if audience else "server.http.public_url is not set"), message
