@@ -39,8 +39,9 @@ server.service.on("beforeTokenSigning", (token, req) => {
 const originalBuild = server.issuer.buildToken.bind(server.issuer);
 server.issuer.buildToken = async (opts) => originalBuild({ ...opts, kid: signing.kid });
 
-// Its one argument, if any, is the port (docs/operators.md's local recipe); else a free one.
-await server.start(Number(process.argv[2] ?? 0), "127.0.0.1");
+// argv: `--port N` listens on port N (docs/operators.md's local recipe); else a free one.
+const portAt = process.argv.indexOf("--port");
+await server.start(portAt === -1 ? 0 : Number(process.argv[portAt + 1]), "127.0.0.1");
 const say = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 say({ issuer: server.issuer.url, kid: signing.kid });
 
