@@ -10,10 +10,8 @@ operator's verifier program in its own confined worker (verifier.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from staal.addresses import EVERY_INTERFACE, answers_at, listening_url
-from staal.errors import StaalError
 from staal.manifest import Manifest
 from staal.protocol.http import Head, HttpResponse
 from staal.protocol.http_auth import ProtectedResource, challenge, without_headers
@@ -36,49 +34,14 @@ def authenticator_for(manifest: Manifest, log: Log) -> Authenticator:
     return JwtAuthenticator(manifest.auth, log)
 
 
-class ResourceRefused(StaalError):
-    """The URL clients use and the audience a token must name cannot agree."""
-
-    kind = "auth"
-
-
-def with_resource(manifest: Manifest, bound: tuple[str, int]) -> Manifest:
-    """The manifest with `auth.audience` the URL clients use (RFC 8707, RFC
-    9728 section 3.3), once `serve --http` listens at `bound`: the audience
-    it names, which must then be a URL this socket answers at unless
-    `server.http.public_url` is set (the manifest checked that the two
-    agree); else `public_url`; else the listening URL, port 0 resolved."""
-    auth, http = manifest.auth, manifest.server.http
-    if auth is None or auth.issuer is None:  # none, or the operator's verifier
-        return manifest
-    host, port = bound
-    listening = listening_url(host, port, http.path)
-    if auth.audience is not None:
-        if http.public_url is not None or answers_at(auth.audience, host, port):
-            return manifest
-        raise ResourceRefused(
-            f"auth.audience {auth.audience!r} is not the URL this server listens at "
-            f"({listening}), and server.http.public_url is not set: clients could not reach "
-            "the resource its metadata names; set server.http.public_url to the URL clients "
-            "use, or make auth.audience the listening URL (or leave it out)")
-    if host in EVERY_INTERFACE:
-        raise ResourceRefused(
-            f"server.http.public_url is not set and the server listens on every interface "
-            f"({listening}), so the URL clients use is not known: set server.http.public_url "
-            "(or auth.audience) to it, the resource tokens are issued for")
-    return replace(manifest, auth=replace(auth, audience=listening))
-
-
 def resource_of(manifest: Manifest) -> ProtectedResource | None:
-    """The RFC 9728 metadata: the resource is the audience, the URL clients
-    use (`with_resource`); the scopes it knows are those it requires and
-    those caller profiles are chosen by. None with the operator's verifier:
-    no authorization server issues its credentials, so there is no metadata
-    to point a client at."""
+    """The RFC 9728 metadata: the audience is the resource; the scopes it
+    knows are those it requires and those caller profiles are chosen by.
+    None with the operator's verifier: no authorization server issues its
+    credentials, so there is no metadata to point a client at."""
     assert manifest.auth is not None
-    if manifest.auth.issuer is None:
+    if manifest.auth.issuer is None or manifest.auth.audience is None:
         return None
-    assert manifest.auth.audience is not None, "with_resource names the resource first"
     scopes = list(manifest.auth.required_scopes)
     for caller in manifest.callers or ():
         if caller.when[0] == "scope" and caller.when[1] not in scopes:

@@ -74,7 +74,8 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
     import uvloop
 
     from staal.errors import StaalError
-    from staal.supervisor.auth import authenticator_for, with_resource
+    from staal.supervisor.auth import authenticator_for
+    from staal.supervisor.auth_resource import with_resource
     from staal.supervisor.http_serving import Address, HttpRefused, listen, over_http
     from staal.supervisor.server import serve
     from staal.supervisor.zygote import spawn_early

@@ -28,11 +28,10 @@ AUDIENCE = "https://staal.test/mcp"
 class AuthorizationServer:
     """The authorization server process; its first line says its issuer."""
 
-    def __init__(self, port: int = 0) -> None:
-        """`port`: where it listens (0: a free port)."""
+    def __init__(self) -> None:
         require_node_modules()
         self.process = subprocess.Popen(
-            [str(NODE22), str(SCRIPT), "--port", str(port)], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
+            [str(NODE22), str(SCRIPT)], cwd=SCRIPT.parent, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -210,7 +210,8 @@ def _manifest(tmp_path, audience: str | None = None, public_url: str | None = No
     (None, "https://tools.example.com/mcp", ("0.0.0.0", 8080), "https://tools.example.com/mcp")])
 def test_the_resource_is_the_public_url_or_the_audience_naming_the_listening_url_or_that_url(
         tmp_path, audience, public_url, bound, resource):
-    from staal.supervisor.auth import resource_of, with_resource
+    from staal.supervisor.auth import resource_of
+    from staal.supervisor.auth_resource import with_resource
 
     served = with_resource(_manifest(tmp_path, audience, public_url), bound)
     assert served.auth.audience == resource
@@ -223,7 +224,7 @@ def test_the_resource_is_the_public_url_or_the_audience_naming_the_listening_url
     (None, ("0.0.0.0", 8080)), (None, ("::", 8080))])  # every interface: no URL known
 def test_an_audience_the_socket_does_not_answer_at_or_no_url_at_all_is_refused(tmp_path, audience,
                                                                                bound):
-    from staal.supervisor.auth import ResourceRefused, with_resource
+    from staal.supervisor.auth_resource import ResourceRefused, with_resource
 
     with pytest.raises(ResourceRefused) as refused:
         with_resource(_manifest(tmp_path, audience), bound)

@@ -7,14 +7,19 @@ printing what the guide shows."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
+import select
 import shlex
+import subprocess
+from collections.abc import Iterator
 
 from tests.authorization import SCRIPT, AuthorizationServer
 from tests.http_servers import HttpServer
 from tests.pg_cluster import free_port
 from tests.readme import ROOT, blocks, copy_examples, normalized, run_steps, shell_env, steps
-from tests.servers import Site
+from tests.servers import WAIT, Site
 
 TITLE = "### Authenticated callers on one machine"
 ISSUER = "http://localhost:8080"
@@ -30,21 +35,46 @@ def recipe() -> str:
     return guide[start:end.start() if end else len(guide)]
 
 
-def test_the_guides_local_recipe_for_authenticated_callers_runs_and_prints_what_it_shows(tmp_path):
+@contextlib.contextmanager
+def started_as_written(command: str, node: str, port: int) -> Iterator[str]:
+    """The guide's authorization server command, `node` the pinned Node 22
+    and its port `port`, from the checkout; its issuer, once it listens."""
+    words = shlex.split(command.replace("--port 8080", f"--port {port}"))
+    assert words[0] == "node"
+    process = subprocess.Popen([node, *words[1:]], cwd=ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], WAIT)
+        line = process.stdout.readline() if ready else ""
+        assert line, f"the authorization server said nothing: {process.poll()}"
+        yield json.loads(line)["issuer"]
+    finally:
+        process.stdin.close()  # its cue to stop, as when a terminal's input ends
+        try:
+            process.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(WAIT)
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_the_guides_local_recipe_for_authenticated_callers_runs_and_prints_what_it_shows(
+        tmp_path, authorization: AuthorizationServer):
     found = steps(blocks(recipe()))
     (authorization_step, serve_step, *rest) = found
-    # The authorization server as the guide starts it: its script, on Node (the
-    # pinned Node 22, which AuthorizationServer runs it on), at the port it names.
     assert shlex.split(authorization_step.command) == [
         "node", str(SCRIPT.relative_to(ROOT)), "--port", "8080"]
     assert serve_step.command == SERVE
     root = tmp_path / "staal"
     root.mkdir()
     examples = copy_examples(root, "http://127.0.0.1:9")  # no payment is made: no fake needed
-    authorization = AuthorizationServer(port=free_port())
-    try:
-        issuer = authorization.issuer
-        assert re.fullmatch(r"http://localhost:\d+", issuer)  # as the guide says it prints
+    # The guide's `node` is the pinned Node 22, the one the tests' own
+    # authorization server runs on.
+    node = authorization.process.args[0]
+    port = free_port()
+    with started_as_written(authorization_step.command, node, port) as issuer:
+        assert issuer == f"http://localhost:{port}"  # as the guide says it prints, at its port
         manifest = examples / "manifest.auth.json"
         manifest.write_text(manifest.read_text().replace(ISSUER, issuer))
         site = Site(examples)
@@ -60,8 +90,6 @@ def test_the_guides_local_recipe_for_authenticated_callers_runs_and_prints_what_
             env = shell_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
             ran = run_steps(rest, local, root, env, tmp_path / "steps")
             runs = server.stderr.events("run_ended")
-    finally:
-        authorization.stop()
     for r in ran:
         where = f"guide step:\n{r.step.command}\nprinted:\n{r.out}\n{r.err}"
         assert r.code == 0, where
