@@ -35,24 +35,34 @@ __all__ = ["CREDENTIAL_HEADER", "VERIFIER_SCHEME", "WELL_KNOWN", "Malformed", "P
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
-    """An Authorization header that is not one `Bearer <token>`."""
+    """An Authorization header that cannot be read: RFC 6750 section 3.1's
+    `invalid_request` (400), as against a token that is not valid (401)."""
 
     why: str
 
 
 def bearer_of(head: Head) -> str | Malformed | None:
-    """The request's bearer token; None when it sent no Authorization header."""
+    """The request's bearer token. None when it sent none: no Authorization
+    header, or one of another scheme (`Basic ...`), which RFC 6750 section
+    3.1 answers as a request without credentials, with no error code.
+    Malformed: more than one Authorization header, an empty one, or a
+    Bearer one without exactly one token68 token."""
     values = head.headers.get(CREDENTIAL_HEADER)
     if values is None:
         return None
     if len(values) != 1:
         return Malformed("more than one Authorization header")
     scheme, _, token = values[0].strip().partition(" ")
+    if not scheme:
+        return Malformed("the Authorization header is empty")
     if scheme.lower() != "bearer":
-        return Malformed("the Authorization header's scheme is not Bearer")
+        return None
     token = token.strip()
+    if not token:
+        return Malformed("the Authorization header's Bearer scheme carries no token")
     if not _TOKEN68.fullmatch(token):
-        return Malformed("the Authorization header holds no bearer token")
+        return Malformed("the Authorization header's bearer token is not one token68 value "
+                         "(RFC 6750 section 2.1)")
     return token
 
 

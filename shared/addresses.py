@@ -6,6 +6,7 @@ and the manifest's `server.metrics.listen`."""
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit
 
 
 def split_host_port(text: str) -> tuple[str, int] | None:
@@ -26,3 +27,43 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# Addresses that listen on every interface: clients reach them by names not known here.
+EVERY_INTERFACE = ("0.0.0.0", "::")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def url_host(host: str) -> str:
+    """`host` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def listening_url(host: str, port: int, path: str) -> str:
+    """The plain-HTTP URL of the endpoint at `path` of a socket bound at
+    `host`:`port` (port 80 left out, as a client writes it)."""
+    return f"http://{url_host(host)}{'' if port == 80 else f':{port}'}{path}"
+
+
+def same_url(a: str, b: str) -> bool:
+    """Whether `a` and `b` name one resource: scheme and host in any case,
+    a default port written or not, a trailing slash or not."""
+    def canonical(url: str) -> tuple[str, str | None, int | None, str]:
+        parts = urlsplit(url)
+        default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+        return (parts.scheme.lower(), parts.hostname, parts.port or default,
+                parts.path.rstrip("/"))
+    return canonical(a) == canonical(b)
+
+
+def answers_at(url: str, host: str, port: int) -> bool:
+    """Whether a plain-HTTP `url` reaches a socket bound at `host`:`port`:
+    its port, and its host (any on every interface; a loopback name on
+    loopback)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or (parts.port or 80) != port:
+        return False
+    if host in EVERY_INTERFACE:
+        return True
+    names = {host, *(LOOPBACK_NAMES if is_loopback(host) else ())}
+    return parts.hostname in names

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
+from staal.addresses import same_url
 from staal.manifest import (
     DEFAULT_ALGORITHMS,
     DEFAULT_VERIFY_TIMEOUT_MS,
@@ -20,6 +21,7 @@ from staal.manifest import (
     CallerTool,
     CredentialConfig,
     Grant,
+    HttpConfig,
     QuotaConfig,
     RateConfig,
     ServerConfig,
@@ -88,19 +90,45 @@ class AuthChecker:
             v.add("auth.issuer", "is required")
         issuer = self.issuer(obj["issuer"], "auth.issuer") if "issuer" in obj else None
         audience = v.optional(obj, "audience", "auth", self.exact_url)
-        if "audience" not in obj:
-            audience = server.http.public_url if server is not None else None
-            if audience is None and server is not None:
-                v.add("auth.audience", "is required when server.http.public_url is not set: "
-                      "the audience is always checked")
+        if audience is not None and server is not None and not self.names_the_endpoint(
+                audience, server.http):
+            audience = None
+        if "audience" not in obj and server is not None:
+            # The URL clients use; None: the URL `serve --http` listens at (auth.py).
+            audience = server.http.public_url
         jwks = v.optional(obj, "jwks_url", "auth", v.url)
         algorithms = self.algorithms(obj.get("algorithms", list(DEFAULT_ALGORITHMS)))
-        if (None in (issuer, audience, algorithms, scopes, credential)
-                or v.failed(obj, "auth", "jwks_url")):
+        if (None in (issuer, algorithms, scopes, credential)
+                or v.failed(obj, "auth", "audience", "jwks_url")):
             return None
         return AuthConfig(issuer=issuer, audience=audience, jwks_url=jwks,
                           algorithms=tuple(algorithms), required_scopes=tuple(scopes),
                           credential=credential)
+
+    def names_the_endpoint(self, audience: str, http: HttpConfig) -> bool:
+        """Whether `auth.audience` can be the URL clients use (RFC 8707, RFC
+        9728 section 3.3: the metadata's `resource`, and so a token's `aud`):
+        `server.http.public_url` when it is set; without it, a URL `serve
+        --http` may listen at (plain http, the endpoint's path; its host and
+        port are known only when it listens)."""
+        public = http.public_url
+        if public is not None:
+            if same_url(audience, public):
+                return True
+            why = (f"is not server.http.public_url ({show(public)}), the URL clients use: "
+                   "a token's audience is the resource the server's metadata names, which is "
+                   "the URL clients reach it at; leave auth.audience out (it is then "
+                   "server.http.public_url) or make the two the same")
+        elif (urlsplit(audience).scheme != "http"
+              or urlsplit(audience).path.rstrip("/") != http.path.rstrip("/")):
+            why = (f"cannot be the URL clients use: server.http.public_url is not set, so "
+                   f"that is the URL `serve --http` listens at, http://HOST:PORT{http.path} "
+                   "(staal serves plain HTTP; behind a proxy set server.http.public_url to "
+                   "the URL clients use, and leave auth.audience out or make it the same)")
+        else:
+            return True
+        self.values.add("auth.audience", f"{show(audience)} {why}")
+        return False
 
     def issuer(self, value: Any, path: str) -> str | None:
         """The issuer exactly as tokens name it in `iss` (a trailing slash

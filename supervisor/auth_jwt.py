@@ -189,8 +189,8 @@ class JwtAuthenticator:
         token = bearer_of(head)
         if token is None:
             return NO_TOKEN
-        if isinstance(token, Malformed):
-            return _invalid(token.why)
+        if isinstance(token, Malformed):  # RFC 6750 section 3.1: not a token to judge
+            return AuthRefusal(400, "invalid_request", token.why)
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

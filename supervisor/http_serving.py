@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from staal.addresses import is_loopback, split_host_port
+from staal.addresses import is_loopback, listening_url, split_host_port
 from staal.errors import StaalError
 from staal.killpoints import kill_point
 from staal.protocol.dispatch import Dispatcher
@@ -454,7 +454,7 @@ async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
                             timeout_graceful_shutdown=None, limit_concurrency=limit)
     uv = InLoopUvicorn(config)
     host, port = sock.getsockname()[:2]
-    server.log("serving_http", url=f"http://{_with_port(host, port)}{http.path}")
+    server.log("serving_http", url=listening_url(host, port, http.path))
     stop = asyncio.ensure_future(_stop_when(server, uv))
     try:
         await uv.serve(sockets=[sock])

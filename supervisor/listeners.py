@@ -34,8 +34,3 @@ def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
     sock.listen(backlog)
     sock.set_inheritable(False)
     return sock
-
-
-def url_host(host: str) -> str:
-    """`host` as a URL writes it: an IPv6 address in brackets."""
-    return f"[{host}]" if ":" in host else host

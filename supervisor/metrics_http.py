@@ -25,8 +25,9 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from staal.addresses import url_host
 from staal.manifest import Manifest
-from staal.supervisor.listeners import InLoopUvicorn, url_host
+from staal.supervisor.listeners import InLoopUvicorn
 from staal.supervisor.metrics import Metrics
 from staal.timings import TIMINGS, Histogram, Tally
 

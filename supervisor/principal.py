@@ -43,7 +43,9 @@ class Principal:
 class AuthRefusal:
     """Why a request is refused before anything is parsed or run.
 
-    status 401: no credential, or one that is not valid for this resource
+    status 400 ("invalid_request"): an Authorization header that cannot be
+    read (RFC 6750 section 3.1); status 401: no credential (or one of a
+    scheme not taken here), or one that is not valid for this resource
     (`error` "invalid_token" when one was given, None when none was);
     status 403: a valid credential without a required scope
     ("insufficient_scope") or that no caller profile admits; status 503
@@ -52,7 +54,7 @@ class AuthRefusal:
     without blaming the credential (supervisor/verdict.py, `unavailable`).
     `description` is safe to show the client: it never quotes the credential."""
 
-    status: Literal[401, 403, 503]
+    status: Literal[400, 401, 403, 503]
     error: str | None
     description: str
 

@@ -75,14 +75,16 @@ def run_serve(manifest: Path, log_format: str, http: str | None = None,
 
 def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
                 log: Callable[..., None]) -> int:
-    """Listen first (a port taken or an address refused stops here), then
-    start as stdio does, in a uvloop event loop."""
+    """Listen first (a port taken or an address refused stops here; the
+    listening URL is then known, the resource a token's audience names),
+    then start as stdio does, in a uvloop event loop."""
     import asyncio
 
     import uvloop
 
     from staal.errors import StaalError
     from staal.supervisor.auth import authenticator_for
+    from staal.supervisor.auth_resource import with_resource
     from staal.supervisor.http_serving import Address, HttpRefused, listen, over_http
     from staal.supervisor.server import serve
     from staal.supervisor.zygote import spawn_early
@@ -94,9 +96,15 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
                 f"--http {http}: listening beyond this machine needs authentication, which this "
                 "manifest does not configure (its auth section); listen on a loopback address "
                 "(127.0.0.1), or pass --insecure-no-auth to serve anyone who can reach it")
-        authenticator = None if loaded.auth is None else authenticator_for(loaded, log)
         sock = listen(address)
     except StaalError as exc:
+        log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        return 2
+    try:  # the URL clients use is known once it listens: the resource tokens are for
+        loaded = with_resource(loaded, sock.getsockname()[:2])
+        authenticator = None if loaded.auth is None else authenticator_for(loaded, log)
+    except StaalError as exc:
+        sock.close()
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
         return 2
     early = spawn_early(loaded)

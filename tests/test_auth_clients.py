@@ -44,7 +44,7 @@ def sdk_session(url: str, mode: str, headers: dict[str, str]):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_python_sdk_with_a_bearer_token_lists_and_calls_as_its_caller(http, authorization, mode):
-    token = authorization.token("ops-bot")
+    token = authorization.token("ops-bot", audience=http.url)
     names, called = sdk_session(http.url, mode, {"Authorization": f"Bearer {token}"})
     assert names == ["lookup", "refund", "echo", "staal_run_status"]
     assert called.structured_content == {"result": {"echo": "from the sdk"}}
@@ -73,7 +73,7 @@ def inspector(tmp_path: Path, url: str, era: str, *args: str) -> subprocess.Comp
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_the_inspector_cli_with_a_header_lists_and_calls(tmp_path, http, authorization, era):
-    header = f"Authorization: Bearer {authorization.token('desk-1', 'support')}"
+    header = f"Authorization: Bearer {authorization.token('desk-1', 'support', http.url)}"
     listed = inspector(tmp_path, http.url, era, "--header", header, "--method", "tools/list")
     assert listed.returncode == EXIT_OK, listed.stderr
     names = [tool["name"] for tool in json.loads(listed.stdout)["result"]["tools"]]
@@ -94,7 +94,8 @@ def everything_written(root: Path) -> str:
 
 def test_no_token_or_credential_value_appears_in_any_output_or_file(tmp_path, service, http,
                                                                     authorization):
-    tokens = [authorization.token("ops-bot"), authorization.token("desk-1", "support")]
+    tokens = [authorization.token("ops-bot", audience=http.url),
+              authorization.token("desk-1", "support", http.url)]
     sent = [*tokens, "Basic c3RhYWwtbGVha3MtenE5", "Bearer not.a.jwt-zq9", f"Bearer {tokens[0]}x"]
     for value in sent:
         http.modern("tools/call", {"name": "echo", "arguments": {"text": "t"}},

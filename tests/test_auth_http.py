@@ -7,6 +7,7 @@ nothing and the ledger holds nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -15,10 +16,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from staal.supervisor.ledger import read_ledger
-from tests.authorization import AUDIENCE, AuthorizationServer, claims_of, forged, header_of
-from tests.http_servers import HttpServer
+from tests.authorization import AuthorizationServer, claims_of, forged, header_of
+from tests.http_servers import HttpServer, modern_headers
+from tests.pg_cluster import free_port
 from tests.recorder import Recorder
-from tests.servers import Site
+from tests.servers import Site, modern_meta
 
 LOOKUP = """
 from staal.caps import HttpGet
@@ -26,7 +28,6 @@ from staal.caps import HttpGet
 def main(url: str, get: HttpGet) -> dict:
     return {"status": get.get(url).status_code}
 """
-METADATA = "https://staal.test/.well-known/oauth-protected-resource/mcp"
 
 
 def auth_site(tmp_path, service: Recorder, issuer: str, **auth) -> Site:
@@ -35,7 +36,7 @@ def auth_site(tmp_path, service: Recorder, issuer: str, **auth) -> Site:
     site.program("lookup.py", LOOKUP)
     site.write([{"name": "lookup", "program": "lookup.py",
                  "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/**"]}}}],
-               sections={"auth": {"issuer": issuer, "audience": AUDIENCE, **auth}})
+               sections={"auth": {"issuer": issuer, **auth}})
     return site
 
 
@@ -64,7 +65,9 @@ def assert_nothing_ran(http: HttpServer, service: Recorder) -> None:
 
 def challenge_of(answer: httpx.Response) -> str:
     value = answer.headers["www-authenticate"]
-    assert value.startswith(f'Bearer resource_metadata="{METADATA}"')
+    url = answer.request.url  # the resource is the URL the client used: its metadata is there
+    metadata = f"{url.scheme}://{url.netloc.decode()}/.well-known/oauth-protected-resource{url.path}"
+    assert value.startswith(f'Bearer resource_metadata="{metadata}"')
     return value
 
 
@@ -76,7 +79,7 @@ def challenge_of(answer: httpx.Response) -> str:
 def test_the_protected_resource_metadata_is_answered_without_a_token(guarded, authorization, path):
     answer = guarded.client.get(guarded.base + path)
     assert answer.status_code == 200
-    assert answer.json() == {"resource": AUDIENCE, "authorization_servers": [authorization.issuer],
+    assert answer.json() == {"resource": guarded.url, "authorization_servers": [authorization.issuer],
                              "bearer_methods_supported": ["header"], "scopes_supported": ["mcp"]}
 
 
@@ -98,18 +101,18 @@ def _public_pem(authorization: AuthorizationServer) -> bytes:
                                            serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def bad_token(authorization: AuthorizationServer, case: str) -> str:
+def bad_token(authorization: AuthorizationServer, case: str, audience: str) -> str:
     if case == "wrong audience":
         return authorization.token("ops", "mcp", audience="https://elsewhere.test/mcp")
     if case == "no audience":
         return authorization.token("ops", "mcp", audience=None)
     if case == "wrong issuer":
-        return authorization.token("ops", "mcp", iss="https://impostor.test")
+        return authorization.token("ops", "mcp", iss="https://impostor.test", audience=audience)
     if case == "expired":
-        return authorization.token("ops", "mcp", exp_in=-3600)
+        return authorization.token("ops", "mcp", exp_in=-3600, audience=audience)
     if case == "not yet valid":
-        return authorization.token("ops", "mcp", nbf_in=3600)
-    good = authorization.token("ops", "mcp")
+        return authorization.token("ops", "mcp", nbf_in=3600, audience=audience)
+    good = authorization.token("ops", "mcp", audience=audience)
     if case == "alg none":
         return forged({"alg": "none", "typ": "JWT", "kid": header_of(good)["kid"]},
                       claims_of(good), None)
@@ -131,23 +134,50 @@ BAD = ["wrong audience", "no audience", "wrong issuer", "expired", "not yet vali
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_a_token_not_valid_for_this_resource_is_401_invalid_token_and_nothing_runs(
         guarded, service, authorization, case, era):
-    answer = lookup(guarded, service, era, bearer(bad_token(authorization, case)))
+    answer = lookup(guarded, service, era, bearer(bad_token(authorization, case, guarded.url)))
     assert answer.status_code == 401
     assert 'error="invalid_token"' in challenge_of(answer)
     assert_nothing_ran(guarded, service)
 
 
-@pytest.mark.parametrize("header", ["Basic b3BzOnNlY3JldA==", "Bearer", "Bearer a b"])
-def test_an_authorization_header_that_is_not_one_bearer_token_is_401(guarded, service, header):
-    answer = lookup(guarded, service, "modern", {"authorization": header})
-    assert answer.status_code == 401 and 'error="invalid_token"' in challenge_of(answer)
+@pytest.mark.parametrize("header", ["Basic b3BzOnNlY3JldA==", 'Digest username="ops"',
+                                    "Negotiate YIIBhgYGKwYBBQUCoII="])
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_an_authorization_scheme_other_than_bearer_is_401_with_no_error_code(guarded, service,
+                                                                             header, era):
+    # RFC 6750 section 3.1: credentials of a method not supported here are
+    # answered as none at all, with the challenge that says what is.
+    answer = lookup(guarded, service, era, {"authorization": header})
+    assert answer.status_code == 401 and "error=" not in challenge_of(answer)
+    assert answer.json()["error"] == "unauthorized"
+    assert_nothing_ran(guarded, service)
+
+
+MALFORMED = {"no token": [("authorization", "Bearer")], "empty": [("authorization", "")],
+             "two tokens": [("authorization", "Bearer abc def")],
+             "not token68": [("authorization", "Bearer abc!def")],
+             "two headers": [("authorization", "Bearer abc"), ("authorization", "Bearer def")]}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_authorization_header_is_400_invalid_request_and_nothing_runs(guarded, service,
+                                                                                  case):
+    params = {"name": "lookup", "arguments": {"url": service.base + "/orders/1"},
+              "_meta": modern_meta()}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    answer = guarded.post(message, [*modern_headers("tools/call", params).items(), *MALFORMED[case]])
+    assert answer.status_code == 400  # RFC 6750 section 3.1: not a token to judge
+    assert 'error="invalid_request"' in challenge_of(answer)
+    assert answer.json()["error"] == "invalid_request"
+    guarded.stderr.wait_event("auth_refused", status=400)
     assert_nothing_ran(guarded, service)
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_a_token_without_a_required_scope_is_403_insufficient_scope_and_nothing_runs(
         guarded, service, authorization, era):
-    answer = lookup(guarded, service, era, bearer(authorization.token("ops", "other")))
+    token = authorization.token("ops", "other", guarded.url)
+    answer = lookup(guarded, service, era, bearer(token))
     assert answer.status_code == 403
     challenge = challenge_of(answer)
     assert 'error="insufficient_scope"' in challenge and 'scope="mcp"' in challenge
@@ -159,7 +189,8 @@ def test_a_token_without_a_required_scope_is_403_insufficient_scope_and_nothing_
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_a_valid_token_with_the_required_scope_calls_the_tool(guarded, service, authorization, era):
-    answer = lookup(guarded, service, era, bearer(authorization.token("ops", "mcp extra")))
+    token = authorization.token("ops", "mcp extra", guarded.url)
+    answer = lookup(guarded, service, era, bearer(token))
     assert answer.status_code == 200
     assert answer.json()["result"]["structuredContent"] == {"result": {"status": 200}}
     assert len(service.requests) == 1
@@ -168,7 +199,7 @@ def test_a_valid_token_with_the_required_scope_calls_the_tool(guarded, service, 
 
 
 def test_a_token_within_the_clock_skew_of_its_expiry_is_accepted(guarded, service, authorization):
-    token = authorization.token("ops", "mcp", exp_in=-5)  # the skew allowed is a minute
+    token = authorization.token("ops", "mcp", guarded.url, exp_in=-5)  # the skew allowed is a minute
     assert lookup(guarded, service, "modern", bearer(token)).status_code == 200
 
 
@@ -176,10 +207,11 @@ def test_a_new_signing_key_is_fetched_once_and_its_tokens_accepted(tmp_path, ser
     authorization = AuthorizationServer()
     try:
         with HttpServer(auth_site(tmp_path, service, authorization.issuer)) as http:
-            assert lookup(http, service, "modern", bearer(authorization.token("a"))).status_code == 200
+            first = authorization.token("a", audience=http.url)
+            assert lookup(http, service, "modern", bearer(first)).status_code == 200
             old = authorization.kid
             new = authorization.rotate()
-            token = authorization.token("a")
+            token = authorization.token("a", audience=http.url)
             assert header_of(token)["kid"] == new != old
             assert lookup(http, service, "modern", bearer(token)).status_code == 200
             # The log line is written before the answer; the reader may not have it yet.
@@ -201,9 +233,14 @@ def test_a_new_signing_key_is_fetched_once_and_its_tokens_accepted(tmp_path, ser
 
 def test_with_auth_the_server_may_listen_beyond_loopback(tmp_path, service, authorization):
     site = auth_site(tmp_path, service, authorization.issuer)
-    with HttpServer(site, address="0.0.0.0:0") as http:
-        port = http.url.rsplit(":", 1)[1].split("/")[0]
-        http.url = f"http://127.0.0.1:{port}/mcp"
+    # On every interface the URL clients use is not known to the server: the manifest names it.
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    data = json.loads(site.manifest.read_text())
+    data["server"]["http"] = {"public_url": url}
+    site.manifest.write_text(json.dumps(data))
+    with HttpServer(site, address=f"0.0.0.0:{port}") as http:
+        http.url = url
         assert lookup(http, service, "modern", {}).status_code == 401
-        token = authorization.token("a")
+        token = authorization.token("a", audience=url)
         assert lookup(http, service, "modern", bearer(token)).status_code == 200

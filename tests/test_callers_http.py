@@ -17,7 +17,7 @@ import pytest
 
 from staal.supervisor.ledger import read_ledger
 from staal.supervisor.principal import Principal
-from tests.authorization import AUDIENCE, AuthorizationServer
+from tests.authorization import AuthorizationServer
 from tests.http_servers import HttpServer
 from tests.recorder import Recorder
 from tests.servers import SERVER_NAME, Site
@@ -57,7 +57,7 @@ def callers_site(tmp_path, service: Recorder, issuer: str) -> Site:
           "grants": {"post": {"cap": "net.http.post", "only": [service.base + "/refunds"]}}},
          {"name": "echo", "program": "echo.py"}],
         sections={
-            "auth": {"issuer": issuer, "audience": AUDIENCE},
+            "auth": {"issuer": issuer},
             "callers": [
                 {"name": "support", "when": {"scope": "support"},
                  "tools": {"lookup": {"grants": "public"}, "refund": {}},
@@ -105,11 +105,11 @@ class As:
 
 
 def support(http: HttpServer, authorization: AuthorizationServer, client: str = "desk-1") -> As:
-    return As(http, authorization.token(client, "support"))
+    return As(http, authorization.token(client, "support", http.url))
 
 
 def ops(http: HttpServer, authorization: AuthorizationServer) -> As:
-    return As(http, authorization.token("ops-bot"))
+    return As(http, authorization.token("ops-bot", audience=http.url))
 
 
 def identity(authorization: AuthorizationServer, client: str) -> str:
@@ -138,7 +138,7 @@ def test_a_tool_outside_the_profile_is_an_unknown_tool_and_nothing_runs(http, se
 
 
 def test_a_valid_token_no_profile_admits_is_403_and_nothing_runs(http, service, authorization):
-    answer = As(http, authorization.token("stranger", "other")).call("lookup", {"url": "x"})
+    answer = As(http, authorization.token("stranger", "other", http.url)).call("lookup", {"url": "x"})
     assert answer.status_code == 403
     assert 'error="insufficient_scope"' in answer.headers["www-authenticate"]
     assert runs(http) == () and service.requests == []

@@ -26,8 +26,12 @@ def here(tmp_path: Path) -> Path:
     return tmp_path
 
 
+PUBLIC = "https://mcp.example.com/mcp"
+
+
 def with_auth(data: dict[str, Any], **auth: Any) -> dict[str, Any]:
-    data["auth"] = {"issuer": ISSUER, "audience": "https://mcp.example.com/mcp", **auth}
+    data["server"]["http"] = {"public_url": PUBLIC}
+    data["auth"] = {"issuer": ISSUER, "audience": PUBLIC, **auth}
     return data
 
 
@@ -47,7 +51,6 @@ def with_callers(data: dict[str, Any]) -> dict[str, Any]:
 def test_auth_loads_with_its_defaults(here):
     data = with_auth(seed_example())
     del data["auth"]["audience"]
-    data["server"]["http"] = {"public_url": "https://mcp.example.com/mcp"}
     auth = check(data, here / "manifest.json").auth
     assert auth is not None
     assert (auth.issuer, auth.audience, auth.jwks_url) == (ISSUER, "https://mcp.example.com/mcp", None)
@@ -55,12 +58,42 @@ def test_auth_loads_with_its_defaults(here):
     assert auth.credential == CredentialConfig("bearer")
 
 
-def test_the_audience_is_required_without_a_public_url(here):
+def test_without_a_public_url_or_an_audience_the_audience_is_left_to_the_listening_url(here):
     data = with_auth(seed_example())
-    del data["auth"]["audience"]
+    del data["auth"]["audience"], data["server"]["http"]
+    assert check(data, here / "manifest.json").auth.audience is None  # serve names it
+
+
+@pytest.mark.parametrize("audience", ["https://MCP.example.com/mcp/", "https://mcp.example.com:443/mcp"])
+def test_an_audience_naming_the_public_url_as_written_otherwise_loads(here, audience):
+    assert check(with_auth(seed_example(), audience=audience), here / "manifest.json").auth.audience \
+        == audience
+
+
+def test_an_audience_that_is_not_the_public_url_is_refused_naming_both_keys(here):
+    data = with_auth(seed_example(), audience="https://staal.test/mcp")
     assert problems_of(here, data) == [
-        "auth.audience: is required when server.http.public_url is not set: the audience is "
-        "always checked"]
+        'auth.audience: "https://staal.test/mcp" is not server.http.public_url '
+        '("https://mcp.example.com/mcp"), the URL clients use: a token\'s audience is the resource '
+        "the server's metadata names, which is the URL clients reach it at; leave auth.audience "
+        "out (it is then server.http.public_url) or make the two the same"]
+
+
+@pytest.mark.parametrize("audience", ["https://staal.test/mcp", "http://127.0.0.1:8000/other"])
+def test_without_a_public_url_an_audience_no_listening_url_can_be_is_refused_naming_both_keys(
+        here, audience):
+    data = with_auth(seed_example(), audience=audience)
+    del data["server"]["http"]
+    (problem,) = problems_of(here, data)
+    assert problem.startswith(f'auth.audience: "{audience}" cannot be the URL clients use: '
+                              "server.http.public_url is not set, so that is the URL `serve "
+                              "--http` listens at, http://HOST:PORT/mcp"), problem
+
+
+def test_without_a_public_url_an_audience_that_may_be_the_listening_url_loads(here):
+    data = with_auth(seed_example(), audience="http://127.0.0.1:8000/mcp")
+    del data["server"]["http"]
+    assert check(data, here / "manifest.json").auth.audience == "http://127.0.0.1:8000/mcp"
 
 
 @pytest.mark.parametrize(("algorithm", "why"), [
@@ -82,9 +115,7 @@ def test_an_algorithm_that_is_not_an_asymmetric_signature_is_refused(here, algor
     ({"audiense": "x"}, "auth.audiense: unknown key"),
 ])
 def test_a_bad_auth_section_names_the_key(here, auth, expected):
-    (problem,) = broken(here, lambda d: d.update(auth={"issuer": ISSUER,
-                                                       "audience": "https://mcp.example.com/mcp",
-                                                       **auth}))
+    (problem,) = broken(here, lambda d: with_auth(d, **auth))
     assert problem.startswith(expected)
 
 
@@ -112,9 +143,7 @@ def test_a_provider_names_its_program_entry_and_headers_kept_in_lower_case(here)
 
 def test_without_auth_there_is_none_and_a_bearer_credential_needs_an_issuer(here):
     assert check(seed_example(), here / "manifest.json").auth is None
-    assert with_provider(here, {"credential": {"presence": "bearer"}}) == [
-        "auth.issuer: is required", "auth.audience: is required when server.http.public_url is not "
-        "set: the audience is always checked"]
+    assert with_provider(here, {"credential": {"presence": "bearer"}}) == ["auth.issuer: is required"]
 
 
 @pytest.mark.parametrize("credential, problem", [

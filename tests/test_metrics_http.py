@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from staal.supervisor.ledger import read_ledger
-from tests.authorization import AUDIENCE
 from tests.http_servers import HttpServer
 from tests.manifests import problems_of, seed_example, write_programs
 from tests.servers import Site
@@ -28,7 +27,7 @@ def site(tmp_path, authorization) -> Site:
     site = Site(tmp_path)
     site.program("echo.py", ECHO)
     site.write([{"name": "echo", "program": "echo.py"}],
-               sections={"auth": {"issuer": authorization.issuer, "audience": AUDIENCE},
+               sections={"auth": {"issuer": authorization.issuer},
                          "callers": [{"name": "desk", "when": {"scope": "desk"},
                                       "tools": {"echo": {}}, "rate": {"calls": 1, "window": "1h"}}]},
                metrics={"listen": "127.0.0.1:0"})
@@ -38,7 +37,7 @@ def site(tmp_path, authorization) -> Site:
 def test_a_callers_rate_limit_is_counted_as_a_rate_refusal_and_nothing_ran(site, authorization):
     with HttpServer(site) as http:
         metrics = http.stderr.wait_event("serving_metrics")["url"]
-        headers = {"authorization": f"Bearer {authorization.token('desk-1', 'desk')}"}
+        headers = {"authorization": f"Bearer {authorization.token('desk-1', 'desk', http.url)}"}
         for text in ("first", "second"):
             answer = http.modern("tools/call", {"name": "echo", "arguments": {"text": text}},
                                  headers=headers)

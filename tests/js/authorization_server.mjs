@@ -183,7 +183,9 @@ server.service.addRoute("POST", "/register", (req, res) => {
 const originalBuild = server.issuer.buildToken.bind(server.issuer);
 server.issuer.buildToken = async (opts) => originalBuild({ ...opts, kid: signing.kid });
 
-await server.start(0, "127.0.0.1");
+// argv: `--port N` listens on port N (docs/operators.md's local recipe); else a free one.
+const portAt = process.argv.indexOf("--port");
+await server.start(portAt === -1 ? 0 : Number(process.argv[portAt + 1]), "127.0.0.1");
 const say = (message) => process.stdout.write(JSON.stringify(message) + "\n");
 say({ issuer: server.issuer.url, kid: signing.kid });
 
