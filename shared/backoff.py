@@ -1,7 +1,7 @@
 """How long to wait before the next attempt while attempts keep failing.
-The pool paces its forks and zygotes with
-it (supervisor/pool.py), the verifier its restarts, and a worker its
-re-sends of a keyed request (worker/resend.py).
+The pool paces its forks and zygotes with it (supervisor/pool.py), the
+verifier its restarts, and a worker its re-sends of a keyed request
+(worker/resend.py).
 """
 
 from __future__ import annotations
