@@ -97,6 +97,7 @@ def test_every_earlier_doubt_and_attempt_has_a_next_step_and_only_nothing_sent_e
     assert set(NEXT) == set(itertools.product((False, True), Attempted))
     failing = {rule for rule, step in NEXT.items() if step is Step.FAIL}
     assert failing == {(False, Attempted.NOT_SENT), (False, Attempted.REFUSED)}
+    assert NEXT[(False, Attempted.THROTTLED)] is Step.AGAIN
     assert all(NEXT[(doubt, Attempted.STUCK)] is Step.STOP for doubt in (False, True))
 
 
@@ -145,6 +146,24 @@ def test_a_first_attempt_that_never_left_is_the_actions_failure_at_once(clock):
     assert len(calls) == 1
 
 
+def test_a_429_is_sent_again_and_at_the_bound_with_nothing_else_sent_is_the_actions_failure(clock):
+    answers = iter([NotSent("answered 429 (rate_limit)", Attempted.THROTTLED), None])
+
+    def throttled_once() -> Performed:
+        answer = next(answers)
+        if answer is not None:
+            raise answer
+        return Performed(result=DONE)
+
+    assert send(clock, throttled_once)[0] == Performed(result=DONE)
+
+    def throttled() -> Performed:
+        raise NotSent("answered 429 (rate_limit)", Attempted.THROTTLED)
+
+    with pytest.raises(NotSent):
+        send(clock, throttled, until_ms=5_000)
+
+
 def test_after_an_attempt_that_may_have_happened_no_connection_is_no_failure_and_is_retried(clock):
     answers = iter([NotSent("could not be sent: ConnectError"),
                     NotSent("could not be sent: ConnectError"), None])
@@ -165,7 +184,7 @@ def test_after_an_attempt_that_may_have_happened_a_401_keeps_it_in_doubt_at_once
 
     def unauthorized() -> Performed:
         calls.append(1)
-        raise NotSent("POST /v1/refunds answered 401", again=False)
+        raise NotSent("POST /v1/refunds answered 401", Attempted.REFUSED)
 
     with pytest.raises(InDoubt) as caught:
         send(clock, unauthorized, doubt="the attempt sent before the run stopped may have happened")

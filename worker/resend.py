@@ -22,7 +22,8 @@ settled answer (`Performed`: a result, or a failure the service gave for
 the key), or raises `InDoubt` (it may have happened) or `NotSent` (it did
 not: no connection, or refused before the service looked at the key). With
 no earlier attempt that may have happened, a `NotSent` is the action's
-failure at once, as for any request that never left.
+failure at once, as for any request that never left, except a 429, which is
+sent again until the bound (`NEXT` holds every rule).
 """
 
 from __future__ import annotations
@@ -57,22 +58,21 @@ class InDoubt(Exception):
         self.resendable = resendable
 
 
+class Attempted(Enum):
+    LOST = "may have happened; sending again may settle it"
+    STUCK = "may have happened; sending again cannot settle it"
+    NOT_SENT = "did not happen (no connection); another attempt may get through"
+    THROTTLED = "did not happen: the service asks for it later (429)"
+    REFUSED = "did not happen; another attempt would be refused the same (401, 403, a bad URL)"
+
+
 class NotSent(Exception):
     """This attempt did not happen: it never left, or the service refused
     it before it looked at the key (401, 403, 429)."""
 
-    def __init__(self, message: str, again: bool = True) -> None:
+    def __init__(self, message: str, attempted: Attempted = Attempted.NOT_SENT) -> None:
         super().__init__(message)
-        # Whether another attempt may get through (no connection, 429), or
-        # would be refused the same (a bad URL, 401, 403).
-        self.again = again
-
-
-class Attempted(Enum):
-    LOST = "may have happened; sending again may settle it"
-    STUCK = "may have happened; sending again cannot settle it"
-    NOT_SENT = "did not happen; another attempt may get through"
-    REFUSED = "did not happen; another attempt would be refused the same"
+        self.attempted = attempted
 
 
 class Step(Enum):
@@ -89,6 +89,8 @@ NEXT: dict[tuple[bool, Attempted], Step] = {
     (True, Attempted.STUCK): Step.STOP,
     (False, Attempted.NOT_SENT): Step.FAIL,
     (True, Attempted.NOT_SENT): Step.AGAIN,
+    (False, Attempted.THROTTLED): Step.AGAIN,
+    (True, Attempted.THROTTLED): Step.AGAIN,
     (False, Attempted.REFUSED): Step.FAIL,
     (True, Attempted.REFUSED): Step.STOP,
 }
@@ -133,8 +135,7 @@ def send_keyed(attempt: Callable[[], T], doubt: str | None, bound: ResendBound,
             what = Attempted.LOST if exc.resendable else Attempted.STUCK
             reason = str(exc)
         except NotSent as exc:
-            what = Attempted.NOT_SENT if exc.again else Attempted.REFUSED
-            reason, unsent = str(exc), exc
+            what, reason, unsent = exc.attempted, str(exc), exc
         step = NEXT[(doubt is not None, what)]
         if what in (Attempted.LOST, Attempted.STUCK):
             doubt = reason
@@ -144,6 +145,8 @@ def send_keyed(attempt: Callable[[], T], doubt: str | None, bound: ResendBound,
             raise InDoubt(_story(doubt, reason, "sending it again cannot settle it"), False)
         wait = backoff.strike(clock.now_ms() / 1000)
         if clock.now_ms() + wait * 1000 >= bound.until_ms:
+            if doubt is None:
+                raise unsent  # throttled to the end: nothing happened
             times = "once" if sent == 1 else f"{sent} times"
             raise InDoubt(_story(doubt, reason, f"sent {times}; no further attempt may start: "
                                                 f"{bound.why}"), False)

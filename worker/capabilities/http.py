@@ -23,6 +23,7 @@ from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest import NetConfig
 from staal.worker.capabilities import Bound, transport
 from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
+from staal.worker.resend import Attempted
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -58,7 +59,8 @@ class HttpClient:
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
                 UnicodeEncodeError) as exc:
             # The request itself cannot be sent, now or later.
-            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}", again=False) from exc
+            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}",
+                          Attempted.REFUSED) from exc
         except (httpx.TransportError, TooSlow) as exc:
             if method == "GET":
                 return Performed(failure=f"GET {url} got no complete answer: {_reason(exc)}")

@@ -27,7 +27,8 @@ a 500 its endpoint gave under the key and replays it to every retry
 (`Idempotent-Replayed: true`), so such a refund is in doubt at once, until
 an operator answers; so is a 2xx whose refund object cannot be read. A 401,
 403 or 429 is given before Stripe looks at the key: it says nothing of an
-earlier attempt. Any other 4xx is a refusal from Stripe: the action failed,
+earlier attempt (a 429 is sent again with the backoff; a 401 or 403 is not,
+since the secret does not change during a run). Any other 4xx is a refusal from Stripe: the action failed,
 with Stripe's message.
 
 The secret key is read from the server's environment before anything is
@@ -47,6 +48,7 @@ from staal.money import Money
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER
 from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
+from staal.worker.resend import Attempted
 
 CAP = "payments.stripe.refund"
 STRIPE_BASE_URL = "https://api.stripe.com"
@@ -236,7 +238,8 @@ class StripeRefundCapability(Bound, StripeRefund):
             replayed = str(answer["headers"].get("idempotent-replayed", "")).lower() == "true"
             raise InDoubt(_stripe_error("POST", url, answer), resendable=not replayed)
         if answer["status"] in NOT_LOOKED:
-            raise NotSent(_stripe_error("POST", url, answer), again=answer["status"] == LATER)
+            said = Attempted.THROTTLED if answer["status"] == LATER else Attempted.REFUSED
+            raise NotSent(_stripe_error("POST", url, answer), said)
         outcome = self._object(answer, "POST", url, check_refund)
         if outcome.failure is None:
             return Performed(result=outcome.result, charged=_refunded(outcome.result))
