@@ -3,19 +3,19 @@ pool's, which is its zygote's, and each worker's, from the zygote's report
 that it was forked to its exit. A move a table does not hold raises
 `IllegalTransition`; the pool never guesses where a worker stands.
 
-And `Backoff`, the delays between attempts while they keep failing: forks
-whose workers die unused, zygotes that die; and the pool's errors.
+And the pool's errors; `Backoff` (shared/backoff.py) paces forks whose
+workers die unused and zygotes that die.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from staal.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.errors import StaalError
 from staal.transitions import advance
 
@@ -136,30 +136,3 @@ class Worker:
     def move(self, event: str) -> WorkerState:
         self.state = advance(WORKER_TRANSITIONS, self.state, event)
         return self.state
-
-
-@dataclass
-class Backoff:
-    """How long to wait before the next attempt while attempts keep failing:
-    none after the first failure, then `first`, doubling up to `cap`. A
-    failure after `quiet` seconds without one starts again from none."""
-
-    first: float
-    cap: float
-    quiet: float
-    strikes: int = 0
-    last: float = -math.inf
-
-    def strike(self, now: float) -> float:
-        """Count a failure at `now`; the delay before the next attempt."""
-        if now - self.last > self.quiet:
-            self.strikes = 0
-        self.strikes += 1
-        self.last = now
-        return self.delay
-
-    @property
-    def delay(self) -> float:
-        if self.strikes <= 1:
-            return 0.0
-        return min(self.cap, self.first * 2 ** (self.strikes - 2))

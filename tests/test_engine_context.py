@@ -98,12 +98,19 @@ class Run:
             self.writer = JournalWriter.create(path, Header(
                 run=RUN, tool="t", program="/srv/p.py", program_sha256=SHA, config_sha256=SHA,
                 inputs_sha256=SHA, runtime="staal 0.1.0", time=started), clock)
+        # A keyed request is sent again after waits: they pass on the fake clock.
+        self.waits: list[float] = []
         self.ctx = RunContext(RUN, self.writer, clock, started, deadline_ms=deadline_ms,
-                              replay=self.replay, secrets=secrets, on_print=self.printed.append)
+                              replay=self.replay, secrets=secrets, on_print=self.printed.append,
+                              sleep=self.wait)
         grants = grants or {"fetch": Grant(cap="net.http.get"),
                             "send": Grant(cap="net.http.post", idempotency_key=True)}
         self.states = {name: GrantState.for_param(name, grant) for name, grant in grants.items()}
         self.ctx.params.update(self.states)
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock.advance(round(seconds * 1000))
 
     def get(self, service: Callable[[str | None], Performed], url: str = URL,
             param: str = "fetch") -> Any:
@@ -212,8 +219,10 @@ def test_an_action_that_failed_for_certain_is_journaled_and_raised_as_action_fai
 
 def test_an_answer_lost_mid_action_stops_the_run_with_the_op_in_doubt(journal, clock):
     run = Run(journal, clock)
+    service = Service(journal, raises=InDoubt("the answer was lost"))
     with pytest.raises(RunStopped):
-        run.post(Service(journal, raises=InDoubt("the answer was lost")), {"n": 1})
+        run.post(service, {"n": 1}, resend="never")
+    assert service.calls == 1  # a write with no key is never sent again
     state = read_journal(journal)
     assert state.in_doubt() == [1]
     assert state.stopped.op == 1

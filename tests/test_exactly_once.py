@@ -133,6 +133,33 @@ def test_resolving_that_it_happened_then_resuming_finishes_without_a_second_requ
     assert done.outcome["usage"] == {"post": {"actions": 1, "charged": []}}
 
 
+def test_a_keyed_post_that_timed_out_is_sent_again_under_its_key_in_the_run_and_done(
+        tmp_path, service):
+    """Its answer is late (held past net.timeout_ms): the run sends it again
+    under the same key, and is done once the service answers; no stop."""
+    service.route("POST", "/v1/refunds", 200, {"id": "re_1", "status": "succeeded"})
+    grant = {"cap": "net.http.post", "only": [service.base + "/v1/refunds"], "idempotency_key": True}
+    ws = Workspace(tmp_path)
+    ws.program(f"BASE = {service.base!r}\n" + POST_PROGRAM)
+    ws.config(grants={"post": grant}, inputs={"order": "o1"},
+              net={"timeout_ms": 1000, "connect_timeout_ms": 1000})
+    hold = service.hold("/v1/refunds")
+    process = ws.spawn_run()
+    try:
+        with service.lock:
+            sent_again = service.arrived.wait_for(
+                lambda: len(service.requests) >= 2 or process.poll() is not None, WAIT)
+    finally:
+        hold.release.set()
+        stdout, stderr = process.communicate(timeout=WAIT)
+    assert sent_again and process.returncode == 0, stderr
+    assert json.loads(stdout)["result"] == {"status": 200, "refund": {"id": "re_1", "status": "succeeded"}}
+    posts = service.seen("POST", "/v1/refunds")
+    assert len(posts) >= 2
+    assert {p.headers["idempotency-key"] for p in posts} == {f"{header_run(ws)}-1"}
+    assert ws.records("stopped") == []
+
+
 # -- killed right after the intent was durable -------------------------------
 
 

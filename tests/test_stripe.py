@@ -56,7 +56,8 @@ def grant(base: str, get_only: str = "/v1/payment_intents/*", post_only: str = "
 
 
 def workspace(tmp_path, payments: Payments, program: str = REFUND, amount: dict = USD20,
-              paid: int = 5000, reason: str | None = None, **grant_fields) -> tuple[Workspace, dict]:
+              paid: int = 5000, reason: str | None = None, run_limits: dict | None = None,
+              timeout_ms: int = 5000, **grant_fields) -> tuple[Workspace, dict]:
     intent = payments.intent(amount=paid)
     ws = Workspace(tmp_path)
     ws.program(program)
@@ -64,7 +65,7 @@ def workspace(tmp_path, payments: Payments, program: str = REFUND, amount: dict 
     if reason is not None:
         inputs["reason"] = reason
     ws.config(grants={"pay": grant(payments.base, **grant_fields)}, inputs=inputs,
-              net={"timeout_ms": 5000, "connect_timeout_ms": 2000})
+              net={"timeout_ms": timeout_ms, "connect_timeout_ms": 2000}, limits=run_limits or {})
     return ws, intent
 
 
@@ -305,22 +306,38 @@ def test_a_refund_whose_answer_is_lost_is_sent_again_with_its_key_inside_the_run
     assert [r["op"] for r in ws.records("intent")] == [1, 2]
 
 
-def test_a_refund_still_in_doubt_after_its_retries_stops_and_a_resume_finishes_it(tmp_path, payments):
+def test_a_refund_whose_answers_keep_being_lost_is_sent_again_until_one_arrives_and_made_once(
+        tmp_path, payments):
     ws, _ = workspace(tmp_path, payments)
     payments.fault("/v1/refunds", "fail_after", times=3)
-    stopped = ws.run(env=secret(payments))
-    assert stopped.code == 3, stopped.stderr
-    assert stopped.outcome["outcome"] == "stopped" and stopped.outcome["op"] == 2
-    assert "may or may not have happened" in stopped.outcome["message"]
-    assert len(payments.requests("POST")) == 3 and len(payments.refunds()) == 1
-
-    done = ws.resume(env=secret(payments))
+    done = ws.run(env=secret(payments))
     assert done.code == 0, done.stderr
     [refund] = payments.refunds()
     assert done.outcome["result"]["refund"] == refund["id"]
     assert done.outcome["usage"]["pay"] == {"actions": 2, "charged": [USD20]}
-    assert {p["headers"]["idempotency-key"] for p in payments.requests("POST")} == {f"{run_id(ws)}-2"}
-    kept_secret(ws, payments, stopped, done)
+    posts = payments.requests("POST")
+    assert len(posts) == 4
+    assert {p["headers"]["idempotency-key"] for p in posts} == {f"{run_id(ws)}-2"}
+    assert ws.records("stopped") == []
+
+
+def test_a_refund_that_timed_out_is_sent_again_under_its_key_and_done_once_the_service_answers(
+        tmp_path, payments):
+    """The answer is late (held 2.5 s, past net.timeout_ms), as when the
+    instance was paused: the refund is sent again under its key, answered
+    409 while the first is still being processed, then with the first's
+    refund; nothing waits for an operator."""
+    ws, _ = workspace(tmp_path, payments, timeout_ms=1000)
+    payments.fault("/v1/refunds", "hang", hold_ms=2500)
+    done = ws.run(env=secret(payments))
+    assert done.code == 0, done.stderr
+    [refund] = payments.refunds()
+    assert done.outcome["result"] == {"refund": refund["id"], "status": "succeeded"}
+    assert done.outcome["usage"]["pay"]["charged"] == [USD20]
+    posts = payments.requests("POST")
+    assert len(posts) >= 2
+    assert {p["headers"]["idempotency-key"] for p in posts} == {f"{run_id(ws)}-2"}
+    assert ws.records("stopped") == []
 
 
 def test_a_saved_500_keeps_the_run_waiting_and_after_did_not_happen_a_new_key_refunds_once(
@@ -442,17 +459,19 @@ def test_a_run_killed_while_the_service_holds_the_refund_resends_it_with_the_sam
     assert done.outcome["usage"]["pay"]["charged"] == [USD20]
 
 
-def test_key_in_use_is_in_doubt_never_a_failure(tmp_path, payments):
-    ws, _ = workspace(tmp_path, payments)
+def test_a_key_still_in_use_when_the_deadline_passes_is_in_doubt_never_a_failure(tmp_path, payments):
+    ws, _ = workspace(tmp_path, payments, run_limits={"deadline_ms": 3000})
     kill_while_the_service_holds_the_refund(ws, payments)
 
-    # The service is still working on the first request: 409 idempotency_key_in_use.
+    # The service is still working on the first request (held for 60 s):
+    # 409 idempotency_key_in_use to every attempt until the run's deadline.
     stopped = ws.resume(env=secret(payments))
     assert stopped.code == 3, stopped.stderr
     assert stopped.outcome["outcome"] == "stopped" and stopped.outcome["op"] == 2
     assert "failure" not in stopped.outcome
     assert "may or may not have happened" in stopped.outcome["message"]
     assert "409 (idempotency_key_in_use)" in stopped.outcome["message"]
+    assert "the run's deadline (3000 ms from its start) passed" in stopped.outcome["message"]
     assert [o for o in ws.records("outcome") if o["op"] == 2] == []
     assert payments.refunds() == []
 
@@ -465,7 +484,8 @@ def test_key_in_use_is_in_doubt_never_a_failure(tmp_path, payments):
 
 
 def test_a_resend_that_cannot_reach_the_service_leaves_the_refund_in_doubt(tmp_path, payments):
-    ws, _ = workspace(tmp_path, payments)
+    # No deadline: the resend is tried again for the run's max_wait.
+    ws, _ = workspace(tmp_path, payments, run_limits={"wait_ms": 2000})
     kill_while_the_service_holds_the_refund(ws, payments)
     payments.stop()  # the service, with the first request in hand, goes away too
 
@@ -473,6 +493,8 @@ def test_a_resend_that_cannot_reach_the_service_leaves_the_refund_in_doubt(tmp_p
     assert stopped.code == 3, stopped.stderr
     assert stopped.outcome["outcome"] == "stopped" and stopped.outcome["op"] == 2
     assert "may have happened" in stopped.outcome["message"]
+    assert "could not be sent" in stopped.outcome["message"]
+    assert "max_wait (2 s)" in stopped.outcome["message"]
     assert [o for o in ws.records("outcome") if o["op"] == 2] == []
 
 

@@ -31,25 +31,19 @@ from staal.money import Money
 from staal.outcomes import Failure, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.redaction import redact
+from staal.runconfig import DEFAULT_WAIT_MS
 from staal.timings import TIMINGS
 from staal.worker.broker import GrantState
 from staal.worker.refusal import broker_section
+from staal.worker.resend import RESEND_WINDOW_MS, InDoubt, NotSent, Sleep, resend_bound, send_keyed
 from staal.worker.spans import ActionNote, RunRecorder
 from staal.worker.tracebacks import program_frames
-
-# How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
-# request in doubt for longer could be performed twice if sent again.
-RESEND_WINDOW_MS = 24 * 3_600_000
 
 Resend = Literal["always", "keyed", "never"]
 
 
 class RunStopped(RunEnded):
     """The run stops here and waits for an operator."""
-
-
-class InDoubt(Exception):
-    """An action may or may not have happened (the answer was lost)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,8 @@ class ActionSpec:
     args: Any
     money: Money | None = None
     # When an op found in doubt may be sent again: always (a read), keyed
-    # (with the same idempotency key, inside RESEND_WINDOW_MS) or never.
+    # (with the same idempotency key, inside RESEND_WINDOW_MS; a keyed op is
+    # sent again until it is settled, worker/resend.py) or never.
     resend: Resend = "never"
     keyed: bool = False
     # A composite acts through lower grants (its `needs`): each of these
@@ -129,6 +124,8 @@ class RunContext:
         program_dir: Path | None = None,
         on_op: Callable[[int, str], None] | None = None,
         spans: RunRecorder | None = None,
+        wait_ms: int = DEFAULT_WAIT_MS,
+        sleep: Sleep = time.sleep,
     ) -> None:
         self.run_id = run_id
         # Where the program's own frames are, for a failure's traceback.
@@ -137,6 +134,10 @@ class RunContext:
         self.clock = clock
         self.deadline_ms = deadline_ms
         self.deadline_at = None if deadline_ms is None else started_ms + deadline_ms
+        # Without a deadline, how long a keyed request is sent again (max_wait);
+        # `sleep` waits between its attempts, on `clock`'s time.
+        self.wait_ms = wait_ms
+        self.sleep = sleep
         self.replay = replay
         self.secrets = tuple(s for s in secrets if s)
         self.on_print = on_print or _print_to_stderr
@@ -204,21 +205,24 @@ class RunContext:
                 return self._replay_action(op, entry, state, spec, perform, key)
             self._check_deadline(op)
             self._check_grant(state, spec)
-            self._write_intent(op, state, spec, key)
+            written = self._write_intent(op, state, spec, key)
             self.on_op(op, f"op {op}: {spec.describe(state.param)}")
-            return self._perform(op, state, spec, perform, key)
+            return self._perform(op, state, spec, self._until_settled(spec, perform, written), key)
 
-    def _write_intent(self, op: int, state: GrantState, spec: ActionSpec, key: str | None) -> None:
+    def _write_intent(self, op: int, state: GrantState, spec: ActionSpec, key: str | None) -> int:
+        """The intent's time: a keyed request's window counts from it."""
         # Durable before the action, except for a read: a read whose intent
         # is lost in a power cut is simply read again by the resumed program,
         # which is what a read in doubt gets anyway. A keyed request needs its
         # intent on disk: the key's retention window is counted from it.
+        written = self.writer.now()
         self.writer.write(Intent(
             op=op, param=state.param, cap=spec.cap, action=spec.action,
-            args_sha256=_args_hash(spec.args), time=self.writer.now(), idempotency_key=key,
+            args_sha256=_args_hash(spec.args), time=written, idempotency_key=key,
             read=spec.resend == "always",
         ), sync=spec.resend != "always")
         kill_point("worker", "intent")
+        return written
 
     def value(self, state: GrantState, produce: Callable[[], Any]) -> Any:
         """A clock or random value: journaled, so a resumed run sees the same."""
@@ -356,13 +360,32 @@ class RunContext:
             # keeps the first key's answer (Stripe replays even a 500 to it
             # for 24 hours), which would make the operator's answer useless.
             key = None if key is None else f"{key}-{entry.attempts + 1}"
-            self._write_intent(op, state, spec, key)
-            return self._perform(op, state, spec, perform, key)
+            written = self._write_intent(op, state, spec, key)
+            return self._perform(op, state, spec, self._until_settled(spec, perform, written), key)
         if self._safe_to_resend(spec, intent):
             # Sent again as it was first sent: under the key its intent records.
-            return self._perform(op, state, spec, perform, intent.idempotency_key)
+            doubt = "the attempt sent before the run stopped may have happened"
+            again = self._until_settled(spec, perform, intent.time, doubt)
+            return self._perform(op, state, spec, again, intent.idempotency_key)
         self._count(state, spec, ())
         self._stop(op, self._in_doubt_message(op, spec.describe(state.param)))
+
+    def _until_settled(self, spec: ActionSpec, perform: Callable[[str | None], Performed],
+                       key_since_ms: int, doubt: str | None = None,
+                       ) -> Callable[[str | None], Performed]:
+        """`perform`, for a keyed request sent again until an answer settles
+        it (worker/resend.py); any other action is performed once."""
+        if spec.resend != "keyed":
+            return perform
+
+        def keyed(key: str | None) -> Performed:
+            bound = resend_bound(self.clock.now_ms(), key_since_ms, self.deadline_at,
+                                 self.deadline_ms, self.wait_ms)
+            try:
+                return send_keyed(lambda: perform(key), doubt, bound, self.clock, self.sleep)
+            except NotSent as exc:  # nothing happened: it failed, as a request that never left
+                return Performed(failure=str(exc))
+        return keyed
 
     def _safe_to_resend(self, spec: ActionSpec, intent: Intent) -> bool:
         if spec.resend == "always":

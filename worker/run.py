@@ -232,7 +232,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
         on_print=request.on_print, program_dir=config.program.parent, on_op=request.on_op,
-        spans=request.spans,
+        spans=request.spans, wait_ms=config.limits.wait_ms,
     )
     services = Services(clock=request.clock, secrets=secrets, config=config)
     counter = StepCounter(config.limits.max_steps, config.program.parent)

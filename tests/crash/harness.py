@@ -103,10 +103,12 @@ CELLS = (
     Cell("worker", "outcome#2", ANSWERED, at_first=(WORKER_LOST,)),
     # The end record: the new worker finds the journal ended and reports it.
     Cell("worker", "end", ANSWERED, at_first=(WORKER_LOST,)),
-    # Three refunds whose answers were lost (one refund made, then two sent
-    # again under its key): the run waits; the next start sends it once more.
-    Cell("supervisor", "waiting", CLOSED, at_restart=RESUMED, requests=(1, 4),
-         fault=("close_after", 3)),
+    # A refund whose answers were lost (one refund made, then sent again
+    # under its key) until the tool's max_wait of sending it again (3 s: at
+    # most five attempts) passed: the run waits; the next start sends it
+    # again until the sixth POST gets the refund's saved answer.
+    Cell("supervisor", "waiting", CLOSED, at_restart=RESUMED, requests=(1, 6),
+         fault=("close_after", 5)),
     # The service holds the refund; the supervisor dies, its zygote and worker
     # with it; the service makes the refund for nobody, and the next start
     # sends it again under its key and gets that refund's saved answer.
@@ -289,6 +291,11 @@ def manifest(workdir: Path, base: str, cell: Cell, postgres: bool = False) -> Pa
     }
     if cell.once:
         tool["once"] = {"by": ["order"], "keep": "1d"}
+    if cell.fault and cell.fault[0] == "close_after":
+        # A keyed refund whose answers are lost is sent again for max_wait
+        # (worker/resend.py): waits of 0, 0.2, 0.4 and 0.8 s fit in 3 s, a
+        # sixth attempt never does, so five lost answers make the run wait.
+        tool["max_wait"] = "3s"
     data: dict[str, Any] = {"server": {"name": "crash", "journals": "journals"}, "tools": [tool]}
     if postgres:
         data["server"]["store"] = {"postgres": {"dsn": {"env": STORE_ENV}}}

@@ -145,8 +145,9 @@ def settled_days_ago(ctx: Context) -> None:
 SCENARIOS = (
     Scenario("refund", "one refund_order call: reserve, arguments, journal (header, GET, "
              "POST), end, settle, answer", started_once),
-    Scenario("stopped run", "the refund made but its answer lost three times: the run "
-             "stops in doubt and waits for an operator", started_once, fault=("close_after", 3)),
+    Scenario("stopped run", "the refund made but its answer lost five times, while the tool's "
+             "max_wait of sending it again lasts: the run stops in doubt and waits for an "
+             "operator", started_once, fault=("close_after", 5)),
     Scenario("compaction", "a start that releases a run killed after its reservation and "
              "compacts the ledger without it, then a refund", killed_after_reserve),
     Scenario("retention sweep", "a start that deletes the files of a refund settled three "
@@ -169,7 +170,8 @@ def prepare(scenario: Scenario) -> Context:
     payments = Payments(record=recording)
     try:
         intent = payments.intent(amount=INTENT_AMOUNT, currency="usd")
-        path = manifest(workdir, payments.base, Cell("supervisor", "powerloss", ANSWERED))
+        path = manifest(workdir, payments.base, Cell("supervisor", "powerloss", ANSWERED,
+                                                     fault=scenario.fault))
         data = json.loads(path.read_text())
         data["server"]["keep"] = 1
         path.write_text(json.dumps(data))

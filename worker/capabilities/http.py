@@ -4,7 +4,10 @@ Every request is bounded by the tool's `net.connect_timeout_ms` (to
 connect) and `net.timeout_ms` (for the whole exchange). Redirects are not
 followed (a redirect could lead outside `only`); the program sees the 3xx.
 A request that never left (no connection) fails for certain. A POST whose
-answer was lost may have happened: it is in doubt.
+answer was lost may have happened: it is in doubt. With `idempotency_key`
+it is sent again under its key until an answer settles it (the engine,
+worker/resend.py); a keyed attempt that never left after one that may have
+happened says nothing of that one, so it is not a failure there.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import orjson
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest import NetConfig
 from staal.worker.capabilities import Bound, transport
-from staal.worker.engine import ActionSpec, InDoubt, Performed
+from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
+from staal.worker.resend import Attempted
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -38,13 +42,25 @@ class HttpClient:
         self.timeout = transport.timeout(net.timeout_ms, net.connect_timeout_ms)
 
     def send(self, method: str, url: str, headers: Mapping[str, str], **body: Any) -> Performed:
+        """One request; a request that never left fails for certain."""
+        try:
+            return self.attempt(method, url, headers, **body)
+        except NotSent as exc:
+            return Performed(failure=str(exc))
+
+    def attempt(self, method: str, url: str, headers: Mapping[str, str], **body: Any) -> Performed:
+        """One request; NotSent if it never left (a keyed request's attempt,
+        which the engine may send again)."""
         try:
             return self._exchange(method, url, headers, body)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
-                httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Raised before a byte of the request left; the service may be back later.
+            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}") from exc
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
                 UnicodeEncodeError) as exc:
-            # Raised before a byte of the request left: it failed for certain.
-            return Performed(failure=f"{method} {url} could not be sent: {_reason(exc)}")
+            # The request itself cannot be sent, now or later.
+            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}",
+                          Attempted.REFUSED) from exc
         except (httpx.TransportError, TooSlow) as exc:
             if method == "GET":
                 return Performed(failure=f"GET {url} got no complete answer: {_reason(exc)}")
@@ -159,7 +175,8 @@ class HttpPostCapability(Bound, HttpPost):
                           keyed=keyed)
 
         def perform(key: str | None) -> Performed:
-            extra = {IDEMPOTENCY_HEADER: key} if key else {}
-            return self._services.http.send("POST", url, {**sent, **extra}, **body)
+            if not key:
+                return self._services.http.send("POST", url, sent, **body)
+            return self._services.http.attempt("POST", url, {**sent, IDEMPOTENCY_HEADER: key}, **body)
 
         return response_of(self._ctx.act(self._state, spec, perform))

@@ -17,15 +17,19 @@ currency's minor units and currencies are lower case.
   says.
 
 Stripe keeps an idempotency key's answer for at least 24 hours and answers a
-repeated key with it, so a refund whose answer was lost (the connection
-dropped, a 5xx, or 409 `idempotency_key_in_use` while the first request is
-still being processed) is sent again with the same key a few times, within
-the tool's `net.timeout_ms`; if no answer settles it, the action is in doubt
-and the run stops. A resume sends it again with the same key only inside the
-24 hours (the engine decides that); after that an operator resolves it.
-Stripe saves a 500 its endpoint gave under the key too and gives it to every
-retry, so such a refund stays in doubt until an operator answers. Any
-other 4xx is a refusal from Stripe: the action failed, with Stripe's message.
+repeated key with it, so a refund whose answer says nothing of whether it
+was made (the connection dropped or timed out, a 5xx, or 409
+`idempotency_key_in_use` while the first request is still being processed)
+is sent again with the same key, with backoff, until an answer settles it,
+while the run's deadline (or max_wait) and the key's window allow: the
+engine does that (worker/resend.py), in the run and on resume. Stripe saves
+a 500 its endpoint gave under the key and replays it to every retry
+(`Idempotent-Replayed: true`), so such a refund is in doubt at once, until
+an operator answers; so is a 2xx whose refund object cannot be read. A 401,
+403 or 429 is given before Stripe looks at the key: it says nothing of an
+earlier attempt (a 429 is sent again with the backoff; a 401 or 403 is not,
+since the secret does not change during a run). Any other 4xx is a refusal from Stripe: the action failed,
+with Stripe's message.
 
 The secret key is read from the server's environment before anything is
 journaled or sent, and never appears in an argument, a result or a message.
@@ -35,7 +39,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +47,8 @@ from staal.errors import MoneyError
 from staal.money import Money
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER
-from staal.worker.engine import ActionSpec, InDoubt, Performed
+from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
+from staal.worker.resend import Attempted
 
 CAP = "payments.stripe.refund"
 STRIPE_BASE_URL = "https://api.stripe.com"
@@ -53,16 +57,14 @@ REASONS = ("duplicate", "fraudulent", "requested_by_customer")
 # else would change the URL's path, so it is refused before it is built.
 _ID = re.compile(r"[A-Za-z0-9_]{1,255}")
 
-# A refund whose answer was lost is sent again, with the same key, this many
-# times, after these waits, while the tool's net.timeout_ms allows.
-RETRIES = 2
-BACKOFF_S = (0.2, 0.6)
 # Answers that may mean the refund is (being) made: the key's first request
 # is still being processed (409), or the service failed somewhere (5xx).
 IN_DOUBT_STATUS = 409
 # Answers given before Stripe's idempotency layer looked at the key: they
-# refuse this attempt and say nothing about an earlier one.
+# refuse this attempt and say nothing about an earlier one. A 429 may pass
+# later; a 401 or 403 will not while the run's secret stays the same.
 NOT_LOOKED = frozenset({401, 403, 429})
+LATER = 429
 # Refund statuses under which no money went back.
 NOT_CHARGED = frozenset({"failed", "canceled"})
 
@@ -225,58 +227,26 @@ class StripeRefundCapability(Bound, StripeRefund):
         return Performed(result=body)
 
     def _post_refund(self, url: str, headers: dict[str, str], form: dict[str, str]) -> Performed:
-        http = self._services.http
-        until = time.monotonic() + http.net.timeout_ms / 1000
-        # Why an earlier attempt may have refunded: one in this call, or the
-        # attempt this resume sends again.
-        doubt = (f"POST {url} was sent before the run stopped and may have happened"
-                 if self._resending() else None)
-        refused: Performed | None = None
-        for attempt in range(RETRIES + 1):
-            if attempt:
-                wait = BACKOFF_S[attempt - 1]
-                if time.monotonic() + wait >= until:
-                    break
-                time.sleep(wait)
-            try:
-                done = http.send("POST", url, headers, data=form)
-            except InDoubt as exc:
-                doubt = str(exc)
-                continue
-            if done.failure is not None:
-                # Never sent: certain on its own, not after an attempt in doubt.
-                if doubt is None:
-                    return done
-                refused = done
-                continue
-            answer = done.result
-            if _in_use(answer):
-                doubt = _stripe_error("POST", url, answer)
-                continue
-            if answer["status"] in NOT_LOOKED:
-                refused = Performed(failure=_stripe_error("POST", url, answer))
-                continue
-            outcome = self._object(answer, "POST", url, check_refund)
-            if outcome.failure is None:
-                return Performed(result=outcome.result, charged=_refunded(outcome.result))
-            if 200 <= answer["status"] < 300:
-                # It says yes in a shape we cannot read: what was refunded is unknown.
-                raise InDoubt(outcome.failure)
-            return outcome  # Stripe's answer for this key: it refused the refund
-        if doubt is not None or refused is None:
-            last = f"; then {refused.failure}" if doubt and refused and refused.failure else ""
-            raise InDoubt((doubt or f"POST {url} got no answer within {http.net.timeout_ms} ms")
-                          + last)
-        return refused
-
-    def _resending(self) -> bool:
-        """Whether this is a resume sending again an op found in doubt (its
-        intent is in the journal, with no outcome and no operator's answer).
-        Then an answer that says nothing of the first attempt, such as no
-        connection or a 401, must leave it in doubt, not fail it."""
-        replay = self._ctx.replay
-        entry = replay.ops.get(self._ctx.op) if replay is not None else None
-        return entry is not None and entry.outcome is None and entry.resolved is None
+        """One attempt; the engine sends it again while it is unsettled."""
+        done = self._services.http.attempt("POST", url, headers, data=form)
+        if done.failure is not None:
+            # An answer too large to read: what it says is unknown.
+            raise InDoubt(done.failure, resendable=False)
+        answer = done.result
+        if _in_use(answer):
+            # A 5xx Stripe saved under the key is replayed to every retry.
+            replayed = str(answer["headers"].get("idempotent-replayed", "")).lower() == "true"
+            raise InDoubt(_stripe_error("POST", url, answer), resendable=not replayed)
+        if answer["status"] in NOT_LOOKED:
+            said = Attempted.THROTTLED if answer["status"] == LATER else Attempted.REFUSED
+            raise NotSent(_stripe_error("POST", url, answer), said)
+        outcome = self._object(answer, "POST", url, check_refund)
+        if outcome.failure is None:
+            return Performed(result=outcome.result, charged=_refunded(outcome.result))
+        if 200 <= answer["status"] < 300:
+            # It says yes in a shape we cannot read: what was refunded is unknown.
+            raise InDoubt(outcome.failure, resendable=False)
+        return outcome  # Stripe's answer for this key: it refused the refund
 
 
 def _shown(value: Any) -> str:
