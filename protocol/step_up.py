@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+
+from staal.manifest import WhenKey
 
 __all__ = ["Asker", "When", "least_scopes", "step_up_scopes"]
 
 # A caller profile's `when`: ("scope", S), ("client_id", C) or ("sub", S).
-When = tuple[Literal["scope", "client_id", "sub"], str]
+When = tuple[WhenKey, str]
 
 
 @dataclass(frozen=True, slots=True)

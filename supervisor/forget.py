@@ -189,6 +189,10 @@ def _run_state(cur: psycopg.Cursor[Any], run: str) -> LedgerState:
                 "UNION ALL SELECT seq, event FROM staal_forgets WHERE run = %(run)s "
                 "ORDER BY seq", {"run": run})
     state = LedgerState()
-    for _, data in cur.fetchall():
-        state.apply(LEDGER.decode(data))
+    for seq, data in cur.fetchall():
+        try:
+            state.apply(LEDGER.decode(data))
+        except StaalError as exc:  # as a serving instance says it (ledger_postgres.py)
+            raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
+                             f"{exc.message}") from None
     return state

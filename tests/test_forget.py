@@ -21,7 +21,7 @@ from staal.supervisor.files import RunFiles
 from staal.supervisor.forget import ForgetRefused, forget_in_store
 from staal.supervisor.ledger import read_ledger
 from staal.supervisor.pg_connection import connect
-from staal.supervisor.pg_schema import SCHEMA_VERSION, ensure_schema
+from staal.supervisor.pg_schema import SCHEMA_VERSION, StoreError, ensure_schema
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
@@ -244,4 +244,17 @@ def test_an_upgrade_from_schema_version_3_keeps_every_row_and_forget_waits_for_i
     assert pg_store.rows("SELECT run FROM staal_forgets") == [(run,)]
     assert pg_store.rows("SELECT count(*) FROM staal_once") == [(0,)]
     pg_store.execute("DELETE FROM staal_runs")  # compaction: the forget goes with its run
+    assert pg_store.rows("SELECT count(*) FROM staal_forgets") == [(0,)]
+
+
+def test_on_postgresql_forget_of_a_run_whose_event_is_damaged_is_refused_naming_it_not_a_traceback(
+        pg_store: PgStore) -> None:
+    with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
+        ensure_schema(cur)
+    run = "a" * 32
+    pg_store.execute("INSERT INTO staal_instances VALUES ('i', 1, 0, NULL, 'old')")
+    pg_store.execute("INSERT INTO staal_runs VALUES (%s, 'half', 1, 7, %s, 'i', 1)",
+                     (run, Jsonb({"event": "reserve", "run": run})))
+    with pytest.raises(StoreError, match="the PostgreSQL store's event 7 is damaged: "):
+        forget_in_store(pg_store.dsn, run)
     assert pg_store.rows("SELECT count(*) FROM staal_forgets") == [(0,)]

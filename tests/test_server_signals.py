@@ -209,12 +209,15 @@ def test_ctrl_c_before_the_server_serves_stops_it_at_once_without_a_traceback(
                   else HttpServer(site, new_session=True))
         try:
             server.stderr.wait_event("waiting_for_lock")
+            zygote = zygote_of(server.process)  # started early, before the lock
             os.killpg(server.process.pid, signal.SIGINT)
             code = server.wait_exit()
         finally:
             server.stop()
     text = server.stderr.wait_closed()
     assert code == 130, text
+    _, alive = psutil.wait_procs([zygote], timeout=WAIT)
+    assert alive == [], "the zygote outlived the server it was started for"
     assert server.stderr.events("interrupted") and not server.stderr.events("startup_failed")
     assert [r for r in server.stderr.records() if r.get("level") == "error"] == []
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text

@@ -70,7 +70,8 @@ function refusal(body, client, grant) {
   if (body.grant_type === "authorization_code" && grant.pkce && body.code_verifier === undefined) {
     return { status: 400, error: "invalid_grant", why: "the code was issued with a code_challenge: code_verifier is required" };
   }
-  const wider = words(body.scope).filter((s) => !words(grant.scope).includes(s));
+  // Against what the grant was for, not the scope this refresh is given.
+  const wider = words(body.scope).filter((s) => !words(grant.granted ?? grant.scope).includes(s));
   if (body.grant_type === "refresh_token" && wider.length) {
     return { status: 400, error: "invalid_scope", why: `not granted: ${wider.join(" ")}` };
   }
@@ -87,8 +88,9 @@ function grantOf(body, client) {
   if (body.grant_type === "refresh_token") {
     const grant = refreshes.get(body.refresh_token);
     refreshes.delete(body.refresh_token);
-    return grant && { ...grant, scope: body.scope ?? grant.scope,
-                      resource: body.resource ?? grant.resource };
+    // `granted`: the scope authorized at first, which no refresh widens.
+    return grant && { ...grant, granted: grant.granted ?? grant.scope,
+                      scope: body.scope ?? grant.scope, resource: body.resource ?? grant.resource };
   }
   return { client: client.id, scope: body.scope, resource: body.aud ?? body.resource };
 }
