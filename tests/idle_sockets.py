@@ -1,0 +1,114 @@
+"""An attacker holding connections open without a token (issue 24, item 4):
+`count` TCP connections to one loopback address, half sending nothing and
+half dribbling an endless request head a byte at a time, each re-opened as
+soon as the server closes it. It runs in a thread of its own (its own event
+loop) until stopped, for at most `bound_s` seconds and `max_opens` opens,
+and talks only to 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+DRIBBLE_S = 0.5  # between two bytes of a dribbled head
+
+
+class IdleSockets:
+    def __init__(self, port: int, count: int = 300, bound_s: float = 120.0,
+                 max_opens: int = 20_000) -> None:
+        self.port = port
+        self.count = count
+        self.bound_s = bound_s
+        self.max_opens = max_opens
+        self.opens = 0
+        self.held = 0
+        # What the server wrote before it closed a connection (its status
+        # line's code, "" if nothing or the connection was reset).
+        self.closed_with: Counter[str] = Counter()
+        self.all_held = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    @property
+    def reopened(self) -> int:
+        """Connections the server closed and the attacker opened again."""
+        return sum(self.closed_with.values())
+
+    def __enter__(self) -> IdleSockets:
+        self._thread.start()
+        self._ready.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(self.bound_s + 30)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._all())
+        except BaseException as exc:  # noqa: BLE001 - kept for the test's message
+            self.error = exc
+
+    async def _all(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        deadline = time.monotonic() + self.bound_s
+        tasks = [asyncio.ensure_future(self._hold(i % 2 == 1, deadline))
+                 for i in range(self.count)]
+        try:
+            await asyncio.wait_for(self._stop.wait(), self.bound_s)
+        except TimeoutError:
+            pass
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _hold(self, dribble: bool, deadline: float) -> None:
+        """One connection after another, as long as the attack lasts."""
+        while self.opens < self.max_opens and time.monotonic() < deadline:
+            self.opens += 1
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError as exc:
+                self.error = exc
+                return
+            self.held += 1
+            if self.held == self.count:
+                self.all_held.set()
+            try:
+                self.closed_with[await self._until_closed(reader, writer, dribble)] += 1
+            finally:
+                self.held -= 1
+                writer.close()
+
+    async def _until_closed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            dribble: bool) -> str:
+        """Send nothing (or a head that never ends) until the server closes."""
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-Pad: ".encode()
+                + b"a" * 100_000)
+        sent = 0
+        answer = b""
+        try:
+            while True:
+                if dribble:
+                    writer.write(head[sent:sent + 1])
+                    sent += 1
+                try:
+                    chunk = await asyncio.wait_for(reader.read(1024),
+                                                   DRIBBLE_S if dribble else None)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                answer += chunk
+        except ConnectionError:
+            pass
+        parts = answer.split(b" ", 2)
+        return parts[1].decode() if len(parts) > 1 else ""
