@@ -11,8 +11,10 @@ connection is *waiting* from its accept, and again after each response,
 until a whole request head arrives; only then is it a request, and only
 requests count against the bound on requests in progress (past it: 503).
 Waiting connections are bounded apart: a first byte within FIRST_BYTE_S, a
-whole head within HEAD_TIMEOUT_S (else 408), and at most `max_waiting` of
-them (bounding the descriptors they take), past which the oldest waiting
+whole head within HEAD_TIMEOUT_S (else 408), the rest of a body still
+coming after its request was answered (a refusal by its head) within
+LINGER_S (else closed), and at most `max_waiting` of them (bounding the
+descriptors they take), past which the oldest waiting
 connection of the address holding the most waiting ones is closed with a
 503: a fresh connection is the one a client is about to use. There is no
 fixed cap per address: behind a proxy, or on loopback, every peer has the
@@ -30,6 +32,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 FIRST_BYTE_S = 5.0
 HEAD_TIMEOUT_S = 10.0
+LINGER_S = 10.0
 MAX_HEAD = 64 * 1024
 MOST_WAITING = 1024
 UNKNOWN_ADDRESS = "?"
@@ -85,8 +88,9 @@ class BoundedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with each request's head bounded (at
     most MAX_HEAD bytes; a first byte within FIRST_BYTE_S of the
     connection; whole within HEAD_TIMEOUT_S of the connection, or of its
-    first byte for a later request on it), and the connection waiting at
-    `gate` until a head is whole. `gate`: set per server by `gated`."""
+    first byte for a later request on it), a body left unread by its
+    answer bounded by LINGER_S, and the connection waiting at `gate` until
+    a head is whole. `gate`: set per server by `gated`."""
 
     gate: ClassVar[ConnectionGate]
 
@@ -98,6 +102,7 @@ class BoundedHttpTools(HttpToolsProtocol):
         self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
         self._first_byte_timer: asyncio.TimerHandle | None = self.loop.call_later(
             FIRST_BYTE_S, self._head_too_slow)
+        self._linger: asyncio.TimerHandle | None = None
         self._wait()
 
     def on_message_begin(self) -> None:
@@ -135,15 +140,29 @@ class BoundedHttpTools(HttpToolsProtocol):
                     else self.config.loaded_app)
         super().on_headers_complete()
 
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._linger is not None:  # the rest of an answered request's body came
+            self._linger.cancel()
+            self._linger = None
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self.timeout_keep_alive_handler)
+
     def on_response_complete(self) -> None:
+        unread = self.cycle.more_body and not self.transport.is_closing()
         super().on_response_complete()
+        if unread:
+            # Answered before its body was whole (refused by its head, say):
+            # what is left of the body is read and dropped for LINGER_S at
+            # most, or the connection would be held by a body never ending.
+            self._linger = self.loop.call_later(LINGER_S, self.transport.close)
         if self.timeout_keep_alive_task is not None:  # kept alive, no request pipelined
             self._wait()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._head_timer.cancel()
-        if self._first_byte_timer is not None:
-            self._first_byte_timer.cancel()
+        for timer in (self._head_timer, self._first_byte_timer, self._linger):
+            if timer is not None:
+                timer.cancel()
         self.gate.leave(self)
         super().connection_lost(exc)
 

@@ -1,6 +1,7 @@
 """An attacker holding connections open without a token (issue 24, item 4):
-`count` TCP connections to one loopback address, half sending nothing and
-half dribbling an endless request head a byte at a time, each re-opened as
+`count` TCP connections to one loopback address, a third sending nothing, a
+third dribbling an endless request head a byte at a time, a third sending a
+whole head (no token) and dribbling its endless body, each re-opened as
 soon as the server closes it. It runs in a thread of its own (its own event
 loop) until stopped, for at most `bound_s` seconds and `max_opens` opens,
 and talks only to 127.0.0.1."""
@@ -12,7 +13,8 @@ import threading
 import time
 from collections import Counter
 
-DRIBBLE_S = 0.5  # between two bytes of a dribbled head
+DRIBBLE_S = 0.5  # between two bytes of a dribbled head or body
+KINDS = ("idle", "head", "body")
 
 
 class IdleSockets:
@@ -60,7 +62,7 @@ class IdleSockets:
         self._stop = asyncio.Event()
         self._ready.set()
         deadline = time.monotonic() + self.bound_s
-        tasks = [asyncio.ensure_future(self._hold(i % 2 == 1, deadline))
+        tasks = [asyncio.ensure_future(self._hold(KINDS[i % len(KINDS)], deadline))
                  for i in range(self.count)]
         try:
             await asyncio.wait_for(self._stop.wait(), self.bound_s)
@@ -70,7 +72,7 @@ class IdleSockets:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _hold(self, dribble: bool, deadline: float) -> None:
+    async def _hold(self, kind: str, deadline: float) -> None:
         """One connection after another, as long as the attack lasts."""
         while self.opens < self.max_opens and time.monotonic() < deadline:
             self.opens += 1
@@ -83,22 +85,28 @@ class IdleSockets:
             if self.held == self.count:
                 self.all_held.set()
             try:
-                self.closed_with[await self._until_closed(reader, writer, dribble)] += 1
+                self.closed_with[await self._until_closed(reader, writer, kind)] += 1
             finally:
                 self.held -= 1
                 writer.close()
 
     async def _until_closed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            dribble: bool) -> str:
-        """Send nothing (or a head that never ends) until the server closes."""
-        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-Pad: ".encode()
-                + b"a" * 100_000)
+                            kind: str) -> str:
+        """Send nothing, or a head or a body that never ends, until the server closes."""
+        host = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n".encode()
+        endless = host + b"X-Pad: " + b"a" * 100_000  # a head never whole
+        if kind == "body":  # a whole head, no token, and a body never whole
+            writer.write(host + b"Content-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\n"
+                         b"Content-Length: 100000\r\n\r\n")
+            endless = b" " * 100_000
+        dribble = kind != "idle"
         sent = 0
         answer = b""
         try:
             while True:
                 if dribble:
-                    writer.write(head[sent:sent + 1])
+                    writer.write(endless[sent:sent + 1])
                     sent += 1
                 try:
                     chunk = await asyncio.wait_for(reader.read(1024),

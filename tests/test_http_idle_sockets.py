@@ -1,6 +1,6 @@
 """Connections without a token cannot starve callers (issue 24, item 4):
-300 sockets from 127.0.0.1 that send nothing or dribble an endless head,
-re-opened as the server closes them, while an authenticated caller calls a
+300 sockets from 127.0.0.1 that send nothing or dribble an endless head or
+body, re-opened as the server closes them, while an authenticated caller calls a
 tool again and again; every call is answered with its result."""
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ def test_idle_and_dribbling_sockets_without_a_token_do_not_starve_authenticated_
     runs = read_ledger(site.ledger_path).runs()
     assert len(runs) == len(answers)
     assert {(r.state, r.outcome) for r in runs} == {("settled", "done")}
-    # The server timed the attacker's connections out (408); none of them
-    # reached the application, and none was refused for want of room.
+    # The server timed the attacker's connections out: a head never whole
+    # (408), a body never whole after its refusal (401); none was refused
+    # for want of room.
     assert "503" not in attack.closed_with, attack.closed_with
-    assert set(attack.closed_with) <= {"408", ""}, attack.closed_with
+    assert set(attack.closed_with) <= {"408", "401", ""}, attack.closed_with
 
 
 # -- the gate, in this process (the bounds made small) ----------------------------------------
@@ -175,3 +176,25 @@ def test_requests_in_progress_are_bounded_and_waiting_connections_do_not_count()
     assert len(reached) == 2
     assert third.written.startswith(b"HTTP/1.1 503 Service Unavailable")
     assert not any(peer.closed.is_set() for peer in idle)
+
+
+def test_a_body_still_coming_after_its_answer_is_read_for_a_bound_then_its_connection_closed(
+        monkeypatch):
+    monkeypatch.setattr(http_connections, "LINGER_S", 0.05)
+    head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+
+    async def scenario() -> tuple[Peer, Peer]:
+        connections = Connections(max_waiting=8, max_requests=8)
+        connections.release.set()  # every request answered at once, its body unread
+        endless, protocol = connections.open()
+        protocol.data_received(head + b"x" * 10)
+        whole, other = connections.open()
+        other.data_received(head + b"x" * 10)
+        await asyncio.wait_for(whole.wrote.wait(), WAIT)
+        other.data_received(b"x" * 90)  # the rest: it may carry another request
+        await asyncio.wait_for(endless.closed.wait(), WAIT)
+        return endless, whole
+
+    endless, whole = asyncio.run(scenario())
+    assert endless.written.startswith(b"HTTP/1.1 204 ")
+    assert whole.written.startswith(b"HTTP/1.1 204 ") and not whole.closed.is_set()
