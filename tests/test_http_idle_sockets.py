@@ -95,7 +95,8 @@ class Connections:
         self.arrived = asyncio.Event()
         self.release = asyncio.Event()
         self.config = uvicorn.Config(self.app, http=self.protocol_class, lifespan="off",
-                                     log_config=None, interface="asgi3")
+                                     log_config=None, interface="asgi3",
+                                     timeout_keep_alive=int(WAIT))
         self.config.load()
         self.state = ServerState()
 
