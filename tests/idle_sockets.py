@@ -74,7 +74,7 @@ class IdleSockets:
 
     async def _hold(self, kind: str, deadline: float) -> None:
         """One connection after another, as long as the attack lasts."""
-        while self.opens < self.max_opens and time.monotonic() < deadline:
+        while self._going(deadline):
             self.opens += 1
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -85,14 +85,24 @@ class IdleSockets:
             if self.held == self.count:
                 self.all_held.set()
             try:
-                self.closed_with[await self._until_closed(reader, writer, kind)] += 1
+                closed_with = await self._until_closed(reader, writer, kind)
+                if closed_with is not None:
+                    self.closed_with[closed_with] += 1
             finally:
                 self.held -= 1
                 writer.close()
 
+    def _going(self, deadline: float) -> bool:
+        # Checked as well as cancelled: wait_for may swallow a cancellation
+        # that arrives as its read completes.
+        return (self._stop is not None and not self._stop.is_set() and self.opens < self.max_opens
+                and time.monotonic() < deadline)
+
     async def _until_closed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            kind: str) -> str:
-        """Send nothing, or a head or a body that never ends, until the server closes."""
+                            kind: str) -> str | None:
+        """Send nothing, or a head or a body that never ends, until the server
+        closes (what it wrote) or the attack stops (None)."""
+        assert self._stop is not None
         host = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n".encode()
         endless = host + b"X-Pad: " + b"a" * 100_000  # a head never whole
         if kind == "body":  # a whole head, no token, and a body never whole
@@ -104,7 +114,7 @@ class IdleSockets:
         sent = 0
         answer = b""
         try:
-            while True:
+            while not self._stop.is_set():
                 if dribble:
                     writer.write(endless[sent:sent + 1])
                     sent += 1
@@ -118,5 +128,7 @@ class IdleSockets:
                 answer += chunk
         except ConnectionError:
             pass
+        if self._stop.is_set():
+            return None
         parts = answer.split(b" ", 2)
         return parts[1].decode() if len(parts) > 1 else ""
