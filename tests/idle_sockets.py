@@ -33,6 +33,7 @@ class IdleSockets:
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
+        self.deadline = time.monotonic() + bound_s
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
 
@@ -61,8 +62,7 @@ class IdleSockets:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._ready.set()
-        deadline = time.monotonic() + self.bound_s
-        tasks = [asyncio.ensure_future(self._hold(KINDS[i % len(KINDS)], deadline))
+        tasks = [asyncio.ensure_future(self._hold(KINDS[i % len(KINDS)]))
                  for i in range(self.count)]
         try:
             await asyncio.wait_for(self._stop.wait(), self.bound_s)
@@ -72,9 +72,9 @@ class IdleSockets:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _hold(self, kind: str, deadline: float) -> None:
+    async def _hold(self, kind: str) -> None:
         """One connection after another, as long as the attack lasts."""
-        while self._going(deadline):
+        while not self.over:
             self.opens += 1
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -92,11 +92,13 @@ class IdleSockets:
                 self.held -= 1
                 writer.close()
 
-    def _going(self, deadline: float) -> bool:
-        # Checked as well as cancelled: wait_for may swallow a cancellation
-        # that arrives as its read completes.
-        return (self._stop is not None and not self._stop.is_set() and self.opens < self.max_opens
-                and time.monotonic() < deadline)
+    @property
+    def over(self) -> bool:
+        """Stopped, or past its bound in time or opens. (Checked as well as
+        its tasks cancelled: wait_for may swallow a cancellation that
+        arrives as its read completes.)"""
+        return ((self._stop is not None and self._stop.is_set()) or self.opens >= self.max_opens
+                or time.monotonic() >= self.deadline)
 
     async def _until_closed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                             kind: str) -> str | None:
