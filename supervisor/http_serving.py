@@ -5,7 +5,8 @@ header and body. A tool call goes through the same pipeline as over stdio
 (`Server.outcome_of`); only how its answer is written differs.
 
 What a request may hold is bounded before anything runs: the head in size
-and time (`BoundedHttpTools`), the body in size (413) and read time (408);
+and time, and a connection waiting for one apart from requests in progress
+(`http_connections.py`); the body in size (413) and read time (408);
 calls in progress as on stdio (`Server.busy`). A 2026-07-28 call that asked
 for progress is answered with an event stream: the progress message naming
 its run, keep-alive comments while it runs, then the result; closing that
@@ -26,7 +27,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from staal.addresses import is_loopback, listening_url, split_host_port
 from staal.errors import StaalError
@@ -49,6 +49,7 @@ from staal.protocol.tools import ToolDescriptor
 from staal.supervisor.auth import Guard
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import CallState
+from staal.supervisor.http_connections import gated_protocol
 from staal.supervisor.listeners import InLoopUvicorn, bind
 from staal.supervisor.principal import Authenticator, Lifecycle
 from staal.supervisor.server import Server, Transport
@@ -56,8 +57,6 @@ from staal.supervisor.server import Server, Transport
 # The end of a cancelled 2025-11-25 call's POST: accepted, with no answer in it.
 NOTHING_MORE = HttpResponse(202, (("content-length", "0"),))
 BODY_TIMEOUT_S = 10.0
-HEAD_TIMEOUT_S = 10.0
-MAX_HEAD = 64 * 1024
 KEEPALIVE_S = 15.0
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -354,59 +353,6 @@ async def respond(send: Send, response: HttpResponse) -> None:
 # -- the HTTP server -------------------------------------------------------------------
 
 
-class BoundedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with each request's head bounded: at
-    most MAX_HEAD bytes, whole within HEAD_TIMEOUT_S of its first byte (or
-    of the connection), so a slow or endless head cannot hold a connection."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._head = 0
-        self._in_head = True
-        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if not self._in_head:
-            self._in_head, self._head = True, 0
-            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
-
-    def on_url(self, url: bytes) -> None:
-        self._head += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head += len(name) + len(value) + 4
-        super().on_header(name, value)
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self._in_head and self._head > MAX_HEAD:  # a head still growing past the bound
-            self._refuse(b"431 Request Header Fields Too Large")
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        self._head_timer.cancel()
-        if self._head > MAX_HEAD:  # a head that ended in the bytes that made it too large
-            self._refuse(b"431 Request Header Fields Too Large")
-            return
-        super().on_headers_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._head_timer.cancel()
-        super().connection_lost(exc)
-
-    def _head_too_slow(self) -> None:
-        if self._in_head:
-            self._refuse(b"408 Request Timeout")
-
-    def _refuse(self, status: bytes) -> None:
-        if not self.transport.is_closing():
-            self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n"
-                                 b"connection: close\r\n\r\n")
-            self.transport.close()
-
-
 def listen(address: Address) -> socket.socket:
     try:
         return bind(address.host, address.port)
@@ -447,11 +393,13 @@ async def serve_http(server: Server, sock: socket.socket,
 
 async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
     http = server.manifest.server.http
-    limit = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
-    config = uvicorn.Config(app, loop="none", http=BoundedHttpTools, lifespan="off",
+    # Requests in progress (a whole head each), not connections: a socket
+    # waiting for a request has bounds of its own (http_connections.py).
+    requests = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
+    config = uvicorn.Config(app, loop="none", http=gated_protocol(requests), lifespan="off",
                             log_config=None, access_log=False, server_header=False,
                             proxy_headers=False, timeout_keep_alive=5,
-                            timeout_graceful_shutdown=None, limit_concurrency=limit)
+                            timeout_graceful_shutdown=None, limit_concurrency=None)
     uv = InLoopUvicorn(config)
     host, port = sock.getsockname()[:2]
     server.log("serving_http", url=listening_url(host, port, http.path))

@@ -336,20 +336,20 @@ def test_a_head_not_whole_in_time_is_408_and_its_connection_closed(monkeypatch):
     import uvicorn
     from uvicorn.server import ServerState
 
-    from staal.supervisor import http_serving
+    from staal.supervisor import http_connections
 
-    monkeypatch.setattr(http_serving, "HEAD_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(http_connections, "HEAD_TIMEOUT_S", 0.05)
     reached: list = []
 
     async def app(scope, receive, send):
         reached.append(scope)
 
     async def scenario() -> Transport:
-        config = uvicorn.Config(app, http=http_serving.BoundedHttpTools, lifespan="off",
-                                log_config=None)
+        protocol_class = http_connections.gated_protocol(8)
+        config = uvicorn.Config(app, http=protocol_class, lifespan="off", log_config=None)
         config.load()
-        protocol = http_serving.BoundedHttpTools(config=config, server_state=ServerState(),
-                                                 app_state={}, _loop=asyncio.get_running_loop())
+        protocol = protocol_class(config=config, server_state=ServerState(),
+                                  app_state={}, _loop=asyncio.get_running_loop())
         transport = Transport()
         protocol.connection_made(transport)
         protocol.data_received(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
