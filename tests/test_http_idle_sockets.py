@@ -33,8 +33,8 @@ def enough_descriptors() -> None:
 def test_idle_and_dribbling_sockets_without_a_token_do_not_starve_authenticated_calls(
         tmp_path, service, authorization):
     site = auth_site(tmp_path, service, authorization.issuer)
-    token = authorization.token("ops")
     with HttpServer(site, preexec=enough_descriptors) as http:
+        token = authorization.token("ops", audience=http.url)
         port = int(http.base.rsplit(":", 1)[1])
         answers = []
         with IdleSockets(port, ATTACKERS, bound_s=WAIT * 4) as attack:
