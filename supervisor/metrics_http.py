@@ -27,6 +27,7 @@ from prometheus_client.metrics_core import (
 
 from staal.addresses import url_host
 from staal.manifest import Manifest
+from staal.supervisor.http_connections import gated_protocol
 from staal.supervisor.listeners import InLoopUvicorn
 from staal.supervisor.metrics import Metrics
 from staal.timings import TIMINGS, Histogram, Tally
@@ -40,6 +41,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # The text format every Prometheus reads (the names here are plain ASCII, so
 # the 1.0.0 format's escaping changes nothing).
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+SCRAPES_AT_ONCE = 32  # past it a scrape is 503
 
 
 def counted(metrics: Metrics, server: Server) -> list[Metric]:
@@ -176,10 +178,13 @@ async def serve_metrics(server: Server, metrics: Metrics, sock: socket.socket,
     """Serve /metrics on `sock` until `done` is set (the server closing)."""
     import uvicorn
 
+    # Idle sockets wait apart from scrapes (http_connections.py): uvicorn's
+    # limit_concurrency would count them, and 32 of them stopped every scrape.
     config = uvicorn.Config(MetricsApp(server, metrics), loop="none", lifespan="off",
                             log_config=None, access_log=False, server_header=False,
                             proxy_headers=False, timeout_keep_alive=5,
-                            timeout_graceful_shutdown=1, limit_concurrency=32)
+                            http=gated_protocol(SCRAPES_AT_ONCE),
+                            timeout_graceful_shutdown=1, limit_concurrency=None)
     uv = InLoopUvicorn(config)
 
     async def stop_when_done() -> None:

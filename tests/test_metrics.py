@@ -21,6 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from staal.supervisor.ledger import read_ledger
+from staal.supervisor.metrics_http import SCRAPES_AT_ONCE
+from tests.idle_sockets import IdleSockets
 from tests.recorder import Recorder
 from tests.serving import Served, server_env, start, tool, write_manifest
 
@@ -228,6 +230,25 @@ def test_the_listener_answers_only_metrics(tmp_path):
             with pytest.raises(urllib.error.HTTPError) as posted:
                 urllib.request.urlopen(request, timeout=WAIT_S)
             assert posted.value.code == 405
+            assert served.close() == 0
+    finally:
+        service.stop()
+
+
+def test_idle_sockets_on_the_metrics_listener_do_not_stop_a_scrape(tmp_path):
+    """More sockets than scrapes served at once, sending nothing or dribbling
+    a head, re-opened as closed: a scrape is still answered (issue 24, item 4)."""
+    service = Recorder().start()
+    try:
+        manifest = _manifest(tmp_path, service)
+        with start(manifest) as served:
+            url = metrics_url(served)
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            with IdleSockets(port, 3 * SCRAPES_AT_ONCE, bound_s=WAIT_S * 4) as attack:
+                assert attack.all_held.wait(WAIT_S), f"{attack.held} connected"
+                samples = scrape(url)
+                assert attack.error is None and not attack.over
+            assert value(samples, "staal_runs_in_progress", tool="slow") == 0
             assert served.close() == 0
     finally:
         service.stop()
