@@ -73,9 +73,9 @@ def count_site(site: Site, server: dict[str, Any]) -> None:
 
 
 def test_a_thousand_calls_from_32_clients_on_a_shared_quota_of_100_run_exactly_100_none_twice(
-        tmp_path, dsn):
-    with fleet(3, count_site, env={ENV: dsn}, root=tmp_path) as running:
-        answers = Flood(running.url, "count", lambda i: {"n": i}).run()
+        tmp_path, dsn, authorization):
+    with fleet(3, count_site, authorization, env={ENV: dsn}, root=tmp_path) as running:
+        answers = Flood(running.url, "count", lambda i: {"n": i}, headers=running.headers).run()
         kinds = tally(answers)
         # Exactly the quota ran; every other call was refused over quota, none
         # answered busy (the ledger refuses it before it waits for a worker).
@@ -104,10 +104,10 @@ def fetch_site(service: Recorder) -> ManifestWriter:
     return write
 
 
-def direct_call(url: str, n: int, service: Recorder) -> Answer:
+def direct_call(url: str, n: int, service: Recorder, bearer: dict[str, str]) -> Answer:
     body, headers = call_request(n, "fetch", {"n": n, "url": service.base + "/item"}, "2025-11-25")
     with httpx.Client(timeout=4 * WAIT, trust_env=False) as http:
-        answer = http.post(url, content=body, headers=headers)
+        answer = http.post(url, content=body, headers={**headers, **bearer})
     return classify(n, answer.status_code, answer.content)
 
 
@@ -119,7 +119,7 @@ def serves_again(running: Fleet, service: Recorder, first: int) -> dict[str, lis
     for instance in running.instances:
         kinds = seen.setdefault(instance.name, [])
         while "done" not in kinds and sum(k != "done" for ks in seen.values() for k in ks) <= AFTER:
-            kinds.append(direct_call(instance.url, n, service).kind)
+            kinds.append(direct_call(instance.url, n, service, running.headers).kind)
             n += 1
     return seen
 
@@ -155,12 +155,13 @@ def rows_of(dsn: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 def test_postgresql_crashed_mid_flood_fails_calls_closed_and_the_instances_recover_once_back(
-        tmp_path, cluster, dsn):
+        tmp_path, cluster, dsn, authorization):
     calls, before = 300, 50
     with serving("GET", "/item", 200, {"ok": True}) as service, \
-            fleet(3, fetch_site(service), env={ENV: dsn}, root=tmp_path) as running:
+            fleet(3, fetch_site(service), authorization, env={ENV: dsn},
+                  root=tmp_path) as running:
         flood = Flood(running.url, "fetch", lambda i: {"n": i, "url": service.base + "/item"},
-                      calls=calls, clients=16)
+                      calls=calls, clients=16, headers=running.headers)
         answers: list[Answer] = []
         sender = threading.Thread(target=lambda: answers.extend(flood.run()))
         sender.start()
