@@ -19,7 +19,9 @@ which instance ran it.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,6 +222,40 @@ def test_a_killed_or_stopped_instance_leaves_the_rotation_and_rejoins_when_back(
         # Every call ran once, on the instance that answered it: 25 runs in all.
         runs = [len(read_ledger(i.site.ledger_path).runs()) for i in running.instances]
         assert sum(runs) == 25
+
+
+def test_an_instance_draining_after_sigterm_leaves_the_rotation_while_its_call_is_answered(
+        tmp_path, authorization):
+    with serving("GET", "/held", 200, {"ok": True}) as service, \
+            fleet(3, writer(service), authorization, root=tmp_path) as running:
+        hold = service.hold("/held")
+        draining = running.instance("i2")
+        body, headers = call_request(1, "held", {"url": service.base + "/held"}, LEGACY)
+        answers: list[Any] = []
+
+        def call() -> None:
+            with httpx.Client(timeout=4 * WAIT, trust_env=False) as http:
+                got = http.post(draining.url, content=body, headers={**headers, **running.headers})
+            answers.append(classify(1, got.status_code, got.content))
+
+        calling = threading.Thread(target=call, daemon=True)
+        calling.start()
+        try:
+            assert hold.arrived.wait(WAIT)
+            draining.signal(signal.SIGTERM)
+            draining.server.stderr.wait_event("readiness", state="draining", ready=False)
+            running.lb.wait_state("i2", "DOWN")
+            # Out of the rotation while its call is still held at the service.
+            assert calling.is_alive() and not answers
+            after = echo_through(running, 4)
+        finally:
+            hold.release.set()
+        calling.join(4 * WAIT)
+        assert draining.server.wait_exit() == 0
+    assert set(after) == {"i1", "i3"}
+    (answer,) = answers
+    assert answer.kind == "done" and answer.result == {"status": 200, "by": "i2"}, answer
+    assert running.lb.state_changes("i2") == ["DOWN"]
 
 
 def test_the_operators_guide_shows_the_haproxy_config_the_tests_use():
