@@ -23,10 +23,12 @@ NOT_READY = b"not ready\n"
 _HEADERS = (("content-type", "text/plain; charset=utf-8"), ("cache-control", "no-store"))
 
 
-def readiness_answer(head: Head, ready: bool) -> HttpResponse | None:
-    """The answer to a request for the readiness path; None for any other path."""
-    if head.path != READY_PATH:
-        return None
+def is_readiness_check(head: Head) -> bool:
+    return head.path == READY_PATH
+
+
+def readiness_answer(head: Head, ready: bool) -> HttpResponse:
+    """The answer to a request for the readiness path (`is_readiness_check`)."""
     if head.method not in ("GET", "HEAD"):
         return HttpResponse(405, (("allow", "GET, HEAD"), ("content-length", "0"),
                                   ("cache-control", "no-store")))

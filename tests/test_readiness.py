@@ -15,7 +15,7 @@ import pytest
 
 from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Endpoint, Head, HttpResponse, HttpSettings
-from staal.protocol.readiness import readiness_answer
+from staal.protocol.readiness import is_readiness_check, readiness_answer
 from staal.protocol.revisions import ServerInfo
 from staal.supervisor.http_serving import McpApp
 from staal.supervisor.readiness import Readiness, ReadyState
@@ -93,17 +93,16 @@ def test_the_check_answers_200_ready_or_503_not_ready_and_nothing_else():
                for events in ((), ("started", "store_failed"), ("started", "stopping"),
                               ("started", "fenced"))}
     (not_ready,) = answers
-    assert not_ready is not None and not_ready.status == 503 and not_ready.body == b"not ready\n"
+    assert not_ready.status == 503 and not_ready.body == b"not ready\n"
     assert ("cache-control", "no-store") in not_ready.headers
 
 
 def test_the_check_takes_get_and_head_and_no_other_method_or_path():
-    assert readiness_answer(head("HEAD"), True).status == 200  # type: ignore[union-attr]
+    assert readiness_answer(head("HEAD"), True).status == 200
     refused = readiness_answer(head("POST"), True)
-    assert refused is not None and refused.status == 405 and ("allow", "GET, HEAD") in refused.headers
-    assert readiness_answer(head(path="/mcp"), True) is None
-    assert readiness_answer(head(path="/ready/"), True) is None
-    assert readiness_answer(head(path="/mcp/ready"), True) is None
+    assert refused.status == 405 and ("allow", "GET, HEAD") in refused.headers
+    assert is_readiness_check(head()) and is_readiness_check(head("POST"))
+    assert not any(is_readiness_check(head(path=p)) for p in ("/mcp", "/ready/", "/mcp/ready", "/"))
 
 
 def test_a_manifest_putting_the_mcp_endpoint_at_the_readiness_path_is_refused(tmp_path):
