@@ -167,6 +167,9 @@ class HttpConfig:
     public_url: str | None = None
 
 
+# A load balancer's readiness check (`serve --http`), beside the MCP
+# endpoint at the listening address's root: no endpoint may take it.
+READY_PATH = "/ready"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 
 

@@ -22,6 +22,7 @@ from staal.manifest import (
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_METRICS_LISTEN,
     LEASE_S_RANGE,
+    READY_PATH,
     HttpConfig,
     MetricsConfig,
     PostgresStore,
@@ -149,6 +150,9 @@ class ServerReader:
         path = obj.get("path", "/mcp")
         if not isinstance(path, str) or not re.fullmatch(r"/[A-Za-z0-9._~/-]*", path):
             v.add("server.http.path", f"{show(path)} is not a URL path (such as \"/mcp\")")
+        elif path == READY_PATH:
+            v.add("server.http.path", f"{show(path)} is the load balancers' readiness check "
+                  "(GET /ready); the MCP endpoint needs another path (such as \"/mcp\")")
         origins = v.string_list(obj.get("origins", []), "server.http.origins")
         for i, origin in enumerate(origins or []):
             parts = urlsplit(origin)

@@ -44,6 +44,7 @@ from staal.protocol.http import (
 )
 from staal.protocol.http_auth import without_headers
 from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.readiness import is_readiness_check, readiness_answer
 from staal.protocol.revisions import LEGACY
 from staal.protocol.tools import ToolDescriptor
 from staal.supervisor.auth import Guard
@@ -143,6 +144,9 @@ class McpApp:
             return
         head = Head.of(scope["method"], scope["path"],
                        ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]))
+        if is_readiness_check(head):  # a balancer's: before any credential or Host is asked for
+            await respond(send, readiness_answer(head, self.server.readiness.ready))
+            return
         passed = await self.admit(head)
         if isinstance(passed, HttpResponse):
             await respond(send, passed)

@@ -44,6 +44,7 @@ from staal.supervisor.log import Log
 from staal.supervisor.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.outcomes import charged_of
 from staal.supervisor.pool import Pool
+from staal.supervisor.readiness import ReadyState
 from staal.supervisor.recovery import RecoveryPlan, plan_recovery, plan_taken
 from staal.supervisor.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.retention import DAY_S, sweep
@@ -76,6 +77,8 @@ class Server:
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
         self.terminated_by: signal.Signals | None = None
+        # What a load balancer's check reads (GET /ready over HTTP).
+        self.readiness = ReadyState(log)
         self.run_journals: RunJournals = FILE_JOURNALS
         # Runs taken over from dead instances, being resumed (`take_over`).
         self.resuming: set[asyncio.Future[None]] = set()
@@ -140,6 +143,7 @@ class Server:
                             if not is_hidden_tool(t.tool.name)]
         self.server_info = ServerInfo(server.name, staal.__version__)
         self.pool.serving = True
+        self.readiness.note("started")
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=describe_store(server),
                  version=staal.__version__)
@@ -231,13 +235,16 @@ class Server:
             except StaalError as exc:  # the store unreachable: the lease runs down, try again
                 self.log("lease_renewal_failed", level="warning", kind=exc.kind,
                          message=exc.message)
+                self.readiness.note("store_failed")
                 continue
             if state is LeaseState.LOST:
+                self.readiness.note("fenced")
                 self.log("lease_lost", level="error", message=(
                     "another process registered this instance (the same host and journal "
                     "directory) in the shared store; this one stops serving"))
                 self.stopping.set()
                 return
+            self.readiness.note("renewed")
             await self.take_over(lease)
             if self.manifest.server.store is not None and (
                     self.settling is None or self.settling.done()):
@@ -383,6 +390,7 @@ class Server:
         if self.terminated_by is None:
             self.terminated_by = number
             self.log("terminated", signal=number.name)
+            self.readiness.note("stopping")
         self.stopping.set()
 
 

@@ -6,7 +6,11 @@ reachable directly too.
 The fleet is parameterised by the manifest: `write(site, server_fields)`
 writes each instance's manifest into its own directory, with the fields the
 fleet needs merged into `server` (`http.public_url`: the balancer's URL, so
-each instance answers for the `Host` its clients send). With the file store
+each instance answers for the `Host` its clients send), and the fleet adds
+an `auth` section naming the tests' authorization server (the deployment
+runs with `auth` on, as the guide says to: every client sends `headers`,
+a client-credentials token for the balancer's URL, and the balancer's
+health check, `GET /ready`, none). With the file store
 each instance has its own journal directory and shares nothing; once
 `server.store` names the PostgreSQL store, the same writer gives every
 instance the same DSN and the fleet is the deployment issue 15 describes.
@@ -29,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.authorization import AuthorizationServer
 from tests.haproxy import CHECK_MS, Backend, Balancer, listening_socket
 from tests.http_servers import HttpServer
 from tests.servers import Site
@@ -87,16 +92,21 @@ class Fleet:
     balancer's socket (so its URL is known), the instances, HAProxy."""
 
     def __init__(self, root: Path, count: int, write: ManifestWriter,
-                 env: dict[str, str] | None = None, check_ms: int = CHECK_MS) -> None:
+                 authorization: AuthorizationServer, env: dict[str, str] | None = None,
+                 check_ms: int = CHECK_MS) -> None:
         self.root = root
         front = listening_socket()
         self.url = f"http://127.0.0.1:{front.getsockname()[1]}/mcp"
         self.instances: list[Instance] = []
         self.balancer: Balancer | None = None
         try:
+            # Audience: the URL clients use (the manifest's default, public_url).
+            self.headers = {"authorization": "Bearer " + authorization.token(
+                "fleet", audience=self.url)}
             for i in range(1, count + 1):
                 site = Site(_directory(root / f"i{i}"))
                 write(site, {"http": {"public_url": self.url}})
+                with_auth(site, authorization.issuer)
                 self.instances.append(Instance(f"i{i}", site, env))
             self.balancer = Balancer(_directory(root / "balancer"), front,
                                      [Backend(i.name, i.port) for i in self.instances], check_ms)
@@ -159,16 +169,24 @@ def first_event(instances: list[Instance], event: str, timeout: float,
         r.get(k) == v for k, v in fields.items()), timeout, f"{event} {fields}")
 
 
+def with_auth(site: Site, issuer: str) -> None:
+    """The `auth` section added to the manifest the writer wrote: bearer
+    tokens from `issuer` for the manifest's public URL."""
+    manifest = json.loads(site.manifest.read_text())
+    manifest["auth"] = {"issuer": issuer}
+    site.manifest.write_text(json.dumps(manifest, indent=2))
+
+
 def _directory(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 @contextmanager
-def fleet(count: int, write: ManifestWriter, env: dict[str, str] | None = None,
-          root: Path | None = None) -> Iterator[Fleet]:
+def fleet(count: int, write: ManifestWriter, authorization: AuthorizationServer,
+          env: dict[str, str] | None = None, root: Path | None = None) -> Iterator[Fleet]:
     with tempfile.TemporaryDirectory(prefix="staal-fleet-") as scratch:
-        running = Fleet(root or Path(scratch), count, write, env)
+        running = Fleet(root or Path(scratch), count, write, authorization, env)
         try:
             yield running
         finally:

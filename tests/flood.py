@@ -17,8 +17,8 @@ else is a failure, kept with its text for the test's message.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
@@ -127,6 +127,8 @@ class Flood:
     clients: int = CLIENTS
     revision: str = LEGACY
     timeout: float = 4 * WAIT
+    # Sent with every call besides its own (a fleet's bearer token).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def run(self) -> list[Answer]:
         """Every call's answer, in call order."""
@@ -146,7 +148,8 @@ class Flood:
             for i in indexes:
                 body, headers = call_request(i, self.tool, self.arguments(i), self.revision)
                 try:
-                    answer = await http.post(self.url, content=body, headers=headers)
+                    answer = await http.post(self.url, content=body,
+                                             headers={**headers, **self.headers})
                 except httpx.HTTPError as exc:
                     answers[i] = Answer(i, "failed", 0, text=f"{type(exc).__name__}: {exc}")
                     continue

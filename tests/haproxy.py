@@ -4,10 +4,12 @@ Debian's package (installed by the test run itself when it is missing,
 
 - HTTP mode, round robin, no stickiness: every request may go to any
   instance, which staal's Streamable HTTP allows (it mints no session).
-- Health checks: an MCP `ping` POSTed to each instance every `CHECK_MS`; an
-  instance that does not answer 200 within the check's timeout twice in a row
-  (SIGKILLed: refused; SIGSTOPped: no answer) leaves the rotation, and one
-  good answer brings it back.
+- Health checks: `GET /ready` on each instance every `CHECK_MS` (no
+  credential: the instances have `auth`, and the check answers without
+  one); an instance that does not answer 200 within the check's timeout
+  twice in a row (SIGKILLed or draining: refused; SIGSTOPped: no answer;
+  fenced or its store out of reach: 503) leaves the rotation, and one good
+  answer brings it back.
 - Streaming: `option http-no-delay` and no compression, so an event-stream
   answer's progress events pass as they are written; the server timeout is
   longer than staal's 15 s keep-alive comments.
@@ -45,9 +47,6 @@ CHECK_MS = 300
 CHECK_TIMEOUT_MS = 2000
 INSTANCE_HEADER = "x-staal-instance"
 SERVED = re.compile(r"^served (\S+) (-?\d+)")
-# What every health check sends: a 2025-11-25 ping, answered by any instance
-# that is serving (staal needs no initialize over HTTP).
-PING = '{"jsonrpc":"2.0","id":0,"method":"ping"}'
 # The balancer's stderr pipe: as large as any process may make one.
 PIPE_MAX_SIZE = Path("/proc/sys/fs/pipe-max-size")
 
@@ -79,9 +78,7 @@ def listening_socket() -> socket.socket:
 def config(front_fd: int, host: str, backends: list[Backend], check_ms: int = CHECK_MS) -> str:
     """The balancer's config: `host` is the Host header the health checks
     send (the balancer's own, which the instances answer for)."""
-    check = (f'    http-check send meth POST uri /mcp ver HTTP/1.1 hdr host {host} '
-             'hdr content-type application/json hdr accept "application/json, text/event-stream" '
-             f"hdr mcp-protocol-version 2025-11-25 body '{PING}'\n"
+    check = (f"    http-check send meth GET uri /ready ver HTTP/1.1 hdr host {host}\n"
              "    http-check expect status 200\n")
     servers = "".join(f"    server {b.name} 127.0.0.1:{b.port} check inter {check_ms} "
                       "fall 2 rise 1\n" for b in backends)

@@ -3,7 +3,10 @@ by the official clients through the balancer: round robin spreads their
 requests over every instance and each answer is right; an event stream's
 progress passes through unbuffered; an instance killed or stopped leaves
 the rotation by the health check and calls keep succeeding, and it comes
-back once restarted or resumed.
+back once restarted or resumed; one draining after SIGTERM leaves it while
+its call in flight is still answered. The instances have `auth` (every
+client sends a bearer token) and the balancer checks `GET /ready`, which
+needs none.
 
 These instances are on the file store and share nothing (each has its own
 journal directory; tests/test_fleet_shared.py and test_fleet_journals.py
@@ -16,7 +19,9 @@ which instance ran it.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +32,7 @@ import httpx
 import orjson
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from staal.protocol.revisions import LEGACY, MODERN
 from staal.supervisor.ledger import read_ledger
@@ -80,8 +86,8 @@ def service() -> Iterator[Recorder]:
 
 
 @pytest.fixture(scope="module")
-def three(service) -> Iterator[Fleet]:
-    with fleet(3, writer(service)) as running:
+def three(service, authorization) -> Iterator[Fleet]:
+    with fleet(3, writer(service), authorization) as running:
         yield running
 
 
@@ -103,7 +109,9 @@ def spread_evenly(served: Counter[str]) -> None:
 @pytest.mark.parametrize("mode", ["auto", "legacy", "2026-07-28"])
 def test_the_python_sdk_through_the_balancer_gets_right_answers_from_all_three_instances(three, mode):
     async def session() -> list:
-        async with Client(three.url, mode=mode) as client:
+        transport = streamable_http_client(
+            three.url, http_client=create_mcp_http_client(headers=three.headers))
+        async with Client(transport, mode=mode) as client:
             listed = await client.list_tools()
             echoed = [await client.call_tool("echo", {"text": f"t{i}"}) for i in range(9)]
             refused = await client.call_tool("refuse", {"order": "o1"})
@@ -118,12 +126,12 @@ def test_the_python_sdk_through_the_balancer_gets_right_answers_from_all_three_i
     spread_evenly(served)
 
 
-def typescript_session(sdk: str, mode: str, url: str) -> dict[str, Any]:
+def typescript_session(sdk: str, mode: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
     """tests/js/sdk_session.mjs over Streamable HTTP, without the run's
     resource read: the instances share no runs until the shared store lands,
     so a run is known only to the instance that ran it."""
     require_node_modules()
-    plan = {"sdk": sdk, "mode": mode, "url": url,
+    plan = {"sdk": sdk, "mode": mode, "url": url, "headers": headers,
             "echo": {"name": "echo", "good": {"text": "hello"}, "bad": {"text": 5}},
             "refuse": {"name": "refuse", "arguments": {"order": "pi_1"}},
             "unknown": "no_such_tool", "timeoutMs": 30000}
@@ -139,7 +147,8 @@ def typescript_session(sdk: str, mode: str, url: str) -> dict[str, Any]:
                                                       ("client", "legacy", LEGACY),
                                                       ("sdk1", "legacy", LEGACY)])
 def test_the_typescript_sdks_through_the_balancer_get_right_answers(three, sdk, mode, version):
-    out, served = served_during(three, lambda: typescript_session(sdk, mode, three.url))
+    out, served = served_during(three, lambda: typescript_session(sdk, mode, three.url,
+                                                                      three.headers))
     if sdk == "client":
         assert out["protocolVersion"] == version
     assert sorted(t["name"] for t in out["tools"]) == ["echo", "held", "refuse", "staal_run_status"]
@@ -156,7 +165,8 @@ def test_progress_events_pass_through_the_balancer_while_the_run_is_still_going(
     message = orjson.loads(body)
     message["params"]["_meta"]["progressToken"] = "p1"
     with httpx.Client(timeout=WAIT, trust_env=False) as http, \
-            http.stream("POST", three.url, content=orjson.dumps(message), headers=headers) as answer:
+            http.stream("POST", three.url, content=orjson.dumps(message),
+                        headers={**headers, **three.headers}) as answer:
         assert answer.headers["content-type"].startswith("text/event-stream")
         lines = answer.iter_lines()
         first = next(orjson.loads(line[5:]) for line in lines if line.startswith("data:"))
@@ -179,7 +189,7 @@ def echo_through(running: Fleet, calls: int) -> list[str]:
     with httpx.Client(timeout=WAIT, trust_env=False) as http:
         for i in range(calls):
             body, headers = call_request(i, "echo", {"text": f"k{i}"}, LEGACY)
-            answer = http.post(running.url, content=body, headers=headers)
+            answer = http.post(running.url, content=body, headers={**headers, **running.headers})
             got = classify(i, answer.status_code, answer.content, answer.headers.get(INSTANCE_HEADER))
             assert got.kind == "done" and got.result["echo"] == f"k{i}", got
             assert got.result["by"] == got.instance
@@ -187,8 +197,9 @@ def echo_through(running: Fleet, calls: int) -> list[str]:
     return by
 
 
-def test_a_killed_or_stopped_instance_leaves_the_rotation_and_rejoins_when_back(tmp_path):
-    with fleet(3, writer(), root=tmp_path) as running:
+def test_a_killed_or_stopped_instance_leaves_the_rotation_and_rejoins_when_back(tmp_path,
+                                                                              authorization):
+    with fleet(3, writer(), authorization, root=tmp_path) as running:
         assert set(echo_through(running, 6)) == set(INSTANCES)
 
         assert running.instance("i2").kill() == -9
@@ -211,6 +222,40 @@ def test_a_killed_or_stopped_instance_leaves_the_rotation_and_rejoins_when_back(
         # Every call ran once, on the instance that answered it: 25 runs in all.
         runs = [len(read_ledger(i.site.ledger_path).runs()) for i in running.instances]
         assert sum(runs) == 25
+
+
+def test_an_instance_draining_after_sigterm_leaves_the_rotation_while_its_call_is_answered(
+        tmp_path, authorization):
+    with serving("GET", "/held", 200, {"ok": True}) as service, \
+            fleet(3, writer(service), authorization, root=tmp_path) as running:
+        hold = service.hold("/held")
+        draining = running.instance("i2")
+        body, headers = call_request(1, "held", {"url": service.base + "/held"}, LEGACY)
+        answers: list[Any] = []
+
+        def call() -> None:
+            with httpx.Client(timeout=4 * WAIT, trust_env=False) as http:
+                got = http.post(draining.url, content=body, headers={**headers, **running.headers})
+            answers.append(classify(1, got.status_code, got.content))
+
+        calling = threading.Thread(target=call, daemon=True)
+        calling.start()
+        try:
+            assert hold.arrived.wait(WAIT)
+            draining.signal(signal.SIGTERM)
+            draining.server.stderr.wait_event("readiness", state="draining", ready=False)
+            running.lb.wait_state("i2", "DOWN")
+            # Out of the rotation while its call is still held at the service.
+            assert calling.is_alive() and not answers
+            after = echo_through(running, 4)
+        finally:
+            hold.release.set()
+        calling.join(4 * WAIT)
+        assert draining.server.wait_exit() == 0
+    assert set(after) == {"i1", "i3"}
+    (answer,) = answers
+    assert answer.kind == "done" and answer.result == {"status": 200, "by": "i2"}, answer
+    assert running.lb.state_changes("i2") == ["DOWN"]
 
 
 def test_the_operators_guide_shows_the_haproxy_config_the_tests_use():

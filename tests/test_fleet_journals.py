@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from tests.authorization import AuthorizationServer
 from tests.fleet import fleet
 from tests.flood import call_request, response_message
 from tests.haproxy import INSTANCE_HEADER
@@ -30,10 +31,11 @@ def main(order: str, get: HttpGet) -> dict:
 """
 
 
-def answer_of(url: str, index: int, arguments: dict[str, Any]) -> dict[str, Any]:
+def answer_of(url: str, index: int, arguments: dict[str, Any],
+              bearer: dict[str, str]) -> dict[str, Any]:
     body, headers = call_request(index, "order", arguments, "2025-11-25")
     with httpx.Client(timeout=WAIT * 3, trust_env=False) as client:
-        got = client.post(url, content=body, headers=headers)
+        got = client.post(url, content=body, headers={**headers, **bearer})
     assert got.status_code == 200, got.text
     message = response_message(got.content)
     assert message is not None and "result" in message, got.text
@@ -41,7 +43,8 @@ def answer_of(url: str, index: int, arguments: dict[str, Any]) -> dict[str, Any]
 
 
 def test_the_same_once_call_sent_to_every_instance_at_once_is_one_run_answered_by_all(
-        tmp_path: Path, service: Any, pg_store: PgStore) -> None:
+        tmp_path: Path, service: Any, pg_store: PgStore,
+        authorization: AuthorizationServer) -> None:
     program = tmp_path / "order.py"
     program.write_text(f"BASE = {service.base!r}\n" + ORDER)
     service.route("GET", "/v1/orders/o1", 200, {"id": "o1"})
@@ -52,12 +55,13 @@ def test_the_same_once_call_sent_to_every_instance_at_once_is_one_run_answered_b
         site.write([{"name": "order", "program": str(program), "grants": grants,
                      "once": {"by": ["order"], "keep": "1h"}}], store=STORE, **server)
 
-    with fleet(3, write, env={ENV: pg_store.dsn}, root=tmp_path / "fleet") as running:
+    with fleet(3, write, authorization, env={ENV: pg_store.dsn},
+               root=tmp_path / "fleet") as running:
         answers: dict[str, dict[str, Any]] = {}
         answered = threading.Condition()
 
         def send(name: str, url: str) -> None:
-            got = answer_of(url, 1, {"order": "o1"})
+            got = answer_of(url, 1, {"order": "o1"}, running.headers)
             with answered:
                 answers[name] = got
                 answered.notify_all()
@@ -75,7 +79,8 @@ def test_the_same_once_call_sent_to_every_instance_at_once_is_one_run_answered_b
         hold.release.set()
         for sender in senders:
             sender.join(WAIT * 3)
-        again = [answer_of(running.url, n, {"order": "o1"}) for n in range(2, 8)]
+        again = [answer_of(running.url, n, {"order": "o1"}, running.headers)
+                 for n in range(2, 8)]
     ((run,),) = runs
     done = [a["result"] for a in answers.values() if not a["result"].get("isError")]
     assert len(done) == 1 and done[0]["structuredContent"]["result"] == {"order": "o1",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from staal.canonical import once_key
+from staal.canonical import canonical_json, once_key, sha256_hex
 from tests.fleet import Fleet, ManifestWriter, first_record, fleet
 from tests.flood import Answer, Flood, by_instance, call_request, classify, ledger_holds, store_events, tally
 from tests.pg_cluster import PgCluster, private_cluster
@@ -73,9 +74,9 @@ def count_site(site: Site, server: dict[str, Any]) -> None:
 
 
 def test_a_thousand_calls_from_32_clients_on_a_shared_quota_of_100_run_exactly_100_none_twice(
-        tmp_path, dsn):
-    with fleet(3, count_site, env={ENV: dsn}, root=tmp_path) as running:
-        answers = Flood(running.url, "count", lambda i: {"n": i}).run()
+        tmp_path, dsn, authorization):
+    with fleet(3, count_site, authorization, env={ENV: dsn}, root=tmp_path) as running:
+        answers = Flood(running.url, "count", lambda i: {"n": i}, headers=running.headers).run()
         kinds = tally(answers)
         # Exactly the quota ran; every other call was refused over quota, none
         # answered busy (the ledger refuses it before it waits for a worker).
@@ -95,19 +96,25 @@ def test_a_thousand_calls_from_32_clients_on_a_shared_quota_of_100_run_exactly_1
     assert len(runs) == QUOTA and all(seen == ["reserve", "settle"] for seen in runs.values())
 
 
-def fetch_site(service: Recorder) -> ManifestWriter:
+def fetch_site(root: Path, service: Recorder) -> ManifestWriter:
+    """Every instance names the same program file: a run whose instance's
+    lease ran out while the store was down (PostgreSQL's restart after an
+    immediate stop can outlast it on a loaded machine) is taken over and
+    resumed by another, which needs the program it began with."""
+    program = root / "fetch.py"
+    program.write_text(FETCH)
+
     def write(site: Site, server: dict[str, Any]) -> None:
-        site.program("fetch.py", FETCH)
-        site.write([{"name": "fetch", "program": "fetch.py", "once": {"by": ["n"], "keep": "1h"},
+        site.write([{"name": "fetch", "program": str(program), "once": {"by": ["n"], "keep": "1h"},
                      "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/*"]}}}],
                    max_concurrent_runs=32, store=STORE, **server)
     return write
 
 
-def direct_call(url: str, n: int, service: Recorder) -> Answer:
+def direct_call(url: str, n: int, service: Recorder, bearer: dict[str, str]) -> Answer:
     body, headers = call_request(n, "fetch", {"n": n, "url": service.base + "/item"}, "2025-11-25")
     with httpx.Client(timeout=4 * WAIT, trust_env=False) as http:
-        answer = http.post(url, content=body, headers=headers)
+        answer = http.post(url, content=body, headers={**headers, **bearer})
     return classify(n, answer.status_code, answer.content)
 
 
@@ -119,7 +126,7 @@ def serves_again(running: Fleet, service: Recorder, first: int) -> dict[str, lis
     for instance in running.instances:
         kinds = seen.setdefault(instance.name, [])
         while "done" not in kinds and sum(k != "done" for ks in seen.values() for k in ks) <= AFTER:
-            kinds.append(direct_call(instance.url, n, service).kind)
+            kinds.append(direct_call(instance.url, n, service, running.headers).kind)
             n += 1
     return seen
 
@@ -155,12 +162,13 @@ def rows_of(dsn: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 def test_postgresql_crashed_mid_flood_fails_calls_closed_and_the_instances_recover_once_back(
-        tmp_path, cluster, dsn):
+        tmp_path, cluster, dsn, authorization):
     calls, before = 300, 50
     with serving("GET", "/item", 200, {"ok": True}) as service, \
-            fleet(3, fetch_site(service), env={ENV: dsn}, root=tmp_path) as running:
+            fleet(3, fetch_site(tmp_path, service), authorization, env={ENV: dsn},
+                  root=tmp_path / "fleet") as running:
         flood = Flood(running.url, "fetch", lambda i: {"n": i, "url": service.base + "/item"},
-                      calls=calls, clients=16)
+                      calls=calls, clients=16, headers=running.headers)
         answers: list[Answer] = []
         sender = threading.Thread(target=lambda: answers.extend(flood.run()))
         sender.start()
@@ -200,15 +208,21 @@ def test_postgresql_crashed_mid_flood_fails_calls_closed_and_the_instances_recov
     # answered done was settled done.
     asked = [int(path.split("?n=", 1)[1]) for path in requests]
     reserves = {e["once"]["key"]: e["run"] for e in events if e["event"] == "reserve"}
-    twice = {reserves[once_key("fetch", {"n": n}, ["n"])] for n in asked if asked.count(n) > 1}
+    # With `auth`, a once key is the caller's own: one caller (the fleet's token) here.
+    (caller,) = {e["caller"] for e in events if e["event"] == "reserve"}
+
+    def key(n: int) -> str:
+        return sha256_hex(canonical_json([caller, once_key("fetch", {"n": n}, ["n"])]))
+
+    twice = {reserves[key(n)] for n in asked if asked.count(n) > 1}
     assert twice <= set(resumed), "an action ran twice"
     assert all(asked.count(n) <= 2 for n in asked)
-    unrecorded = [n for n in asked if once_key("fetch", {"n": n}, ["n"]) not in reserves]
+    unrecorded = [n for n in asked if key(n) not in reserves]
     assert not unrecorded, f"actions with no reserve in the ledger: {unrecorded[:5]}"
     settled = {e["run"]: e["outcome"] for e in events if e["event"] == "settle"}
     for a in answers:
         if a.kind == "done":
-            assert settled[reserves[once_key("fetch", {"n": a.index}, ["n"])]] == "done"
+            assert settled[reserves[key(a.index)]] == "done"
     runs = ledger_holds(events)
     assert len(runs) == len(reserves)
     # No run is left unsettled: the instances settled them in place.

@@ -112,22 +112,23 @@ def leases_held_for(dsn: str) -> list[int]:
     return [until - now for (until,) in rows(dsn, "SELECT lease_until_ms FROM staal_instances")]
 
 
-def ask(url: str, index: int, order: str, timeout: float) -> Answer:
+def ask(running: Fleet, index: int, order: str, timeout: float) -> Answer:
     body, headers = call_request(index, "refund", {"order": order}, "2025-11-25")
     with httpx.Client(timeout=timeout, trust_env=False) as http:
-        answer = http.post(url, content=body, headers=headers)
+        answer = http.post(running.url, content=body, headers={**headers, **running.headers})
     return classify(index, answer.status_code, answer.content)
 
 
 def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_each_payment_refunded_once(
-        tmp_path, payments, dsn):
+        tmp_path, payments, dsn, authorization):
     intents = [payments.intent(amount=5000)["id"] for _ in range(30)]
     payments.fault(REFUNDS, "hang", times=3, hold_ms=HELD_MS)
     env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
-    with fleet(3, refund_site(tmp_path, payments), env=env,
+    with fleet(3, refund_site(tmp_path, payments), authorization, env=env,
                root=tmp_path / "fleet") as running:
         flood = Flood(running.url, "refund", lambda i: {"order": intents[i]},
-                      calls=len(intents), clients=6, timeout=TAKEOVER_BOUND_S * 2)
+                      calls=len(intents), clients=6, timeout=TAKEOVER_BOUND_S * 2,
+                      headers=running.headers)
         answers: list[Answer] = []
         sender = threading.Thread(target=lambda: answers.extend(flood.run()), daemon=True)
         sender.start()
@@ -158,7 +159,7 @@ def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_eac
                                                rule="resumed")
         # The calls whose answers were lost with the victim, asked again, are
         # answered from their runs' ends (or, never reserved, run now).
-        again = {a.index: ask(running.url, 100 + a.index, intents[a.index], TAKEOVER_BOUND_S)
+        again = {a.index: ask(running, 100 + a.index, intents[a.index], TAKEOVER_BOUND_S)
                  for a in answers if a.kind != "done"}
         left = rows(dsn, "SELECT r.run, r.owner FROM staal_runs r LEFT JOIN staal_ends e "
                     "USING (run) WHERE e.run IS NULL")
@@ -179,16 +180,16 @@ def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_eac
 
 
 def test_an_instance_sigstopped_past_its_lease_is_fenced_when_it_wakes_and_sends_nothing_more(
-        tmp_path, payments, dsn):
+        tmp_path, payments, dsn, authorization):
     intent = payments.intent(amount=5000)["id"]
     payments.fault(REFUNDS, "hang", times=1, hold_ms=HELD_MS)
     env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
-    with fleet(3, refund_site(tmp_path, payments), env=env,
+    with fleet(3, refund_site(tmp_path, payments), authorization, env=env,
                root=tmp_path / "fleet") as running:
         ahead = leases_held_for(dsn)
         answers: list[Answer] = []
         calling = threading.Thread(target=lambda: answers.append(
-            ask(running.url, 1, intent, TAKEOVER_BOUND_S * 3)), daemon=True)
+            ask(running, 1, intent, TAKEOVER_BOUND_S * 3)), daemon=True)
         calling.start()
         paused = None
         try:

@@ -152,9 +152,9 @@ def count_site(site: Site, server: dict[str, Any]) -> None:
 
 
 def test_a_thousand_calls_from_32_clients_through_the_balancer_run_exactly_each_instances_quota(
-        tmp_path):
-    with fleet(3, count_site, root=tmp_path) as running:
-        answers = Flood(running.url, "count", lambda i: {"n": i}).run()
+        tmp_path, authorization):
+    with fleet(3, count_site, authorization, root=tmp_path) as running:
+        answers = Flood(running.url, "count", lambda i: {"n": i}, headers=running.headers).run()
         served = running.lb.wait_served(1000)
         ledgers = [i.site.ledger_events() for i in running.instances]
     kinds = tally(answers)
@@ -183,12 +183,12 @@ def refund_site(payments: Payments) -> ManifestWriter:
 
 
 def test_a_flood_of_refunds_through_the_balancer_refunds_each_payment_exactly_once(
-        tmp_path, payments):
+        tmp_path, payments, authorization):
     intents = [payments.intent(amount=5000)["id"] for _ in range(48)]
-    with fleet(3, refund_site(payments), env={"STRIPE_SECRET_KEY": payments.key},
+    with fleet(3, refund_site(payments), authorization, env={"STRIPE_SECRET_KEY": payments.key},
                root=tmp_path) as running:
         answers = Flood(running.url, "refund", lambda i: {"order": intents[i]},
-                        calls=len(intents), clients=8).run()
+                        calls=len(intents), clients=8, headers=running.headers).run()
     assert tally(answers) == {"done": len(intents)}, [a.text for a in answers if a.kind != "done"][:3]
     refunds = refunded_exactly_once(payments, intents)
     assert {a.result["refund"] for a in answers} == {r["id"] for r in refunds.values()}

@@ -82,7 +82,9 @@ async function main() {
   const { Client, StdioClientTransport, pkg, call, HttpTransport } = await load();
   const out = { sdk: plan.sdk, package: pkg, mode: plan.mode, steps: [] };
   const stderr = [];
-  const transport = plan.url ? new HttpTransport(new URL(plan.url)) : new StdioClientTransport({
+  // `headers` (over HTTP): sent with every request, as a bearer token is.
+  const init = plan.headers ? { requestInit: { headers: plan.headers } } : undefined;
+  const transport = plan.url ? new HttpTransport(new URL(plan.url), init) : new StdioClientTransport({
     command: plan.server.command,
     args: plan.server.args ?? [],
     cwd: plan.server.cwd,
