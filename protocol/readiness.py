@@ -35,3 +35,49 @@ def readiness_answer(head: Head, ready: bool) -> HttpResponse:
     body = READY if ready else NOT_READY
     return HttpResponse(200 if ready else 503,
                         (*_HEADERS, ("content-length", str(len(body)))), body)
+
+
+# -- while nothing else answers: before serving, and while draining ----------------
+
+MAX_STARTING_HEAD = 8 * 1024
+_REASONS = {405: "Method Not Allowed", 503: "Service Unavailable"}
+_BUSY = b"not serving yet or any more: try again\n"
+
+
+def not_serving_answer(received: bytes) -> bytes | None:
+    """The whole answer (bytes for the wire) to a request received while
+    the instance is starting or draining, from what the connection sent so
+    far; None while its head is incomplete. The readiness path is answered
+    as `readiness_answer` does when not ready; anything else is 503 with
+    Retry-After (RFC 9110 section 15.6.4), the connection then closed. A head
+    that cannot be read (or grows past MAX_STARTING_HEAD) is answered 503
+    all the same: there is nothing else to say."""
+    end = received.find(b"\r\n\r\n")
+    if end < 0 and len(received) <= MAX_STARTING_HEAD:
+        return None
+    method, path = _request_line(received[:end if end >= 0 else MAX_STARTING_HEAD])
+    head = Head.of(method, path, ())
+    if is_readiness_check(head):
+        answer = readiness_answer(head, ready=False)
+        # Not ready for a while yet (starting, draining): a balancer may wait.
+        retry = (("retry-after", "1"),) if answer.status == 503 else ()
+        response = HttpResponse(answer.status, (*answer.headers, *retry), answer.body)
+    else:
+        response = HttpResponse(503, (("content-type", "text/plain; charset=utf-8"),
+                                      ("retry-after", "1"), ("cache-control", "no-store"),
+                                      ("content-length", str(len(_BUSY)))), _BUSY)
+    return _encode(response, with_body=method != "HEAD")
+
+
+def _request_line(head: bytes) -> tuple[str, str]:
+    parts = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(parts) != 3:
+        return "", ""
+    return parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace")
+
+
+def _encode(response: HttpResponse, with_body: bool) -> bytes:
+    reason = _REASONS.get(response.status, "")
+    lines = [f"HTTP/1.1 {response.status} {reason}", *(f"{n}: {v}" for n, v in response.headers),
+             "connection: close", "", ""]
+    return "\r\n".join(lines).encode("ascii") + (response.body if with_body else b"")

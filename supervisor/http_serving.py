@@ -52,6 +52,7 @@ from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.calls import CallState
 from staal.supervisor.http_connections import gated_protocol
 from staal.supervisor.listeners import InLoopUvicorn, bind
+from staal.supervisor.not_ready import answering_not_ready
 from staal.supervisor.principal import Authenticator, Lifecycle
 from staal.supervisor.server import Server, Transport
 
@@ -407,15 +408,21 @@ async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
     uv = InLoopUvicorn(config)
     host, port = sock.getsockname()[:2]
     server.log("serving_http", url=listening_url(host, port, http.path))
-    stop = asyncio.ensure_future(_stop_when(server, uv))
-    try:
-        await uv.serve(sockets=[sock])
-    finally:
-        stop.cancel()
+    async with contextlib.AsyncExitStack() as draining:
+        stop = asyncio.ensure_future(_stop_when(server, uv, sock, draining))
+        try:
+            await uv.serve(sockets=[sock])
+        finally:
+            stop.cancel()
 
 
-async def _stop_when(server: Server, uv: uvicorn.Server) -> None:
+async def _stop_when(server: Server, uv: uvicorn.Server, sock: socket.socket,
+                     draining: contextlib.AsyncExitStack) -> None:
+    """Once stopping: uvicorn closes its listener and answers the calls in
+    flight, while the socket answers anything new as not ready (not_ready.py)
+    until serving has ended."""
     await server.stopping.wait()
+    await draining.enter_async_context(answering_not_ready(sock))
     uv.should_exit = True
 
 

@@ -2,10 +2,9 @@
 state machine with its transitions as data; a load balancer reads it at
 `GET /ready` (protocol/readiness.py).
 
-Ready only while serving: not while starting (nothing is answered then
-anyway: the port accepts connections but they wait until serving), not
-while draining (SIGTERM: calls in flight are answered, nothing new is
-taken), not once fenced (another process took this instance's identity
+Ready only while serving: not while starting, not while draining
+(SIGTERM: calls in flight are answered, nothing new is taken; in both the
+socket answers on its own, not_ready.py), not once fenced (another process took this instance's identity
 in the shared store). On PostgreSQL, also not while the store is out of
 reach: the lease's last renewal failed, so the lease may be running out
 and every new call would fail closed anyway; the next renewal that

@@ -13,12 +13,14 @@ about a run depends on the transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import traceback
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 import staal
 from staal.clock import SYSTEM_CLOCK
@@ -395,16 +397,21 @@ class Server:
 
 
 Transport = Callable[[Server], Awaitable[None]]
+WhileStarting = Callable[[], AbstractAsyncContextManager[None]]
 
 
 async def serve(manifest: Manifest, transport: Transport, log: Log,
-                early: Spawned | None = None, tracing: Tracing | None = None) -> int:
-    """Start the server, serve with `transport` until it ends, close."""
+                early: Spawned | None = None, tracing: Tracing | None = None,
+                while_starting: WhileStarting | None = None) -> int:
+    """Start the server, serve with `transport` until it ends, close.
+    `while_starting`: what the transport does until the server is started
+    (over HTTP: answer that it is not ready yet)."""
     server = Server(manifest, log, early, tracing)
     metrics_sock = None
     try:
         metrics_sock = listen_for_metrics(manifest)
-        await server.start()
+        async with contextlib.nullcontext() if while_starting is None else while_starting():
+            await server.start()
     except StaalError as exc:
         log("startup_failed", level="error", kind=exc.kind, message=exc.message)
         server.tracing.close()

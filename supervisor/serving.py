@@ -86,6 +86,7 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
     from staal.supervisor.auth import authenticator_for
     from staal.supervisor.auth_resource import with_resource
     from staal.supervisor.http_serving import Address, HttpRefused, listen, over_http
+    from staal.supervisor.not_ready import answering_not_ready
     from staal.supervisor.server import serve
     from staal.supervisor.zygote import spawn_early
 
@@ -110,7 +111,8 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
     early = spawn_early(loaded)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         try:
-            return runner.run(serve(loaded, over_http(sock, authenticator), log, early))
+            return runner.run(serve(loaded, over_http(sock, authenticator), log, early,
+                                    while_starting=lambda: answering_not_ready(sock)))
         except StaalError as exc:  # an authenticator that could not start: a verifier that did not load
             log("startup_failed", level="error", kind=exc.kind, message=exc.message)
             return 2

@@ -15,7 +15,7 @@ import pytest
 
 from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Endpoint, Head, HttpResponse, HttpSettings
-from staal.protocol.readiness import is_readiness_check, readiness_answer
+from staal.protocol.readiness import is_readiness_check, not_serving_answer, readiness_answer
 from staal.protocol.revisions import ServerInfo
 from staal.supervisor.http_serving import McpApp
 from staal.supervisor.readiness import Readiness, ReadyState
@@ -163,3 +163,25 @@ def test_the_check_is_answered_without_a_token_while_every_mcp_request_meets_the
     assert (checked.status_code, checked.text) == (status, body)
     assert checked.headers["cache-control"] == "no-store"
     assert mcp.status_code == 401 and guard.checked == 1  # only the MCP request met the guard
+
+
+def test_while_not_serving_the_check_is_503_not_ready_and_anything_else_503_retry_after():
+    ready = not_serving_answer(b"GET /ready?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    headed = not_serving_answer(b"HEAD /ready HTTP/1.1\r\n\r\n")
+    posted = not_serving_answer(b"POST /ready HTTP/1.1\r\n\r\n")
+    mcp = not_serving_answer(b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+    assert ready is not None and headed is not None and posted is not None and mcp is not None
+    assert ready.startswith(b"HTTP/1.1 503 ") and ready.endswith(b"\r\n\r\nnot ready\n")
+    assert b"cache-control: no-store\r\n" in ready and b"connection: close\r\n" in ready
+    assert b"retry-after: 1\r\n" in ready
+    assert headed.startswith(b"HTTP/1.1 503 ") and headed.endswith(b"\r\n\r\n")
+    assert posted.startswith(b"HTTP/1.1 405 ") and b"allow: GET, HEAD\r\n" in posted
+    assert mcp.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1\r\n" in mcp
+
+
+def test_while_not_serving_a_head_is_answered_once_whole_or_too_long():
+    assert not_serving_answer(b"GET /ready HTTP/1.1\r\nHost: x\r\n") is None
+    too_long = not_serving_answer(b"GET /" + b"x" * 9000)
+    unreadable = not_serving_answer(b"\x00\xff garbage\r\n\r\n")
+    assert too_long is not None and too_long.startswith(b"HTTP/1.1 503 ")
+    assert unreadable is not None and unreadable.startswith(b"HTTP/1.1 503 ")

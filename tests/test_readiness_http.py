@@ -6,11 +6,24 @@ when the MCP endpoint is under a path prefix behind a public URL."""
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import httpx
 
+from staal.supervisor.lockfile import ServerLock
 from tests.authorization import AUDIENCE
 from tests.http_servers import HttpServer
+from tests.pg_cluster import free_port
 from tests.servers import WAIT, Site
+
+GET = """
+from staal.caps import HttpGet
+
+
+def main(url: str, get: HttpGet) -> dict:
+    return {"status": get.get(url).status_code}
+"""
 
 ECHO = """
 def main(text: str) -> dict:
@@ -59,3 +72,61 @@ def test_behind_a_path_prefix_the_check_stays_at_the_root_of_the_listening_addre
     assert (root.status_code, root.text) == (200, "ready\n")
     # Beside the MCP endpoint is not where it is: the MCP layer's 404.
     assert prefixed.status_code == 404 and "no MCP endpoint at /staal/ready" in prefixed.text
+
+
+def test_while_starting_the_check_is_503_and_an_mcp_request_503_retry_after(
+        tmp_path, authorization):
+    """Until it serves (here: waiting for the journals' lock another server
+    holds), the listening socket answers: not ready, and try again."""
+    site = auth_site(Site(tmp_path), authorization.issuer)
+    port = free_port()
+    with ServerLock.acquire(site.journals, wait_s=0):
+        server = HttpServer(site, address=f"127.0.0.1:{port}")
+        try:
+            server.stderr.wait_event("waiting_for_lock")
+            with httpx.Client(timeout=WAIT, trust_env=False) as http:
+                check = http.get(f"http://127.0.0.1:{port}/ready")
+                call = http.post(f"http://127.0.0.1:{port}/mcp", content=b"{}")
+        finally:
+            server.stop()
+    assert (check.status_code, check.text) == (503, "not ready\n")
+    assert check.headers["cache-control"] == "no-store"
+    assert call.status_code == 503 and call.headers["retry-after"] == "1"
+
+
+
+def test_while_draining_the_check_is_503_until_the_call_in_flight_is_answered(tmp_path, service):
+    """After SIGTERM the instance answers its call in flight, and the socket
+    answers the balancer's check not ready (not a refused connection)."""
+    service.route("GET", "/held")
+    held = service.hold("/held")
+    site = Site(tmp_path)
+    site.program("get.py", GET)
+    site.write([{"name": "get", "program": "get.py",
+                 "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/**"]}},
+                 "net": {"timeout_ms": 120_000, "connect_timeout_ms": 10_000}}])
+    answers: list[httpx.Response] = []
+    with HttpServer(site) as server, httpx.Client(timeout=WAIT, trust_env=False) as http:
+        base = server.base
+        params = {"name": "get", "arguments": {"url": service.base + "/held"}}
+        calling = threading.Thread(target=lambda: answers.append(server.legacy("tools/call", params)),
+                                   daemon=True)
+        calling.start()
+        try:
+            assert held.arrived.wait(WAIT)
+            server.process.send_signal(signal.SIGTERM)
+            server.stderr.wait_event("readiness", state="draining", ready=False)
+            # uvicorn stops listening; the socket's next answers come from
+            # the responder (Retry-After), never a refused connection.
+            checks = [http.get(base + "/ready")]
+            while "retry-after" not in checks[-1].headers and len(checks) < 500:
+                checks.append(http.get(base + "/ready"))
+            assert calling.is_alive() and not answers  # still held at the service
+        finally:
+            held.release.set()
+        calling.join(WAIT)
+        assert server.wait_exit() == 0
+    assert {(c.status_code, c.text) for c in checks} == {(503, "not ready\n")}
+    assert checks[-1].headers["retry-after"] == "1"
+    (answer,) = answers
+    assert answer.status_code == 200 and answer.json()["result"]["isError"] is False
