@@ -23,7 +23,7 @@ from staal.journal_records import (
     Stopped,
     Value,
 )
-from staal.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
+from staal.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
 from staal.messages import (
     MESSAGES,
     ActionSpan,
@@ -60,6 +60,7 @@ EXAMPLES = {
         Settle(run=RUN, time=3, outcome="done", charged=(USD, Money("100", "JPY"))),
         Settle(run=RUN, time=3, outcome="failed"),
         Release(run=RUN, time=4),
+        Forget(run=RUN, time=5),
     ],
     JOURNAL: [
         Header(run=RUN, tool="refund_order", program="/srv/refund.py", program_sha256=SHA,
