@@ -3,24 +3,34 @@
 StreamableHTTPClientTransport, then `finishAuth`) against `serve --http` and
 the tests' authorization server, nothing minted by hand (issue 24 items 3
 and 1): authorization code + PKCE with dynamic registration or a
-pre-registered client, the token's `aud` the server; and, from a token too
-narrow for the server, the 403's scope followed by one re-authorization."""
+pre-registered client, the token's `aud` the server; the SDKs' own
+client-credentials providers; a token that reached the server expired,
+refused and refreshed; and, from a token too narrow for the server, the
+403's scope followed by one re-authorization."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.authorization import claims_of
+from staal.supervisor.auth_jwt import SKEW_S
+from tests.authorization import AuthorizationServer, claims_of
 from tests.oauth_site import ADMITTED, PROFILE, REDIRECT, REQUIRED, oauth_site, runs_of, serve
 from tests.test_client_typescript import JS, TIMEOUT, node, require_node_modules
 
 SCRIPT = JS / "oauth_session.mjs"
 SDKS = ["client", "sdk1"]
+# Past the clock skew the server tolerates: refused, not let through.
+EXPIRED_BY = SKEW_S + 60
+# The scope each SDK's ClientCredentialsProvider is given: client 2.4 asks for
+# the 401 challenge's scope; sdk 1.32 asks for its own metadata's scope only,
+# none unless given one (its token would then be refused 403 for good).
+CREDENTIALS_SCOPE = {"client": None, "sdk1": ADMITTED}
 
 
 def oauth_session(sdk: str, url: str, **plan: Any) -> dict[str, Any]:
@@ -32,6 +42,10 @@ def oauth_session(sdk: str, url: str, **plan: Any) -> dict[str, Any]:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert "fatal" not in out, out["fatal"]
     return out
+
+
+def grants_to(authorization: AuthorizationServer, client: str) -> list[dict[str, Any]]:
+    return [grant for grant in authorization.issued() if grant["client_id"] == client]
 
 
 @pytest.fixture
@@ -79,3 +93,49 @@ def test_a_token_too_narrow_steps_up_once_for_the_challenges_scope_and_is_admitt
     assert set(asked["scope"].split()) == set(ADMITTED.split())
     assert claims_of(out["tokens"]["access_token"])["scope"] == asked["scope"]
     assert runs_of(server) == [("echo", "readers")]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_the_sdks_client_credentials_provider_gets_a_token_for_the_server_by_itself(
+        server, authorization, sdk):
+    agent = authorization.register(client_name=f"agent-{sdk}", grant_types=["client_credentials"],
+                                   token_endpoint_auth_method="client_secret_basic")
+    out = oauth_session(sdk, server.url, clientCredentials={
+        "clientId": agent["client_id"], "clientSecret": agent["client_secret"],
+        "issuer": authorization.issuer, "scope": CREDENTIALS_SCOPE[sdk]})
+    assert out["result"] == {"result": {"echo": sdk}}
+    assert out["asked"] == [] and out["clientId"] == agent["client_id"]
+    assert grants_to(authorization, agent["client_id"]) == [
+        {"grant_type": "client_credentials", "client_id": agent["client_id"],
+         "scope": ADMITTED, "aud": server.url}]
+    claims = claims_of(out["tokens"]["access_token"])
+    assert claims["aud"] == server.url and claims["scope"] == ADMITTED
+    assert runs_of(server) == [("echo", "readers")]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_token_that_reached_the_server_expired_is_refused_then_refreshed_and_the_call_runs_once(
+        server, authorization, sdk):
+    """Neither SDK reads `expires_in` (client 2.4 and sdk 1.32 keep no
+    expiry): each refreshes only when the server answers 401. So the
+    authorization server hands out a token already expired past the
+    server's skew, as one outlived by its client reaches it; the client
+    sends it, is refused 401 `invalid_token`, refreshes with its refresh
+    token (no second consent) and is admitted with the refreshed token."""
+    client = f"expiring-{sdk}"
+    authorization.expire_next(client, "authorization_code", by=EXPIRED_BY)
+    out = oauth_session(sdk, server.url, clientId=client)
+    assert out["result"] == {"result": {"echo": sdk}}
+    assert len(out["asked"]) == 1  # refreshed, never sent to the person again
+    assert grants_to(authorization, client) == [
+        {"grant_type": "authorization_code", "client_id": client, "scope": ADMITTED,
+         "aud": server.url},
+        {"grant_type": "refresh_token", "client_id": client, "scope": ADMITTED,
+         "aud": server.url}]
+    expired, refreshed = out["saved"]
+    assert claims_of(expired["access_token"])["exp"] < time.time() - SKEW_S
+    assert out["tokens"]["access_token"] == refreshed["access_token"] != expired["access_token"]
+    assert claims_of(refreshed["access_token"])["exp"] > time.time()
+    server.stderr.wait_event("auth_refused", status=401, error="invalid_token")
+    assert len(server.stderr.events("auth_refused", error="invalid_token")) == 1
+    assert runs_of(server) == [("echo", "readers")]  # nothing ran with the expired token
