@@ -33,19 +33,28 @@ EXPIRED_BY = SKEW_S + 60
 CREDENTIALS_SCOPE = {"client": None, "sdk1": ADMITTED}
 
 
-def oauth_session(sdk: str, url: str, **plan: Any) -> dict[str, Any]:
+def oauth_session(sdk: str, url: str, fails: bool = False, **plan: Any) -> dict[str, Any]:
+    """What the session printed; `fails`: it ends in the client's error."""
     require_node_modules()
     done = subprocess.run([node(), str(SCRIPT), json.dumps(
         {"sdk": sdk, "url": url, "redirectUrl": REDIRECT, **plan})], cwd=JS,
         capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "fatal" not in out, out["fatal"]
+    assert ("fatal" in out) == fails, out.get("fatal", out)
     return out
 
 
 def grants_to(authorization: AuthorizationServer, client: str) -> list[dict[str, Any]]:
     return [grant for grant in authorization.issued() if grant["client_id"] == client]
+
+
+def agent(authorization: AuthorizationServer, name: str, scope: str | None = None) -> dict:
+    """A client registered for client credentials: the plan's clientCredentials."""
+    registered = authorization.register(client_name=name, grant_types=["client_credentials"],
+                                        token_endpoint_auth_method="client_secret_basic")
+    return {"clientId": registered["client_id"], "clientSecret": registered["client_secret"],
+            "issuer": authorization.issuer, **({} if scope is None else {"scope": scope})}
 
 
 @pytest.fixture
@@ -73,9 +82,9 @@ def test_authorization_code_with_dynamic_registration_gets_a_token_for_the_serve
 def test_a_preregistered_client_gets_its_token_without_registering(server, authorization, sdk):
     out = oauth_session(sdk, server.url, clientId=f"tests-{sdk}")
     assert out["result"] == {"result": {"echo": sdk}}
-    issued = [grant for grant in authorization.issued() if grant["client_id"] == f"tests-{sdk}"]
-    assert issued == [{"grant_type": "authorization_code", "client_id": f"tests-{sdk}",
-                       "scope": ADMITTED, "aud": server.url}]
+    assert grants_to(authorization, f"tests-{sdk}") == [
+        {"grant_type": "authorization_code", "client_id": f"tests-{sdk}", "scope": ADMITTED,
+         "aud": server.url}]
 
 
 @pytest.mark.parametrize("narrow", [REQUIRED, PROFILE])
@@ -98,19 +107,30 @@ def test_a_token_too_narrow_steps_up_once_for_the_challenges_scope_and_is_admitt
 @pytest.mark.parametrize("sdk", SDKS)
 def test_the_sdks_client_credentials_provider_gets_a_token_for_the_server_by_itself(
         server, authorization, sdk):
-    agent = authorization.register(client_name=f"agent-{sdk}", grant_types=["client_credentials"],
-                                   token_endpoint_auth_method="client_secret_basic")
-    out = oauth_session(sdk, server.url, clientCredentials={
-        "clientId": agent["client_id"], "clientSecret": agent["client_secret"],
-        "issuer": authorization.issuer, "scope": CREDENTIALS_SCOPE[sdk]})
+    credentials = agent(authorization, f"agent-{sdk}", CREDENTIALS_SCOPE[sdk])
+    client = credentials["clientId"]
+    out = oauth_session(sdk, server.url, clientCredentials=credentials)
     assert out["result"] == {"result": {"echo": sdk}}
-    assert out["asked"] == [] and out["clientId"] == agent["client_id"]
-    assert grants_to(authorization, agent["client_id"]) == [
-        {"grant_type": "client_credentials", "client_id": agent["client_id"],
-         "scope": ADMITTED, "aud": server.url}]
+    assert out["asked"] == [] and out["clientId"] == client
+    assert grants_to(authorization, client) == [
+        {"grant_type": "client_credentials", "client_id": client, "scope": ADMITTED,
+         "aud": server.url}]
     claims = claims_of(out["tokens"]["access_token"])
     assert claims["aud"] == server.url and claims["scope"] == ADMITTED
     assert runs_of(server) == [("echo", "readers")]
+
+
+def test_sdk1s_client_credentials_provider_given_no_scope_is_refused_for_good_and_nothing_runs(
+        server, authorization):
+    """sdk 1.32 asks for its metadata's scope even after the 403 names
+    another, so with none it gets the same scopeless token again and gives up."""
+    credentials = agent(authorization, "agent-no-scope")
+    out = oauth_session("sdk1", server.url, fails=True, clientCredentials=credentials)
+    assert "403 after trying upscoping" in out["fatal"]
+    assert [grant["scope"] for grant in grants_to(authorization, credentials["clientId"])] == \
+        [None, None]  # asked twice, for nothing each time
+    server.stderr.wait_event("auth_refused", status=403, error="insufficient_scope")
+    assert runs_of(server) == []
 
 
 @pytest.mark.parametrize("sdk", SDKS)
