@@ -159,3 +159,30 @@ def test_a_token_that_reached_the_server_expired_is_refused_then_refreshed_and_t
     server.stderr.wait_event("auth_refused", status=401, error="invalid_token")
     assert len(server.stderr.events("auth_refused", error="invalid_token")) == 1
     assert runs_of(server) == [("echo", "readers")]  # nothing ran with the expired token
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_client_credentials_token_that_expired_is_refused_and_replaced_by_a_new_grant(
+        server, authorization, sdk):
+    """Client credentials give no refresh token: on the 401 each provider
+    asks for a new token. A token that is already expired when first got is
+    not retried (each SDK stops at a 401 right after authenticating), so
+    the session that got it ends refused; the next session, starting with
+    it, is refused once, gets a new one and is admitted."""
+    credentials = agent(authorization, f"agent-expiring-{sdk}", ADMITTED)
+    client = credentials["clientId"]
+    authorization.expire_next(client, "client_credentials", by=EXPIRED_BY)
+    first = oauth_session(sdk, server.url, fails=True, clientCredentials=credentials)
+    assert "401" in first["fatal"]
+    (expired,) = first["saved"]
+    assert claims_of(expired["access_token"])["exp"] < time.time() - SKEW_S
+    out = oauth_session(sdk, server.url, clientCredentials=credentials, tokens=expired)
+    assert out["result"] == {"result": {"echo": sdk}}
+    (renewed,) = out["saved"]
+    assert out["tokens"]["access_token"] == renewed["access_token"] != expired["access_token"]
+    assert claims_of(renewed["access_token"])["exp"] > time.time()
+    assert [(g["grant_type"], g["scope"], g["aud"]) for g in grants_to(authorization, client)] == \
+        [("client_credentials", ADMITTED, server.url)] * 2
+    server.stderr.wait_event("auth_refused", status=401, error="invalid_token")
+    assert len(server.stderr.events("auth_refused", error="invalid_token")) == 2
+    assert runs_of(server) == [("echo", "readers")]  # nothing ran with the expired token

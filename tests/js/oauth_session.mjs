@@ -16,7 +16,7 @@
 // the tools and calls echo. It prints one JSON object: the tools, the call's
 // structured result, each authorize URL's query, the last token response,
 // every token response the provider was given (`saved`) and the client id, or
-// {"fatal": "..."}. With "clientCredentials" the provider is the SDK's own
+// {"fatal": "...", "saved": [...]}. With "clientCredentials" the provider is the SDK's own
 // ClientCredentialsProvider (no person, no redirect), given a scope only if
 // the plan names one.
 
@@ -79,14 +79,17 @@ function clientCredentials(ClientCredentials) {
                                            ...(scope === undefined ? {} : { scope }) });
   provider.asked = [];
   provider.history = [];
+  if (plan.tokens) provider.saveTokens(plan.tokens);
   const save = provider.saveTokens.bind(provider);
   provider.saveTokens = (tokens) => { provider.history.push(tokens); save(tokens); };
   return provider;
 }
 
+let provider;
+
 async function main() {
   const { Client, Transport, call, ClientCredentials } = await load();
-  const provider = plan.clientCredentials ? clientCredentials(ClientCredentials) : new Provider();
+  provider = plan.clientCredentials ? clientCredentials(ClientCredentials) : new Provider();
   const opts = { timeout };
   for (let attempt = 0; attempt < 3; attempt++) {
     const transport = new Transport(new URL(plan.url), { authProvider: provider });
@@ -112,5 +115,8 @@ async function main() {
 
 main().then(
   (out) => { process.stdout.write(JSON.stringify(out) + "\n"); process.exit(0); },
-  (err) => { process.stdout.write(JSON.stringify({ fatal: String(err?.stack ?? err) }) + "\n"); process.exit(0); },
+  (err) => {
+    process.stdout.write(JSON.stringify({ fatal: String(err?.stack ?? err), saved: provider?.history }) + "\n");
+    process.exit(0);
+  },
 );
