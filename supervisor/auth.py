@@ -126,13 +126,16 @@ class Guard:
     def refuse(self, refusal: AuthRefusal, caller: str | None = None,
                scope: tuple[str, ...] | None = None) -> HttpResponse:
         """The 401, 403 or 503 of `refusal`. Unless `scope` is given, a
-        refusal without a credential (401, no error) or of the verifier's
-        own (403 `insufficient_scope`, no principal to step up) names the
-        least any profile needs, not every scope the resource knows."""
+        401 (no credential, or one not valid here: expired, say) or the
+        verifier's own 403 `insufficient_scope` (no principal to step up)
+        names the least any profile needs, not every scope the resource
+        knows: a client told no scope asks for every scope in the metadata's
+        `scopes_supported` (MCP's scope selection), as the TypeScript client
+        2.4 does for a new token after an expired one."""
         self.log("auth_refused", level="info", status=refusal.status, error=refusal.error,
                  message=refusal.description, caller=caller)
         if scope is None:
-            asked = (refusal.status, refusal.error) in ((401, None), (403, "insufficient_scope"))
+            asked = refusal.status == 401 or (refusal.status, refusal.error) == (403, "insufficient_scope")
             scope = least_scopes(self.manifest.auth.required_scopes, self.whens) if asked else ()
         if self.resource is None:  # the operator's verifier: 401, 403 or 503
             return challenge(refusal.status, refusal.error, refusal.description, scope,

@@ -93,17 +93,28 @@ class AuthorizationServer:
 
     def issued(self) -> list[dict[str, Any]]:
         """Every access token issued so far: grant_type, client_id, scope, aud."""
+        return self._command({"issued": True})["issued"]
+
+    def expire_next(self, client: str, grant_type: str, by: int) -> None:
+        """The next access token `grant_type` gives `client` is one that
+        expired `by` seconds ago (its `exp` and its `expires_in`)."""
+        self._command({"expire": {"client_id": client, "grant_type": grant_type, "by": by}})
+
+    def register(self, **metadata: Any) -> dict[str, Any]:
+        """The RFC 7591 registration of a client with `metadata`: its id and secret."""
+        answer = self.client.post(f"{self.issuer}/register", json=metadata)
+        assert answer.status_code == 201, answer.text
+        return answer.json()
+
+    def _command(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.process.stdin is not None
-        self.process.stdin.write('{"issued": true}\n')
+        self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
-        return self.next_line()["issued"]
+        return self.next_line()
 
     def rotate(self) -> str:
         """A new signing key (the old stays in the JWKS); its kid."""
-        assert self.process.stdin is not None
-        self.process.stdin.write('{"rotate": true}\n')
-        self.process.stdin.flush()
-        self.kid = self.next_line()["kid"]
+        self.kid = self._command({"rotate": True})["kid"]
         return self.kid
 
     def jwks(self) -> dict[str, Any]:

@@ -68,6 +68,14 @@ def test_a_401_without_a_credential_names_the_least_a_profile_needs(presence):
 
 
 @pytest.mark.parametrize("presence", [VERIFIER, BEARER], ids=["verifier", "bearer"])
+def test_a_401_for_a_credential_not_valid_here_names_the_least_a_profile_needs_too(presence):
+    status, headers = refused(presence, AuthRefusal(401, "invalid_token", "expired"), PROFILES)
+    challenge = headers["www-authenticate"]
+    assert status == 401 and 'error="invalid_token"' in challenge
+    assert 'scope="staal reader"' in challenge and "admin" not in challenge
+
+
+@pytest.mark.parametrize("presence", [VERIFIER, BEARER], ids=["verifier", "bearer"])
 def test_a_principal_no_scope_could_admit_gets_a_403_without_a_challenge(presence):
     response = asyncio.run(guard(presence, holding("staal"), [("client_id", "ops-bot")])
                            .check(Head("POST", "/mcp", {})))

@@ -24,7 +24,11 @@
 // per command. stdin: one JSON command per line; {"rotate": true} adds a new
 // key, served in the JWKS beside the old, and signs every later token with it;
 // {"issued": true} answers {"issued": [{grant_type, client_id, scope, aud}, ...]},
-// every access token issued so far.
+// every access token issued so far; {"expire": {client_id, grant_type, by}}
+// makes the next access token that grant gives that client one that expired
+// `by` seconds ago (its `exp` and the response's `expires_in`), as a token
+// outlived by its client (a laptop asleep past its lifetime) reaches the
+// resource server, and answers {"expire": ...}.
 import { randomBytes, randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { OAuth2Server } from "oauth2-mock-server";
@@ -40,6 +44,8 @@ const clients = new Map();
 const codes = new Map();
 const refreshes = new Map();
 const issued = [];
+// What {"expire": ...} asked for, by `${client_id} ${grant_type}`: seconds ago.
+const expiring = new Map();
 
 // The client id and secret of HTTP Basic client authentication (RFC 6749 section 2.3.1).
 function basicClient(header) {
@@ -126,6 +132,12 @@ server.service.on("beforeTokenSigning", (token, req) => {
   if (grant?.resource !== undefined) payload.aud = grant.resource;
   if (tokenTtl !== undefined) payload.exp = now + tokenTtl;
   if (body.exp_in !== undefined) payload.exp = now + Number(body.exp_in);
+  const expiredBy = expiring.get(`${client.id} ${body.grant_type}`);
+  if (expiredBy !== undefined && req.staal.refused === undefined) {
+    expiring.delete(`${client.id} ${body.grant_type}`);
+    payload.exp = now - expiredBy;
+    req.staal.expiresIn = -expiredBy;
+  }
   if (body.nbf_in !== undefined) payload.nbf = now + Number(body.nbf_in);
   if (body.iss !== undefined) payload.iss = body.iss;
 });
@@ -140,6 +152,7 @@ server.service.on("beforeResponse", (response, req) => {
   if (grant.scope === undefined) delete response.body.scope;
   else response.body.scope = grant.scope;
   if (tokenTtl !== undefined) response.body.expires_in = tokenTtl;
+  if (req.staal.expiresIn !== undefined) response.body.expires_in = req.staal.expiresIn;
   if (response.body.refresh_token !== undefined) refreshes.set(response.body.refresh_token, grant);
   issued.push({ grant_type: req.body.grant_type, client_id: grant.client,
                 scope: grant.scope ?? null, aud: grant.resource ?? null });
@@ -199,6 +212,11 @@ lines.on("line", async (line) => {
     say({ kid: signing.kid });
   }
   if (command.issued) say({ issued });
+  if (command.expire) {
+    const { client_id: client, grant_type: grantType, by } = command.expire;
+    expiring.set(`${client} ${grantType}`, Number(by));
+    say({ expire: command.expire });
+  }
 });
 lines.on("close", async () => {
   await server.stop();

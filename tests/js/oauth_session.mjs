@@ -5,7 +5,8 @@
 //
 // The plan: {"sdk": "client" | "sdk1", "url": "<server>", "redirectUrl": ...,
 //            "clientId": "<pre-registered id>" (else dynamic registration),
-//            "tokens": {...} (a token response to start with), "timeoutMs"}
+//            "tokens": {...} (a token response to start with), "timeoutMs",
+//            "clientCredentials": {"clientId", "clientSecret", "issuer", "scope"}}
 //
 // "client" is @modelcontextprotocol/client 2.x, "sdk1" @modelcontextprotocol/sdk
 // 1.x. The provider keeps its client and tokens in memory; when the client
@@ -13,8 +14,11 @@
 // authorize URL is fetched, its 302 read (not followed), and the code handed to
 // `transport.finishAuth`, then the client connects again. Connected, it lists
 // the tools and calls echo. It prints one JSON object: the tools, the call's
-// structured result, each authorize URL's query, the last token response and
-// the registered client id, or {"fatal": "..."}.
+// structured result, each authorize URL's query, the last token response,
+// every token response the provider was given (`saved`) and the client id, or
+// {"fatal": "...", "saved": [...]}. With "clientCredentials" the provider is the SDK's own
+// ClientCredentialsProvider (no person, no redirect), given a scope only if
+// the plan names one.
 
 const plan = JSON.parse(process.argv[2]);
 const timeout = plan.timeoutMs ?? 30000;
@@ -23,12 +27,15 @@ async function load() {
   if (plan.sdk === "client") {
     const client = await import("@modelcontextprotocol/client");
     return { Client: client.Client, Transport: client.StreamableHTTPClientTransport,
-             call: (c, params, options) => c.callTool(params, options) };
+             call: (c, params, options) => c.callTool(params, options),
+             ClientCredentials: client.ClientCredentialsProvider };
   }
   const client = await import("@modelcontextprotocol/sdk/client/index.js");
   const http = await import("@modelcontextprotocol/sdk/client/streamableHttp.js");
+  const extensions = await import("@modelcontextprotocol/sdk/client/auth-extensions.js");
   return { Client: client.Client, Transport: http.StreamableHTTPClientTransport,
-           call: (c, params, options) => c.callTool(params, undefined, options) };
+           call: (c, params, options) => c.callTool(params, undefined, options),
+           ClientCredentials: extensions.ClientCredentialsProvider };
 }
 
 // An OAuthClientProvider (the same interface in both SDKs), in memory.
@@ -36,6 +43,7 @@ class Provider {
   constructor() {
     this.client = plan.clientId ? { client_id: plan.clientId, redirect_uris: [plan.redirectUrl] } : undefined;
     this.saved = plan.tokens;
+    this.history = [];
     this.asked = [];
     this.pending = undefined;
   }
@@ -48,7 +56,7 @@ class Provider {
   clientInformation() { return this.client; }
   saveClientInformation(client) { this.client = client; }
   tokens() { return this.saved; }
-  saveTokens(tokens) { this.saved = tokens; }
+  saveTokens(tokens) { this.saved = tokens; this.history.push(tokens); }
   redirectToAuthorization(url) {
     this.asked.push(Object.fromEntries(url.searchParams));
     this.pending = url;
@@ -64,9 +72,24 @@ async function consent(url) {
   return new URL(answer.headers.get("location")).searchParams.get("code");
 }
 
+// The SDK's client-credentials provider, every token it is given kept in order.
+function clientCredentials(ClientCredentials) {
+  const { clientId, clientSecret, issuer, scope } = plan.clientCredentials;
+  const provider = new ClientCredentials({ clientId, clientSecret, expectedIssuer: issuer,
+                                           ...(scope === undefined ? {} : { scope }) });
+  provider.asked = [];
+  provider.history = [];
+  if (plan.tokens) provider.saveTokens(plan.tokens);
+  const save = provider.saveTokens.bind(provider);
+  provider.saveTokens = (tokens) => { provider.history.push(tokens); save(tokens); };
+  return provider;
+}
+
+let provider;
+
 async function main() {
-  const { Client, Transport, call } = await load();
-  const provider = new Provider();
+  const { Client, Transport, call, ClientCredentials } = await load();
+  provider = plan.clientCredentials ? clientCredentials(ClientCredentials) : new Provider();
   const opts = { timeout };
   for (let attempt = 0; attempt < 3; attempt++) {
     const transport = new Transport(new URL(plan.url), { authProvider: provider });
@@ -77,7 +100,8 @@ async function main() {
       const called = await call(client, { name: "echo", arguments: { text: plan.sdk } }, opts);
       await client.close();
       return { tools: listed.tools.map((t) => t.name), result: called.structuredContent ?? null,
-               asked: provider.asked, tokens: provider.saved, clientId: provider.client?.client_id };
+               asked: provider.asked, tokens: await provider.tokens(), saved: provider.history,
+               clientId: (await provider.clientInformation())?.client_id };
     } catch (err) {
       await client.close().catch(() => {});
       if (provider.pending === undefined) throw err;
@@ -91,5 +115,8 @@ async function main() {
 
 main().then(
   (out) => { process.stdout.write(JSON.stringify(out) + "\n"); process.exit(0); },
-  (err) => { process.stdout.write(JSON.stringify({ fatal: String(err?.stack ?? err) }) + "\n"); process.exit(0); },
+  (err) => {
+    process.stdout.write(JSON.stringify({ fatal: String(err?.stack ?? err), saved: provider?.history }) + "\n");
+    process.exit(0);
+  },
 );
