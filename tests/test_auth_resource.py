@@ -12,57 +12,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from urllib.parse import parse_qsl
 
 import anyio
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.auth import TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from staal.supervisor.ledger import read_ledger
 from tests.authorization import claims_of
 from tests.http_servers import HttpServer
 from tests.servers import Site, server_env
 from tests.test_callers_http import callers_site
-
-
-class Memory(TokenStorage):
-    """The client's token store, in memory: it starts with no token."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-class ResourceAsAudience(ClientCredentialsOAuthProvider):
-    """The SDK's client-credentials provider, its token request also asking
-    for the RFC 8707 `resource` it sends as `aud`: the tests' authorization
-    server writes `aud` only from that field until it maps `resource` itself
-    (issue 24 item 3). Discovery, the resource check and the token request
-    are the SDK's own."""
-
-    async def _exchange_token_client_credentials(self) -> httpx2.Request:
-        request = await super()._exchange_token_client_credentials()
-        form = dict(parse_qsl(request.content.decode()))
-        assert "resource" in form, "the SDK asks for the resource its discovery found"
-        return httpx2.Request("POST", request.url, data={**form, "aud": form["resource"]},
-                              headers={"Authorization": request.headers["authorization"]})
+from tests.test_oauth_python_sdk import Storage
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -70,12 +32,12 @@ def test_the_python_sdks_own_discovery_from_the_401_gets_a_token_for_the_url_it_
         tmp_path, service, authorization, mode):
     site = callers_site(tmp_path, service, authorization.issuer)  # no audience: the listening URL
     with HttpServer(site) as http:
-        storage = Memory()
+        storage = Storage()
 
         async def session() -> tuple[list[str], object]:
-            provider = ResourceAsAudience(http.url, storage, client_id="desk-1",
-                                          client_secret="client-secret-zq9",
-                                          issuer=authorization.issuer)
+            provider = ClientCredentialsOAuthProvider(http.url, storage, client_id="desk-1",
+                                                      client_secret="client-secret-zq9",
+                                                      issuer=authorization.issuer)
             transport = streamable_http_client(http.url,
                                                http_client=create_mcp_http_client(auth=provider))
             async with Client(transport, mode=mode) as client:
@@ -93,8 +55,11 @@ def test_the_python_sdks_own_discovery_from_the_401_gets_a_token_for_the_url_it_
     assert entry.profile == "support"
     assert len(service.seen("GET", "/public/1")) == 1
     assert storage.tokens is not None
-    # The resource it discovered is the URL it used.
+    # The resource it discovered is the URL it used: the SDK asked for it
+    # (RFC 8707), and the authorization server wrote it as the token's aud.
     assert claims_of(storage.tokens.access_token)["aud"] == http.url
+    granted = authorization.issued()[-1]  # the session's authorization server: its latest
+    assert (granted["client_id"], granted["aud"]) == ("desk-1", http.url)
 
 
 # -- an audience no client can use is refused, naming both keys --------------------------------
