@@ -8,6 +8,7 @@ what reaches it)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import httpx
@@ -18,9 +19,11 @@ from staal.protocol.http import Endpoint, Head, HttpResponse, HttpSettings
 from staal.protocol.readiness import is_readiness_check, not_serving_answer, readiness_answer
 from staal.protocol.revisions import ServerInfo
 from staal.supervisor.http_serving import McpApp
+from staal.supervisor.not_ready import answering_not_ready
 from staal.supervisor.readiness import Readiness, ReadyState
 from staal.transitions import IllegalTransition
 from tests.manifests import broken, write_programs
+from tests.servers import WAIT
 
 
 class Logged:
@@ -185,3 +188,32 @@ def test_while_not_serving_a_head_is_answered_once_whole_or_too_long():
     unreadable = not_serving_answer(b"\x00\xff garbage\r\n\r\n")
     assert too_long is not None and too_long.startswith(b"HTTP/1.1 503 ")
     assert unreadable is not None and unreadable.startswith(b"HTTP/1.1 503 ")
+
+
+def test_while_not_serving_a_connection_past_the_bound_is_closed_unanswered_until_one_held_ends():
+    async def scenario() -> tuple[bytes, bytes, bytes]:
+        with socket.create_server(("127.0.0.1", 0)) as sock:
+            address = sock.getsockname()[:2]
+            async with answering_not_ready(sock, most=2):
+                held = [await asyncio.open_connection(*address) for _ in range(2)]
+                past_reader, past_writer = await asyncio.open_connection(*address)
+                past_writer.write(b"GET /ready HTTP/1.1\r\n\r\n")
+                try:  # closed, nothing said (reset, if it closed with the request unread)
+                    past = await asyncio.wait_for(past_reader.read(), WAIT)
+                except ConnectionResetError:
+                    past = b""
+                first_reader, first_writer = held[0]
+                first_writer.write(b"GET /ready HTTP/1.1\r\n\r\n")
+                first = await asyncio.wait_for(first_reader.read(), WAIT)
+                # The answered one is no longer held: the next connection is answered.
+                next_reader, next_writer = await asyncio.open_connection(*address)
+                next_writer.write(b"GET /ready HTTP/1.1\r\n\r\n")
+                after = await asyncio.wait_for(next_reader.read(), WAIT)
+                for writer in (past_writer, first_writer, next_writer, held[1][1]):
+                    writer.close()
+        return past, first, after
+
+    past, first, after = asyncio.run(scenario())
+    assert past == b""
+    assert first.startswith(b"HTTP/1.1 503 ") and first.endswith(b"not ready\n")
+    assert after.startswith(b"HTTP/1.1 503 ") and after.endswith(b"not ready\n")
