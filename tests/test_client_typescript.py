@@ -182,7 +182,7 @@ class Setup:
                 "refuse": {"name": "refuse", "arguments": {"order": "pi_1"}},
                 "unknown": "no_such_tool", "resourceBase": f"staal://{SERVER_NAME}",
                 "timeoutMs": 30000}
-        done = subprocess.run([node(), str(JS / "sdk_session.mjs"), json.dumps(plan)], cwd=JS,
+        done = subprocess.run([node(), str(JS / "sdk_session.mjs")], input=json.dumps(plan), cwd=JS,
                               check=False, capture_output=True, text=True, timeout=TIMEOUT)
         assert done.returncode == 0 and done.stdout.strip(), done.stderr
         out = json.loads(done.stdout.strip().splitlines()[-1])

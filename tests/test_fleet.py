@@ -135,7 +135,7 @@ def typescript_session(sdk: str, mode: str, url: str, headers: dict[str, str]) -
             "echo": {"name": "echo", "good": {"text": "hello"}, "bad": {"text": 5}},
             "refuse": {"name": "refuse", "arguments": {"order": "pi_1"}},
             "unknown": "no_such_tool", "timeoutMs": 30000}
-    done = subprocess.run([node(), str(JS / "sdk_session.mjs"), json.dumps(plan)], cwd=JS,
+    done = subprocess.run([node(), str(JS / "sdk_session.mjs")], input=json.dumps(plan), cwd=JS,
                           check=False, capture_output=True, text=True, timeout=4 * WAIT)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])

@@ -36,8 +36,8 @@ CREDENTIALS_SCOPE = {"client": None, "sdk1": ADMITTED}
 def oauth_session(sdk: str, url: str, fails: bool = False, **plan: Any) -> dict[str, Any]:
     """What the session printed; `fails`: it ends in the client's error."""
     require_node_modules()
-    done = subprocess.run([node(), str(SCRIPT), json.dumps(
-        {"sdk": sdk, "url": url, "redirectUrl": REDIRECT, **plan})], cwd=JS,
+    done = subprocess.run([node(), str(SCRIPT)], input=json.dumps(  # a secret: never in argv
+        {"sdk": sdk, "url": url, "redirectUrl": REDIRECT, **plan}), cwd=JS,
         capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])

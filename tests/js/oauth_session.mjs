@@ -1,7 +1,7 @@
 // One MCP session over Streamable HTTP with a TypeScript client's own OAuth
 // provider, as tests/test_oauth_typescript.py runs it:
 //
-//   node oauth_session.mjs '<json plan>'
+//   node oauth_session.mjs < plan.json
 //
 // The plan: {"sdk": "client" | "sdk1", "url": "<server>", "redirectUrl": ...,
 //            "clientId": "<pre-registered id>" (else dynamic registration),
@@ -20,7 +20,11 @@
 // ClientCredentialsProvider (no person, no redirect), given a scope only if
 // the plan names one.
 
-const plan = JSON.parse(process.argv[2]);
+import { readFileSync } from "node:fs";
+
+// The plan comes on stdin, not argv: it may hold a token or a client secret,
+// which a command line would show to anyone listing processes.
+const plan = JSON.parse(readFileSync(0, "utf8"));
 const timeout = plan.timeoutMs ?? 30000;
 
 async function load() {

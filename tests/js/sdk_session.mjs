@@ -1,7 +1,7 @@
 // One MCP session with a TypeScript SDK client against a stdio server, as
 // tests/test_client_typescript.py runs it:
 //
-//   node sdk_session.mjs '<json plan>'
+//   node sdk_session.mjs < plan.json
 //
 // The plan: {"sdk": "client" | "sdk1", "mode": "legacy" | "auto" | "<version>",
 //            "server": {"command", "args", "cwd", "env"},
@@ -22,7 +22,11 @@
 // stdout: what each step gave, or {"fatal": "..."} if the session broke.
 // The server's stderr is collected into "serverStderr".
 
-const plan = JSON.parse(process.argv[2]);
+import { readFileSync } from "node:fs";
+
+// The plan comes on stdin, not argv: it may hold a token or a client secret,
+// which a command line would show to anyone listing processes.
+const plan = JSON.parse(readFileSync(0, "utf8"));
 const timeout = plan.timeoutMs ?? 30000;
 
 async function load() {
@@ -50,7 +54,6 @@ async function load() {
 
 async function packageVersion(name) {
   // The installed version, read next to this script (the lock file pins it).
-  const { readFileSync } = await import("node:fs");
   const url = new URL(`./node_modules/${name}/package.json`, import.meta.url);
   return JSON.parse(readFileSync(url, "utf8")).version;
 }
