@@ -147,7 +147,9 @@ class AuthChecker:
         text = self.values.string(value, path)
         if text is None:
             return None
-        parts = urlsplit(text)
+        parts = self.values.split_url(text, path)
+        if parts is None:
+            return None
         if (parts.scheme not in ("http", "https") or not parts.hostname or parts.query
                 or parts.fragment or parts.username or parts.password):
             self.values.add(path, f"{show(text)} is not an http or https URL with a host "

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import orjson
 
@@ -226,7 +226,9 @@ class ValueReader:
         text = self.string(value, path)
         if text is None:
             return None
-        parts = urlsplit(text)
+        parts = self.split_url(text, path)
+        if parts is None:
+            return None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             self.add(path, f"{show(text)} is not an http or https URL with a host")
             return None
@@ -234,6 +236,17 @@ class ValueReader:
             self.add(path, f"{show(text)}: a base URL has no query, fragment or credentials")
             return None
         return text.rstrip("/")
+
+    def split_url(self, text: str, path: str) -> SplitResult | None:
+        """`text` split as a URL; None (the problem added) if its host or
+        port cannot be read, which urlsplit says only by a ValueError."""
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 -- read for its ValueError
+        except ValueError as exc:
+            self.add(path, f"{show(text)} is not a URL that can be read: {exc}")
+            return None
+        return parts
 
     def url_pattern(self, value: Any, path: str) -> str | None:
         """A URL pattern of `only`: `*` matches within one path segment, `**`

@@ -96,6 +96,15 @@ def test_without_a_public_url_an_audience_that_may_be_the_listening_url_loads(he
     assert check(data, here / "manifest.json").auth.audience == "http://127.0.0.1:8000/mcp"
 
 
+def test_a_resource_url_whose_port_cannot_be_read_is_refused_naming_its_key(here):
+    url = "https://mcp.example.com:99999/mcp"
+    data = with_auth(seed_example(), audience=url)
+    data["server"]["http"]["public_url"] = url
+    unreadable = f'"{url}" is not a URL that can be read: Port out of range 0-65535'
+    assert problems_of(here, data) == [f"server.http.public_url: {unreadable}",
+                                       f"auth.audience: {unreadable}"]
+
+
 @pytest.mark.parametrize(("algorithm", "why"), [
     ("none", "an unsigned token is never accepted"),
     ("HS256", "an HMAC algorithm (a shared secret)"),
