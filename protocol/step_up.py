@@ -59,7 +59,8 @@ def _could_match(when: When, asker: Asker | None) -> bool:
 
 
 def least_scopes(required: Sequence[str], whens: Sequence[When] | None) -> tuple[str, ...]:
-    """What a 401 without a credential names: the least any profile needs
+    """What a 401 names (no credential, or one not valid here; and the
+    verifier's own 403 `insufficient_scope`): the least any profile needs
     (the first such profile in `callers` order; the required scopes alone
     with no `callers`, or when some profile is chosen by client id or
     subject, which needs no scope to match). Never every scope the resource
