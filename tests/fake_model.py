@@ -30,6 +30,9 @@ Control endpoints script what comes next and show what came in:
   received (headers lowercased, JSON body parsed, `at` = the fake's
   monotonic clock in seconds), first waiting up to S seconds (at most 30)
   until there are at least N.
+- `GET /_control/drips?at_least=N&timeout=S` lists how each drip ended
+  (`sent` bytes of `of`, `ended` one of "complete", "released", "hung_up"
+  when the client closed its connection first), waiting the same way.
 
 The second half of this module is the test side: `FakeModel` starts the
 process on a free port (waiting a bounded time for its port line) and talks
@@ -81,6 +84,7 @@ class State:
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)
         self.requests: list[dict[str, Any]] = []
+        self.drips: list[dict[str, Any]] = []
         self.steps: collections.deque[dict[str, Any]] = collections.deque()
         self.release = threading.Event()
 
@@ -176,20 +180,24 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
-            if parts.path == "/_control/requests":
+            if parts.path in ("/_control/requests", "/_control/drips"):
+                name = parts.path.rsplit("/", 1)[1]
                 query = parse_qs(parts.query)
                 at_least = int(query.get("at_least", ["0"])[0])
                 timeout = min(float(query.get("timeout", ["0"])[0]), MAX_WAIT_S)
                 with state.lock:
-                    state.arrived.wait_for(lambda: len(state.requests) >= at_least, timeout)
-                    requests = list(state.requests)
-                self._send(200, {"requests": requests})
+                    listed: list[dict[str, Any]] = getattr(state, name)
+                    state.arrived.wait_for(lambda: len(listed) >= at_least, timeout)
+                    copied = list(listed)
+                self._send(200, {name: copied})
                 return
             self._error(404, "req_fake_get", message=f"Not found: {parts.path}")
 
         def _drip(self, every: float, release: threading.Event) -> None:
-            """Headers at once, then the body one byte every `every` seconds."""
+            """Headers at once, then the body one byte every `every` seconds;
+            how it ended is kept for /_control/drips."""
             data = json.dumps({"type": "message", "content": [{"type": "text", "text": "x" * 200}]})
+            sent, ended = 0, "complete"
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -198,12 +206,17 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
                 for byte in data.encode():
                     if release.wait(every):
+                        ended = "released"
                         break
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
+                    sent += 1
             except (BrokenPipeError, ConnectionResetError):
-                pass
+                ended = "hung_up"
             self._drop()
+            with state.lock:
+                state.drips.append({"sent": sent, "of": len(data), "ended": ended})
+                state.arrived.notify_all()
 
         def _control_post(self, path: str) -> None:
             raw = self._body()
@@ -389,6 +402,11 @@ class FakeModel:
         """Every request received, once there are `at_least` (or `wait` passed)."""
         path = f"/_control/requests?at_least={at_least}&timeout={wait}"
         return self._call("GET", path, timeout=wait + CONTROL_WAIT_S)["requests"]
+
+    def drips(self, at_least: int = 0, wait: float = CONTROL_WAIT_S) -> list[dict[str, Any]]:
+        """How each drip ended, once `at_least` have (or `wait` passed)."""
+        path = f"/_control/drips?at_least={at_least}&timeout={wait}"
+        return self._call("GET", path, timeout=wait + CONTROL_WAIT_S)["drips"]
 
 
 @contextmanager
