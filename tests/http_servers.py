@@ -14,12 +14,26 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
 
 from staal.protocol.revisions import LEGACY, MODERN
 from tests.servers import START_WAIT, WAIT, Site, Stderr, modern_meta, server_env, supervisor_command
 
 ACCEPT = "application/json, text/event-stream"
 NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+
+
+def sdk_refused_by_status() -> pytest.RaisesGroup[MCPError]:
+    """What the official Python SDK raises out of a session whose request
+    was answered with an HTTP error status (not 404) and a body that is no
+    JSON-RPC error, as staal's 401 and 403 are: its MCPError INTERNAL_ERROR
+    "Server returned an error response", out of its transport's task groups."""
+    return pytest.RaisesGroup(
+        pytest.RaisesExc(MCPError, match=r"^Server returned an error response$",
+                         check=lambda error: error.code == INTERNAL_ERROR),
+        flatten_subgroups=True)
 
 
 def header_value(value: str) -> str:

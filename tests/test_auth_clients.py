@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from staal.supervisor.ledger import read_ledger
-from tests.http_servers import HttpServer
+from tests.http_servers import HttpServer, sdk_refused_by_status
 from tests.test_callers_http import callers_site
 from tests.test_client_inspector import EXIT_OK, INSPECTOR
 from tests.test_client_typescript import TIMEOUT, on_node22, require_node_modules, server_env
@@ -53,7 +53,7 @@ def test_the_python_sdk_with_a_bearer_token_lists_and_calls_as_its_caller(http, 
 
 
 def test_the_python_sdk_without_a_token_is_refused_and_nothing_runs(http):
-    with pytest.raises(Exception):  # noqa: B017 - the SDK's own error for an HTTP error status
+    with sdk_refused_by_status():
         sdk_session(http.url, "auto", {})
     http.stderr.wait_event("auth_refused", status=401)  # logged as it was refused
     assert read_ledger(http.site.ledger_path).runs() == ()

@@ -28,6 +28,7 @@ from mcp.shared.auth import (
 )
 
 from tests.authorization import AuthorizationServer, claims_of
+from tests.http_servers import sdk_refused_by_status
 from tests.oauth_site import ADMITTED, PROFILE, REDIRECT, REQUIRED, oauth_site, runs_of, serve
 from tests.servers import WAIT
 
@@ -230,7 +231,7 @@ def test_a_principal_no_scope_could_admit_is_refused_without_a_challenge_and_no_
         client = OAuthClientInformationFull(client_id="stranger", redirect_uris=[REDIRECT],
                                             token_endpoint_auth_method="none")
         consent = Consent()
-        with pytest.raises(Exception):  # noqa: B017 - the SDK's own error for an HTTP 403
+        with sdk_refused_by_status():
             session(server.url, code_provider(server.url, Storage(client, OAuthToken(**granted)),
                                               consent))
         assert consent.asked == []  # never sent to re-authorize for nothing
