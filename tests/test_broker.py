@@ -8,6 +8,7 @@ asserted exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from types import MappingProxyType
 
@@ -111,6 +112,8 @@ def test_an_action_above_each_is_refused_with_the_limit_and_the_amount():
 def test_an_action_of_exactly_each_is_allowed():
     state = state_of(refund_grant(each="50.00"))
     act(state, money=usd("50"))
+    assert state.used == 1 and state.asked == {"USD": usd("50")}
+    assert state.usage.frozen().actions == 1
 
 
 def test_max_counts_the_money_asked_for_across_actions():
@@ -332,6 +335,9 @@ def test_a_url_inside_only_is_allowed_and_counted():
 def test_a_grant_without_only_does_not_look_at_the_url():
     state = state_of(Grant(cap="net.http.get"))
     act(state, url="https://anywhere.example.net/x")
+    # Not even one an `only` would refuse three times over (the HTTP layer's business).
+    act(state, url="ftp://user:pw@anywhere.example.net/../x")
+    assert state.used == 2 and state.usage.frozen().actions == 2
 
 
 # Segment-safe text: no "/", no "%", no "." (so never a dot segment), not empty.
@@ -526,25 +532,32 @@ def test_narrowing_only_on_a_grant_without_only_limits_the_child():
     parent = state_of(Grant(cap="net.http.get"))
     child = parent.narrow(only=(f"{API}/v1/*",))
     act(child, url=f"{API}/v1/x")
-    refused(child, url=f"{API}/v2/x")
+    assert refused(child, url=f"{API}/v2/x") == (
+        f"'net.http.get' does not allow {API}/v2/x; it allows {API}/v1/*")
+    assert (child.used, parent.used) == (1, 1)  # the refused action counted nowhere
     act(parent, url=f"{API}/v2/x")
+    assert (child.used, parent.used) == (1, 2) and parent.usage.frozen().actions == 2
+    assert parent.limits.only is None
 
 
 @pytest.mark.parametrize("only", ["https://api.example.com/**", [1], [None]])
 def test_narrowing_only_takes_a_list_of_patterns(only):
-    with pytest.raises(CapabilityRefused):
+    with pytest.raises(CapabilityRefused) as caught:
         only_state(f"{API}/**").narrow(only=only)
+    assert caught.value.message == "narrow(only=...) takes a list of URL patterns"
 
 
 def test_narrowing_an_unknown_limit_raises_type_error():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError) as caught:
         state_of(Grant(cap="net.http.get")).narrow(headers={"x": "y"})
+    assert str(caught.value) == "narrow() takes uses, each, max, only, not headers"
 
 
 @pytest.mark.parametrize("uses", [-1, True, 1.5, "1"])
 def test_narrowing_uses_takes_a_count(uses):
-    with pytest.raises(CapabilityRefused):
+    with pytest.raises(CapabilityRefused) as caught:
         state_of(Grant(cap="net.http.get", uses=3)).narrow(uses=uses)
+    assert caught.value.message == f"narrow(uses=...) takes a count, not {uses!r}"
 
 
 def test_narrowing_uses_to_zero_allows_no_action():
@@ -553,15 +566,19 @@ def test_narrowing_uses_to_zero_allows_no_action():
 
 
 def test_narrowing_money_takes_money():
-    with pytest.raises(CapabilityRefused):
+    with pytest.raises(CapabilityRefused) as caught:
         state_of(refund_grant()).narrow(each="20.00")
+    assert caught.value.message == "narrow(each=...) takes Money, not '20.00'"
 
 
 def test_narrowing_leaves_the_parent_limits_as_they_were():
     parent = state_of(refund_grant(each="50.00", uses=3))
+    before = dataclasses.replace(parent.limits)
     parent.narrow(each=usd("10"), uses=1)
+    assert parent.limits == before and before.each == usd("50") and before.uses == 3
     act(parent, money=usd("50"))
     act(parent, money=usd("50"))
+    assert parent.used == 2 and parent.asked == {"USD": usd("100")}
 
 
 def test_a_narrowed_composite_shares_its_parent_needs_states():
