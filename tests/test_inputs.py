@@ -274,8 +274,13 @@ def test_a_malformed_description_is_refused_naming_its_path(desc, path):
 
 
 def test_literals_of_equal_python_value_but_different_json_are_not_duplicates():
-    check_description(_input(literal(1, True, "1")))
+    one = _input(literal(1, True, "1"))
+    check_description(one)
     check_description(_input(literal(0, False)))
+    assert to_json_schema(one)["properties"]["x"] == {"enum": [1, True, "1"]}
+    # Each is its own value: checked, it keeps its JSON type.
+    assert [type(check_arguments(one, {"x": v})["x"]) for v in (1, True, "1")] == [int, bool, str]
+    assert paths(refusal(one, {"x": 2})) == ["x"]
 
 
 def test_a_description_nested_too_deeply_is_refused():
@@ -374,7 +379,9 @@ def descriptions_and_arguments(draw) -> tuple[dict, dict]:
 
 @given(descriptions())
 def test_generated_descriptions_pass_their_own_check(desc):
-    check_description(desc)
+    before = copy.deepcopy(desc)
+    check_description(desc)  # raises RecordError on a description it refuses
+    assert desc == before  # checked, not rewritten
 
 
 @given(descriptions())

@@ -142,3 +142,11 @@ def test_placeholder_inputs_satisfy_both_the_schema_and_the_runtime(tmp_path):
     config = json.loads(ws.staal("config", "prog.py").stdout)
     schema = json.loads(ws.staal("schema", "prog.py").stdout)
     jsonschema.Draft202012Validator(schema).validate(config["inputs"])
+    # A placeholder for every input, the one with a default included, and no other.
+    assert list(config["inputs"]) == [*schema["required"], "note"]
+    assert set(config["inputs"]) == set(schema["properties"])
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    done = ws.run()
+    assert done.code == 0, done.stdout + done.stderr
+    assert done.outcome["result"] == {"name": "", "count": 0, "colour": "red", "note": "n/a",
+                                      "t": True}
