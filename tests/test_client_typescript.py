@@ -318,6 +318,7 @@ def test_the_sdk_lists_calls_and_reads_refusals(setup, sdk, mode, version):
             assert result["meta"] is None
 
     # What the real server logged: it served, and both runs started and ended.
+    assert out["serverStderrEnded"] is True  # every line it wrote, up to its exit
     events = log_events(out["serverStderr"])
     names = [event["event"] for event in events]
     assert "serving" in names

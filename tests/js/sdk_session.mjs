@@ -81,6 +81,17 @@ function resultOf(result) {
   };
 }
 
+const STDERR_END_MS = 10000;
+
+// Whether `stream` ended (all its data read) within `ms`.
+function ended(stream, ms) {
+  if (stream.readableEnded) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    stream.once("end", () => { clearTimeout(timer); resolve(true); });
+  });
+}
+
 async function main() {
   const { Client, StdioClientTransport, pkg, call, HttpTransport } = await load();
   const out = { sdk: plan.sdk, package: pkg, mode: plan.mode, steps: [] };
@@ -174,8 +185,9 @@ async function main() {
     out.fatal.stack = err?.stack ?? null;
     try { await client.close(); } catch {}
   }
-  // Give the pipe a moment to hand over the server's last stderr lines.
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  // The server's last stderr lines: its stderr ends once it has exited (the
+  // transport's close waits for that, or kills it); bounded, in case it does not.
+  if (transport.stderr) out.serverStderrEnded = await ended(transport.stderr, STDERR_END_MS);
   out.serverStderr = stderr.join("");
   process.stdout.write(JSON.stringify(out) + "\n");
 }
