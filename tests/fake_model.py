@@ -25,7 +25,7 @@ Control endpoints script what comes next and show what came in:
   `{"content": [...blocks], "stop_reason": ...}` (a normal answer with these
   content blocks, after the usual checks).
 - `POST /_control/release` lets every hanging request go (closed unanswered).
-- `POST /_control/reset` forgets steps and requests and releases hangs.
+- `POST /_control/reset` forgets steps, requests and drips and releases hangs.
 - `GET /_control/requests?at_least=N&timeout=S` lists every `/v1/` request
   received (headers lowercased, JSON body parsed, `at` = the fake's
   monotonic clock in seconds), first waiting up to S seconds (at most 30)
@@ -231,6 +231,7 @@ def _handler(state: State) -> type[BaseHTTPRequestHandler]:
                     if path == "/_control/reset":
                         state.steps.clear()
                         state.requests.clear()
+                        state.drips.clear()
                     answer = {}
                 else:
                     self._error(404, "req_fake_control", message=f"Not found: {path}")
