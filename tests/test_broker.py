@@ -293,8 +293,9 @@ def test_the_query_and_fragment_are_not_part_of_the_match():
     "https://api.example.com:99999/v1/a",
 ])
 def test_urls_that_could_mean_another_path_are_refused_before_matching(url):
-    with pytest.raises(UrlRefused):
+    with pytest.raises(UrlRefused) as caught:
         allowed((f"{API}/**",), url)
+    assert str(caught.value).startswith(f"URL {url!r}: ")  # names the URL, then why
 
 
 def test_a_url_outside_only_is_refused_with_what_only_allows():
@@ -457,8 +458,10 @@ def test_narrowing_uses_above_the_binding_limit_is_refused():
 
 
 def test_narrowing_only_to_something_that_is_not_a_pattern_is_refused():
-    with pytest.raises(CapabilityRefused):
+    with pytest.raises(CapabilityRefused) as caught:
         state_of(Grant(cap="net.http.get")).narrow(only=["https://example.com:99999/x"])
+    assert caught.value.message.startswith(
+        "narrow(only=...): 'https://example.com:99999/x' is not a URL pattern: ")
 
 
 def test_actions_through_a_grandchild_count_against_every_ancestor():
@@ -500,8 +503,11 @@ def test_narrowing_max_above_the_parent_max_is_refused():
 
 def test_narrowing_money_to_another_currency_is_refused():
     parent = state_of(refund_grant(each="50.00"))
-    with pytest.raises(CapabilityRefused):
+    with pytest.raises(CapabilityRefused) as caught:
         parent.narrow(each=Money("1", "EUR"))
+    assert caught.value.message == (
+        "narrowing may not widen 'payments.stripe.refund': each 1.00 EUR is more than 50.00 USD")
+    assert parent.limits.each == usd("50")
 
 
 def test_a_narrowed_max_counts_only_what_was_asked_through_the_child_but_the_parent_counts_all():
