@@ -275,5 +275,8 @@ def test_a_refused_default_says_what_does_not_fit():
 
 
 def test_a_description_with_a_bad_default_would_not_pass_its_check_either():
-    with pytest.raises(RecordError):
+    with pytest.raises(RecordError) as caught:
         check_description({"inputs": [{"name": "x", "type": INT, "default": "3"}]})
+    assert caught.value.path == "inputs[0].default"
+    assert caught.value.reason == ('the default does not fit its type '
+                                   '(inputs[0].default: expected a whole number, not "3")')

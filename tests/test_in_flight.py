@@ -16,8 +16,9 @@ BOUND = 30.0
 
 def test_a_run_nothing_holds_cannot_be_let_go() -> None:
     # Its table is walked with the other lifecycles' (tests/test_pool_heals.py).
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition) as caught:
         RunsInFlight().let_go(["never held"])
+    assert caught.value.message == "let_go is not allowed in state free"
 
 
 def test_a_claim_takes_only_the_free_runs_and_a_run_let_go_is_free_again() -> None:

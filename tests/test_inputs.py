@@ -287,8 +287,10 @@ def test_a_description_nested_too_deeply_is_refused():
     deep: dict = STR
     for _ in range(200):
         deep = list_of(deep)
-    with pytest.raises(RecordError):
+    with pytest.raises(RecordError) as caught:
         check_description(_input(deep))
+    assert caught.value.reason == "types nested more than 32 deep"
+    assert caught.value.path == "inputs[0].type" + ".items" * 33  # the first one past 32
 
 
 # -- generated descriptions and values ------------------------------------------

@@ -214,8 +214,10 @@ def test_a_file_that_is_not_json_names_the_line_and_column(here):
 
 def test_nan_is_not_a_json_number(here):
     (here / "manifest.json").write_text(json.dumps(seed_example()).replace("60000", "NaN"))
-    with pytest.raises(ManifestError):
+    with pytest.raises(ManifestError) as caught:
         load_manifest(here / "manifest.json")
+    assert caught.value.problems == ("not valid JSON: NaN is not a JSON number",)
+    assert caught.value.source == str(here / "manifest.json")
 
 
 def test_a_missing_manifest_file_is_a_manifest_error(here):

@@ -89,10 +89,13 @@ def test_comparing_two_currencies_is_refused():
 
 
 def test_adding_two_currencies_is_refused():
-    with pytest.raises(CurrencyMismatch):
+    with pytest.raises(CurrencyMismatch) as added:
         _ = Money("1", "USD") + Money("1", "EUR")
-    with pytest.raises(CurrencyMismatch):
+    assert added.value.message == "cannot add 1.00 USD and 1.00 EUR: different currencies"
+    with pytest.raises(CurrencyMismatch) as subtracted:
         _ = Money("1", "USD") - Money("1", "EUR")
+    assert subtracted.value.message == (
+        "cannot subtract 1.00 USD and 1.00 EUR: different currencies")
 
 
 def test_money_of_two_currencies_is_never_equal():
@@ -147,14 +150,17 @@ def test_a_currency_that_is_not_an_iso_4217_code_with_minor_units_is_refused(cur
 
 
 def test_the_wire_form_is_exactly_amount_and_currency():
-    with pytest.raises(MoneyError):
-        Money.from_wire({"amount": "1"})
-    with pytest.raises(MoneyError):
-        Money.from_wire({"amount": "1", "currency": "USD", "note": "x"})
-    with pytest.raises(MoneyError):
-        Money.from_wire(["1", "USD"])
-    with pytest.raises(MoneyError):
-        Money.from_wire({"amount": True, "currency": "USD"})
+    for wire, field, message in [
+        ({"amount": "1"}, "currency", "currency is required"),
+        ({"amount": "1", "currency": "USD", "note": "x"}, "note",
+         'unknown key "note" (money has amount and currency)'),
+        (["1", "USD"], None,
+         'money must be an object {"amount": "35.00", "currency": "USD"}, not list'),
+        ({"amount": True, "currency": "USD"}, "amount", "amount must be a decimal string, not True"),
+    ]:
+        with pytest.raises(MoneyError) as caught:
+            Money.from_wire(wire)
+        assert (caught.value.field, caught.value.message) == (field, message)
 
 
 @given(st.from_regex(r"-?[0-9]{1,16}(\.[0-9]{1,2})?", fullmatch=True))
