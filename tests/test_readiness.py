@@ -67,7 +67,7 @@ def test_draining_and_fenced_are_for_good_whatever_a_renewal_says():
 
 
 def test_a_renewal_before_the_instance_started_is_a_bug_raised():
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition, match=r"^renewed is not allowed in state starting$"):
         state_after("renewed")
 
 

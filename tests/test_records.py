@@ -206,12 +206,14 @@ def test_an_outcome_must_be_one_of_the_three():
 
 
 def test_amounts_held_or_charged_are_one_per_currency():
-    with pytest.raises(RecordError):
+    with pytest.raises(RecordError) as made:
         Settle(run=RUN, time=1, outcome="done", charged=(USD, USD))
     data = LEDGER.encode(Settle(run=RUN, time=1, outcome="done", charged=(USD,)))
     data["charged"].append(data["charged"][0])
-    with pytest.raises(RecordError):
+    with pytest.raises(RecordError) as decoded:
         LEDGER.decode(data)
+    for caught in (made, decoded):
+        assert (caught.value.path, caught.value.reason) == ("charged", "USD appears twice")
 
 
 @pytest.mark.parametrize("kind", FAILURE_KINDS)
@@ -229,14 +231,17 @@ def test_an_error_carries_a_config_or_input_failure(kind):
 
 
 def test_done_has_no_failure_and_failed_needs_one():
-    with pytest.raises(RecordError):
-        End(outcome="done", time=1, failure=Failure("value", "x"))
-    with pytest.raises(RecordError):
-        End(outcome="failed", time=1)
-    with pytest.raises(RecordError):
-        OutcomeRecord(op=1, ok=False, time=1)
-    with pytest.raises(RecordError):
-        OutcomeRecord(op=1, ok=True, time=1, failure=Failure("action", "x"))
+    for make, reason in [
+        (lambda: End(outcome="done", time=1, failure=Failure("value", "x")),
+         "a done outcome has no failure"),
+        (lambda: End(outcome="failed", time=1), "a failed outcome needs a failure"),
+        (lambda: OutcomeRecord(op=1, ok=False, time=1), "a failed outcome needs a failure"),
+        (lambda: OutcomeRecord(op=1, ok=True, time=1, failure=Failure("action", "x")),
+         "a successful outcome has no failure"),
+    ]:
+        with pytest.raises(RecordError) as caught:
+            make()
+        assert (caught.value.path, caught.value.reason) == ("failure", reason)
 
 
 def test_op_numbers_start_at_one():
@@ -267,7 +272,7 @@ def test_a_failure_crosses_the_process_boundary_as_plain_data():
 
 
 def test_encoding_a_record_of_another_family_is_a_bug():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^Print is not a ledger record$"):
         LEDGER.encode(Print(seq=1, text="x", time=1))
 
 

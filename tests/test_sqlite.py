@@ -280,10 +280,12 @@ def test_the_result_checks_name_what_each_action_returns():
     check_sql_result("query", [])
     check_sql_result("query", [{"a": None}])
     check_sql_result("execute", 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^a query's result is its rows: a list of objects, "):
         check_sql_result("query", [1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as caught:
         check_sql_result("execute", 1.0)
+    assert str(caught.value) == (
+        "an execute's result is the number of rows it changed: an integer, 0 or more")
 
 
 # -- the broker --------------------------------------------------------------------
