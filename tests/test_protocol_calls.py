@@ -112,7 +112,7 @@ def test_answering_a_call_gives_a_result_for_its_request_id(conn, make, revision
 def test_answering_a_call_twice_is_an_illegal_transition(conn):
     call = started(conn, legacy(1, "tools/call", CALL))
     conn.answer_call(call, Done(RUN, 1))
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition, match=r"^answer is not allowed in state answered$"):
         conn.answer_call(call, Done(RUN, 1))
 
 
@@ -192,7 +192,7 @@ def test_a_call_without_a_progress_token_gets_no_progress(conn, make, revision):
 def test_progress_for_an_answered_call_is_an_illegal_transition(conn):
     call = started(conn, legacy(1, "tools/call", {**CALL, "_meta": {"progressToken": 1}}))
     conn.answer_call(call, Done(RUN, 1))
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition, match=r"^progress is not allowed in state answered$"):
         conn.progress(call, "late")
 
 

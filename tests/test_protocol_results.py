@@ -244,7 +244,7 @@ def test_an_outcome_that_is_not_in_the_table_is_refused(make):
 
 
 def test_shaping_something_that_is_not_an_outcome_is_refused():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^not a call outcome: dict$"):
         shape_outcome({"run": RUN})  # type: ignore[arg-type]
 
 

@@ -162,5 +162,6 @@ def test_the_sdk_check_refuses_a_modern_tool_list_without_cache_fields():
 
 
 def test_the_sdk_check_refuses_a_method_the_revision_does_not_have():
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as caught:
         result_of({"jsonrpc": "2.0", "id": 1, "result": {}}, "ping", MODERN)
+    assert caught.value.args == (("ping", MODERN),)
