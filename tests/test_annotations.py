@@ -264,8 +264,12 @@ def test_a_default_is_written_in_its_json_form(annotation, default, expected):
     (Json, float("nan")),
 ], ids=lambda v: repr(v)[:30])
 def test_a_default_that_does_not_fit_its_type_is_refused(annotation, default):
-    with pytest.raises(BadDefault):
+    with pytest.raises(BadDefault) as caught:
         describe_default(describe(annotation), default)
+    # Names the default as written and why it does not fit.
+    assert caught.value.message.startswith(f"the default {default!r} ")
+    assert "does not fit the parameter's type: default" in caught.value.message \
+        or caught.value.message.endswith("has no JSON form (NaN has no JSON form)")
 
 
 def test_a_refused_default_says_what_does_not_fit():
