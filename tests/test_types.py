@@ -48,7 +48,7 @@ CHECKED = (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-# folder -> its import name (pyproject.toml, [tool.setuptools] package-dir)
+# pyproject.toml's package-dir: shared/ is staal itself, these its sub-packages.
 SUB_PACKAGES = ("protocol", "supervisor", "worker")
 FOLDERS = ("shared", *SUB_PACKAGES)
 
