@@ -34,4 +34,4 @@ class Backoff:
     def delay(self) -> float:
         if self.strikes <= 1:
             return 0.0
-        return min(self.cap, self.first * 2 ** (self.strikes - 2))
+        return min(self.cap, self.first * 2.0 ** (self.strikes - 2))

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from staal.money import Money
+from staal.program import Json
 
 
 class Capability:
@@ -67,10 +68,10 @@ class HttpPost(Capability):
 class StripeRefund(Capability):
     CAP = "payments.stripe.refund"
 
-    def payment_intent(self, id: str) -> dict:
+    def payment_intent(self, id: str) -> dict[str, Json]:
         raise NotImplementedError
 
-    def refund(self, payment_intent: str, amount: Money, reason: str) -> dict:
+    def refund(self, payment_intent: str, amount: Money, reason: str) -> dict[str, Json]:
         raise NotImplementedError
 
 
@@ -84,7 +85,7 @@ class Model(Capability):
 class SqliteRead(Capability):
     CAP = "db.sqlite.read"
 
-    def query(self, sql: str, params: Any = ()) -> list[dict]:
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Json]]:
         raise NotImplementedError
 
 
@@ -98,7 +99,7 @@ class SqliteWrite(SqliteRead):
 class PostgresRead(Capability):
     CAP = "db.postgres.read"
 
-    def query(self, sql: str, params: Any = ()) -> list[dict]:
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Json]]:
         raise NotImplementedError
 
 

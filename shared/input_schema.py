@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from staal.currencies import MINOR_UNITS
-from staal.inputs import DECIMAL_MAX_LENGTH, INT_MAX, INT_MIN, SAFE_INTEGER, SCALAR_TYPES
+from staal.inputs import DECIMAL_MAX_LENGTH, INT_MAX, INT_MIN, SAFE_INTEGER, SCALAR_TYPES, Description
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def to_json_schema(desc: dict) -> dict[str, Any]:
+def to_json_schema(desc: Description) -> dict[str, Any]:
     """The JSON Schema (Draft 2020-12) of a call's arguments object."""
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -67,7 +67,7 @@ def money_schema() -> dict[str, Any]:
 
 
 def _scalar_schema(name: str) -> dict[str, Any]:
-    return {
+    schemas: dict[str, dict[str, Any]] = {
         "str": {"type": "string"},
         "int": {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
         "bool": {"type": "boolean"},
@@ -76,10 +76,11 @@ def _scalar_schema(name: str) -> dict[str, Any]:
             {"type": "integer", "minimum": -SAFE_INTEGER, "maximum": SAFE_INTEGER},
         ], "description": 'a decimal number as a string, e.g. "12.50"'},
         "json": {},
-    }[name]
+    }
+    return schemas[name]
 
 
-def type_schema(type_desc: dict) -> dict[str, Any]:
+def type_schema(type_desc: Description) -> dict[str, Any]:
     """The JSON Schema of one type description."""
     name = type_desc["type"]
     if name == "money":
@@ -106,7 +107,7 @@ def type_schema(type_desc: dict) -> dict[str, Any]:
 # -- placeholders ------------------------------------------------------------
 
 
-def placeholder_arguments(desc: dict) -> dict[str, Any]:
+def placeholder_arguments(desc: Description) -> dict[str, Any]:
     """Arguments that pass the check: a placeholder for every required input,
     the default for every optional one (for `staal config`)."""
     return {
@@ -115,7 +116,7 @@ def placeholder_arguments(desc: dict) -> dict[str, Any]:
     }
 
 
-def placeholder(type_desc: dict) -> Any:
+def placeholder(type_desc: Description) -> Any:
     """The simplest JSON value of a type."""
     name = type_desc["type"]
     if name == "literal":

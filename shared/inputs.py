@@ -63,6 +63,10 @@ MAX_DEPTH = 32
 # A refusal lists at most this many problems, then says how many more.
 MAX_PROBLEMS = 100
 
+# A type description or an inputs description: the JSON above, whose shape
+# is checked at run time (check_description, check_type), not known to mypy.
+Description = dict[str, Any]
+
 SCALAR_TYPES = ("str", "int", "bool", "decimal", "money", "json")
 _TYPE_KEYS: dict[str, frozenset[str]] = {
     **{name: frozenset({"type"}) for name in SCALAR_TYPES},
@@ -161,7 +165,7 @@ def check_description(desc: Any) -> None:
             _check_default(item["type"], item["default"], f"{path}.default")
 
 
-def _check_default(type_desc: dict, default: Any, path: str) -> None:
+def _check_default(type_desc: Description, default: Any, path: str) -> None:
     try:
         check_value(type_desc, default, path)
     except InputError as exc:
@@ -218,7 +222,7 @@ def _check_literal(values: Any, path: str) -> None:
         seen.add(key)
 
 
-def _check_record(type_desc: dict, path: str, depth: int) -> None:
+def _check_record(type_desc: Description, path: str, depth: int) -> None:
     name, fields, required = type_desc["name"], type_desc["fields"], type_desc["required"]
     if not isinstance(name, str) or not name:
         raise RecordError(f"expected a record name, not {_what(name)}", join(path, "name"))
@@ -241,7 +245,7 @@ def _check_record(type_desc: dict, path: str, depth: int) -> None:
 # -- checking arguments -----------------------------------------------------
 
 
-def check_arguments(desc: dict, arguments: Any,
+def check_arguments(desc: Description, arguments: Any,
                     capabilities: Iterable[str] = ()) -> dict[str, Any]:
     """The runtime's check of a call's arguments against an inputs
     description (one that passed `check_description`).
@@ -278,7 +282,7 @@ def check_arguments(desc: dict, arguments: Any,
     return values
 
 
-def check_value(type_desc: dict, value: Any, path: str = "value") -> Any:
+def check_value(type_desc: Description, value: Any, path: str = "value") -> Any:
     """One JSON value read as one type, by the same rules; raises `InputError`."""
     checker = _Checker()
     result = checker.value(type_desc, value, path)
@@ -297,21 +301,21 @@ class _Checker:
         self.problems.append(f"{path}: {reason}" if path else reason)
         return _BAD
 
-    def value(self, type_desc: dict, value: Any, path: str) -> Any:
-        read: Callable[[dict, Any, str], Any] = getattr(self, "_" + type_desc["type"])
+    def value(self, type_desc: Description, value: Any, path: str) -> Any:
+        read: Callable[[Description, Any, str], Any] = getattr(self, "_" + type_desc["type"])
         return read(type_desc, value, path)
 
-    def _str(self, t: dict, value: Any, path: str) -> Any:
+    def _str(self, t: Description, value: Any, path: str) -> Any:
         if isinstance(value, str):
             return value
         return self.bad(path, f"expected a string, not {_what(value)}")
 
-    def _bool(self, t: dict, value: Any, path: str) -> Any:
+    def _bool(self, t: Description, value: Any, path: str) -> Any:
         if isinstance(value, bool):
             return value
         return self.bad(path, f"expected true or false, not {_what(value)}")
 
-    def _int(self, t: dict, value: Any, path: str) -> Any:
+    def _int(self, t: Description, value: Any, path: str) -> Any:
         if not _is_number(value):
             return self.bad(path, f"expected a whole number, not {_what(value)}")
         whole = _whole(value)
@@ -321,7 +325,7 @@ class _Checker:
             return self.bad(path, f"{show(value)} is out of range ({INT_MIN} to {INT_MAX})")
         return whole
 
-    def _decimal(self, t: dict, value: Any, path: str) -> Any:
+    def _decimal(self, t: Description, value: Any, path: str) -> Any:
         if isinstance(value, str):
             if len(value) > DECIMAL_MAX_LENGTH:
                 return self.bad(path, f"is longer than {DECIMAL_MAX_LENGTH} characters")
@@ -339,23 +343,23 @@ class _Checker:
                                   f"(at most {SAFE_INTEGER}): write it as a string")
         return Decimal(whole)
 
-    def _money(self, t: dict, value: Any, path: str) -> Any:
+    def _money(self, t: Description, value: Any, path: str) -> Any:
         try:
             return Money.from_wire(value)
         except MoneyError as exc:
             return self.bad(join(path, exc.field) if exc.field else path, exc.message)
 
-    def _json(self, t: dict, value: Any, path: str) -> Any:
+    def _json(self, t: Description, value: Any, path: str) -> Any:
         problem = _not_json(value)
         return value if problem is None else self.bad(path, problem)
 
-    def _list(self, t: dict, value: Any, path: str) -> Any:
+    def _list(self, t: Description, value: Any, path: str) -> Any:
         if not isinstance(value, list):
             return self.bad(path, f"expected a list, not {_what(value)}")
         items = [self.value(t["items"], v, f"{path}[{i}]") for i, v in enumerate(value)]
         return _BAD if any(v is _BAD for v in items) else items
 
-    def _dict(self, t: dict, value: Any, path: str) -> Any:
+    def _dict(self, t: Description, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             return self.bad(path, f"expected an object, not {_what(value)}")
         if not all(isinstance(k, str) for k in value):
@@ -363,10 +367,10 @@ class _Checker:
         items = {k: self.value(t["values"], v, join(path, k)) for k, v in value.items()}
         return _BAD if any(v is _BAD for v in items.values()) else items
 
-    def _optional(self, t: dict, value: Any, path: str) -> Any:
+    def _optional(self, t: Description, value: Any, path: str) -> Any:
         return None if value is None else self.value(t["of"], value, path)
 
-    def _literal(self, t: dict, value: Any, path: str) -> Any:
+    def _literal(self, t: Description, value: Any, path: str) -> Any:
         for allowed in t["values"]:
             if _same_json(value, allowed):
                 return allowed
@@ -374,7 +378,7 @@ class _Checker:
         expected = f"one of {options}" if len(t["values"]) > 1 else options
         return self.bad(path, f"expected {expected}, not {_what(value)}")
 
-    def _record(self, t: dict, value: Any, path: str) -> Any:
+    def _record(self, t: Description, value: Any, path: str) -> Any:
         fields = t["fields"]
         if not isinstance(value, dict):
             return self.bad(path, f"expected an object ({t['name']}), not {_what(value)}")

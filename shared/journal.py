@@ -187,34 +187,44 @@ def journal_of(records: Sequence[Record], where: str | Path) -> JournalState:
     story, told by the same rules; `where` names them in a `LogDamaged`."""
     if not records:
         raise LogDamaged(str(where), 1, "the first record of a journal is its header")
-    builder = _Builder(Path(where))
-    for number, record in enumerate(records, start=1):
+    header = records[0]
+    if not isinstance(header, Header):
+        raise LogDamaged(str(Path(where)), 1, "the first record of a journal is its header")
+    builder = _Builder(JournalState(Path(where), header))
+    for number, record in enumerate(records[1:], start=2):
         builder.add(number, record)
     return builder.state
 
 
 class _Builder:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.state: JournalState | None = None
+    """Tells the records after a journal's header as its story (`state`)."""
+
+    def __init__(self, state: JournalState) -> None:
+        self.state = state
 
     def damaged(self, line: int, reason: str) -> LogDamaged:
-        return LogDamaged(str(self.path), line, reason)
+        return LogDamaged(str(self.state.path), line, reason)
 
     def add(self, line: int, record: Record) -> None:
-        if self.state is None:
-            if not isinstance(record, Header):
-                raise self.damaged(line, "the first record of a journal is its header")
-            self.state = JournalState(self.path, record)
-            return
         if self.state.end is not None:
             raise self.damaged(line, "a record after the journal's end")
-        handler = {
-            Header: self._header, Intent: self._new_op, Value: self._new_op,
-            OutcomeRecord: self._outcome, Resolved: self._resolved, Print: self._print,
-            Stopped: self._stopped, End: self._end,
-        }[type(record)]
-        handler(line, record)
+        match record:
+            case Header():
+                self._header(line, record)
+            case Intent() | Value():
+                self._new_op(line, record)
+            case OutcomeRecord():
+                self._outcome(line, record)
+            case Resolved():
+                self._resolved(line, record)
+            case Print():
+                self._print(line, record)
+            case Stopped():
+                self._stopped(line, record)
+            case End():
+                self._end(line, record)
+            case _:
+                raise KeyError(type(record))
         self.state.history.append(record)
 
     def _header(self, line: int, record: Header) -> None:
@@ -222,11 +232,12 @@ class _Builder:
 
     def _new_op(self, line: int, record: Intent | Value) -> None:
         state = self.state
-        if self._retry(record):
+        earlier = self._retried(record)
+        if earlier is not None and isinstance(record, Intent):
             # An op resolved as not having happened, attempted again: in doubt
             # once more until its outcome, and an operator may answer again.
             entry = state.ops[record.op]
-            entry.earlier.append(Attempt(entry.intent, entry.resolved))
+            entry.earlier.append(earlier)
             entry.intent, entry.resolved = record, None
             state.stopped = None
             return
@@ -243,15 +254,19 @@ class _Builder:
         state.ops[record.op] = entry
         state.stopped = None
 
-    def _retry(self, record: Intent | Value) -> bool:
+    def _retried(self, record: Intent | Value) -> Attempt | None:
+        """The attempt `record` makes again, if it is one: an intent for the
+        last op, resolved as not having happened, with the same action."""
         entry = self.state.ops.get(record.op)
         if not isinstance(record, Intent) or entry is None or entry.intent is None:
-            return False
-        before = entry.intent
-        return (record.op == self.state.last_op and entry.outcome is None
-                and entry.resolved is not None and not entry.resolved.happened
+            return None
+        before, resolved = entry.intent, entry.resolved
+        if (record.op == self.state.last_op and entry.outcome is None
+                and resolved is not None and not resolved.happened
                 and (record.param, record.cap, record.action, record.args_sha256)
-                == (before.param, before.cap, before.action, before.args_sha256))
+                == (before.param, before.cap, before.action, before.args_sha256)):
+            return Attempt(before, resolved)
+        return None
 
     def _outcome(self, line: int, record: OutcomeRecord) -> None:
         entry = self.state.ops.get(record.op)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, get_args
+from typing import Any, TypeGuard, get_args
 from urllib.parse import urlsplit
 
 from staal.addresses import same_url
@@ -43,6 +43,7 @@ CALLER = ("name", "when", "tools", "rate")
 CALLER_TOOL = ("grants", "quota")
 RATE = ("calls", "window")
 WHEN = get_args(WhenKey)
+
 # Asymmetric algorithms only: a token is checked with the issuer's public
 # keys. "none" and the HMAC family (a shared secret) are never accepted.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
@@ -59,6 +60,10 @@ _PROFILE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 ProgramReader = Callable[[Any, str], "Path | None"]
+
+
+def _is_when_key(key: str) -> TypeGuard[WhenKey]:
+    return key in WHEN
 
 
 class AuthChecker:
@@ -81,7 +86,7 @@ class AuthChecker:
                           "checks the credential itself (and names the issuer in its answer)")
             credential = self.credential(obj["credential"])
             scopes = v.string_list(obj.get("required_scopes", []), "auth.required_scopes")
-            if any(k in obj for k in BEARER_ONLY) or None in (credential, scopes):
+            if any(k in obj for k in BEARER_ONLY) or credential is None or scopes is None:
                 return None
             return AuthConfig(required_scopes=tuple(scopes), credential=credential)
         credential = self.credential(obj.get("credential", {"presence": "bearer"}))
@@ -98,7 +103,7 @@ class AuthChecker:
             audience = server.http.public_url
         jwks = v.optional(obj, "jwks_url", "auth", v.url)
         algorithms = self.algorithms(obj.get("algorithms", list(DEFAULT_ALGORITHMS)))
-        if (None in (issuer, algorithms, scopes, credential)
+        if (issuer is None or algorithms is None or scopes is None or credential is None
                 or v.failed(obj, "auth", "audience", "jwks_url")):
             return None
         return AuthConfig(issuer=issuer, audience=audience, jwks_url=jwks,
@@ -203,7 +208,7 @@ class AuthChecker:
         headers = self.headers(obj["headers"], f"{path}.headers") if "headers" in obj else None
         timeout = v.whole(obj.get("timeout_ms", DEFAULT_VERIFY_TIMEOUT_MS), f"{path}.timeout_ms",
                           1, MAX_VERIFY_TIMEOUT_MS)
-        if None in (program, entry, headers, timeout):
+        if program is None or entry is None or headers is None or timeout is None:
             return None
         return CredentialConfig(presence="provider", program=program, entry=entry,
                                 headers=headers, timeout_ms=timeout)
@@ -311,7 +316,7 @@ class AuthChecker:
         when = self.when(obj.get("when"), f"{path}.when")
         allowed = self.caller_tools(obj.get("tools"), f"{path}.tools", tools, quota)
         rate = v.optional(obj, "rate", path, self.rate)
-        if None in (name, when, allowed) or v.failed(obj, path, "rate"):
+        if name is None or when is None or allowed is None or v.failed(obj, path, "rate"):
             return None
         return Caller(name=name, when=when, tools=allowed, rate=rate)
 
@@ -324,7 +329,7 @@ class AuthChecker:
         if obj is None:
             return None
         ((key, wanted),) = obj.items()
-        if key not in WHEN:
+        if not _is_when_key(key):
             return None
         text = v.string(wanted, f"{path}.{key}")
         if text is None:

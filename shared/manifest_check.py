@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +20,7 @@ from staal.manifest import (
     DEFAULT_MAX_STEPS,
     MIN_MEMORY_MIB,
     RUN_STATUS_TOOL,
+    Grant,
     Manifest,
     ModelConfig,
     NetConfig,
@@ -31,7 +33,7 @@ from staal.manifest_auth import AuthChecker
 from staal.manifest_grants import GrantReader
 from staal.manifest_resources import check_resources, check_server_name
 from staal.manifest_server import ServerReader
-from staal.manifest_values import ValueReader, show
+from staal.manifest_values import Table, ValueReader, show
 from staal.sizes import machine_mib
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -50,7 +52,7 @@ PROVIDERS = ("anthropic",)
 HOUR_MS = 3_600_000
 
 
-class _Pairs(dict):
+class _Pairs(dict[str, Any]):
     """A JSON object that remembers keys written more than once."""
 
     duplicates: list[str]
@@ -164,11 +166,11 @@ class ManifestChecker:
         timeout = v.optional(obj, "timeout_ms", "model", lambda x, p: v.whole(x, p, 1, HOUR_MS))
         retries = v.optional(obj, "retries", "model", lambda x, p: v.whole(x, p, 0, 10))
         base_url = v.optional(obj, "base_url", "model", v.url)
-        if None in (provider, name, api_key) or provider not in PROVIDERS:
+        if provider is None or name is None or api_key is None or provider not in PROVIDERS:
             return None
         return ModelConfig(provider, name, api_key, timeout, retries, base_url)
 
-    def model_needed(self, top: dict, tools: list[Tool] | None) -> None:
+    def model_needed(self, top: Table, tools: list[Tool] | None) -> None:
         """A tool that can reach a model needs the model section, with its
         timeout_ms and retries (seed 000 section 3, "How long a call can take")."""
         users = [t.name for t in tools or () if t.can_reach_model()]
@@ -248,11 +250,10 @@ class ManifestChecker:
             for set_name, grant_set in (profiles or {}).items():
                 # A run with this set reserves its worst case against the same quota.
                 self.quota_money_bounded(quota.money, f"{path}.profiles.{set_name}", grant_set)
-        needed = (name, description, program, entry, grants, net, steps)
-        if any(x is None for x in needed) or v.failed(obj, path, "title", "deadline",
-                                                        "max_concurrent_runs", "once", "quota",
-                                                        "max_memory", "max_wait", "max_cpu",
-                                                        "profiles"):
+        if (name is None or description is None or program is None or entry is None
+                or grants is None or net is None or steps is None
+                or v.failed(obj, path, "title", "deadline", "max_concurrent_runs", "once", "quota",
+                            "max_memory", "max_wait", "max_cpu", "profiles")):
             return None
         return Tool(
             name=name, title=title, description=description, program=program, entry=entry,
@@ -287,7 +288,7 @@ class ManifestChecker:
         return NetConfig(timeout_ms=timeout, connect_timeout_ms=connect)
 
     def once(self, value: Any, path: str, server: ServerConfig | None,
-             grants: dict | None) -> OnceConfig | None:
+             grants: Mapping[str, Grant] | None) -> OnceConfig | None:
         v = self.values
         obj = v.obj(value, path, ONCE, required=("by",))
         if obj is None:
@@ -307,7 +308,7 @@ class ManifestChecker:
             keep = server.keep
         return OnceConfig(by=by, keep=keep)
 
-    def once_by(self, value: Any, path: str, grants: dict | None) -> tuple[str, ...] | None:
+    def once_by(self, value: Any, path: str, grants: Mapping[str, Grant] | None) -> tuple[str, ...] | None:
         v = self.values
         names = v.string_list(value, path, non_empty=True)
         if names is None:
@@ -325,7 +326,7 @@ class ManifestChecker:
                 ok = False
         return tuple(names) if ok else None
 
-    def quota(self, value: Any, path: str, grants: dict | None) -> QuotaConfig | None:
+    def quota(self, value: Any, path: str, grants: Mapping[str, Grant] | None) -> QuotaConfig | None:
         v = self.values
         obj = v.obj(value, path, QUOTA, required=("window",))
         if obj is None:
@@ -342,7 +343,7 @@ class ManifestChecker:
             return None
         return QuotaConfig(window=window, calls=calls, money=money)
 
-    def quota_money_bounded(self, money: Any, path: str, grants: dict) -> None:
+    def quota_money_bounded(self, money: Any, path: str, grants: Mapping[str, Grant]) -> None:
         """A money quota reserves each run's worst case, so it must be finite
         and in the quota's currency (seed 000 section 6)."""
         for name, grant in grants.items():

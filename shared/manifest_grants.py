@@ -3,13 +3,14 @@ takes (DESIGN.md section 4), composites through their needs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from staal.catalogue import CATALOGUE, REQUIRED_IN_NEEDS, SECRET
 from staal.manifest import Grant, SecretRef
-from staal.manifest_values import ValueReader, join, show
+from staal.manifest_values import Table, ValueReader, join, show
 
 MAX_USES = 1_000_000
 
@@ -18,7 +19,7 @@ class GrantReader:
     def __init__(self, values: ValueReader) -> None:
         self.v = values
 
-    def grants(self, value: Any, path: str) -> dict[str, Grant] | None:
+    def grants(self, value: Any, path: str) -> Mapping[str, Grant] | None:
         v = self.v
         if not isinstance(value, dict):
             v.add(path, "expected an object of grants by parameter name")
@@ -71,7 +72,7 @@ class GrantReader:
             return None
         return Grant(cap=cap, **fields)
 
-    def fields(self, value: dict, path: str, cap: str) -> dict | None:
+    def fields(self, value: Table, path: str, cap: str) -> dict[str, Any] | None:
         v = self.v
         spec = CATALOGUE[cap]
         readers = {
@@ -100,7 +101,7 @@ class GrantReader:
             fields["only"] = tuple(fields["only"])
         return fields
 
-    def money_bounded(self, fields: dict, path: str, cap: str) -> bool:
+    def money_bounded(self, fields: Mapping[str, Any], path: str, cap: str) -> bool:
         each, most = fields.get("each"), fields.get("max")
         if each is None and most is None:
             self.v.add(path, f"a '{cap}' grant needs a money limit: each, max or both")
@@ -159,6 +160,7 @@ class GrantReader:
                 ok = False
                 continue
             where = join(path, name)
+            need: Grant | SecretRef | None
             if need_cap == SECRET:
                 need = v.secret(obj[name], where)
             else:

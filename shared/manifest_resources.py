@@ -113,11 +113,13 @@ def _resource(checker: ManifestChecker, value: Any, path: str) -> ResourceDecl |
                    MAX_PAGE_SIZE)
     if grants is not None and not _reads_only(checker, grants, f"{path}.grants"):
         return None
-    if None in (name, description, program, grants, net, size, *entries.values()):
+    read = {kind: entry for kind, entry in entries.items() if entry is not None}
+    if (name is None or description is None or program is None or grants is None or net is None
+            or size is None or len(read) < len(entries)):
         return None
     tools = {kind: Tool(name=hidden_tool_name(name, kind), description=description,
                         program=program, entry=entry, grants=grants, net=net)
-             for kind, entry in entries.items()}
+             for kind, entry in read.items()}
     return ResourceDecl(name, description, size, tools["get"], tools["list"])
 
 

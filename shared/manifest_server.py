@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from staal.addresses import is_loopback, split_host_port
@@ -65,8 +65,9 @@ class ServerReader:
         traces = self.traces(obj["traces"]) if "traces" in obj else None
         metrics = v.optional(obj, "metrics", "server", self.metrics)
         store = self.store(obj.get("store", "file"))
-        if None in (name, journals, limit, notify_env, http) or keep is False or traces is False \
-                or store is False or v.failed(obj, "server", "metrics"):
+        if name is None or journals is None or limit is None or notify_env is None or http is None \
+                or keep is False or traces is False or store is False \
+                or v.failed(obj, "server", "metrics"):
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
@@ -74,7 +75,7 @@ class ServerReader:
             store=store,
         )
 
-    def traces(self, value: Any) -> TracesConfig | bool:
+    def traces(self, value: Any) -> TracesConfig | Literal[False]:
         """`server.traces`; False when refused."""
         v = self.v
         obj = v.obj(value, "server.traces", TRACES)
@@ -111,7 +112,7 @@ class ServerReader:
             return None
         return MetricsConfig(host=address[0], port=address[1])
 
-    def store(self, value: Any) -> PostgresStore | bool | None:
+    def store(self, value: Any) -> PostgresStore | Literal[False] | None:
         """`server.store`: "file" (the default) or {"postgres": {"dsn":
         {"env": NAME}, "lease_s": SECONDS}}; False when refused."""
         v = self.v
@@ -154,7 +155,7 @@ class ServerReader:
             v.add("server.http.path", f"{show(path)} is the load balancers' readiness check "
                   "(GET /ready); the MCP endpoint needs another path (such as \"/mcp\")")
         origins = v.string_list(obj.get("origins", []), "server.http.origins")
-        for i, origin in enumerate(origins or []):
+        for i, origin in enumerate(origins or ()):
             parts = urlsplit(origin)
             if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path
                     or parts.query or parts.fragment or parts.username):
@@ -165,7 +166,7 @@ class ServerReader:
             return None
         return HttpConfig(path=path, origins=tuple(origins), public_url=public)
 
-    def keep(self, value: Any) -> int | bool | None:
+    def keep(self, value: Any) -> int | Literal[False] | None:
         """Whole days >= 1, or None for "forever"; False when refused."""
         if value == "forever":
             return None

@@ -4,6 +4,7 @@ recording why it was refused."""
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import keyword
 import re
@@ -21,6 +22,9 @@ from staal.money import Money
 from staal.sizes import Size
 
 T = TypeVar("T")
+# An object of the manifest as parsed (TOML or JSON): its values are of any
+# kind until a reader here checks them.
+Table = dict[str, Any]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -66,7 +70,7 @@ class ValueReader:
         self.problems.append(f"{path}: {message}" if path else message)
         self._refused.append(path)
 
-    def failed(self, obj: dict, path: str, *keys: str) -> bool:
+    def failed(self, obj: Table, path: str, *keys: str) -> bool:
         """Whether any of these keys of `obj` was present and refused."""
         for key in keys:
             if key not in obj:
@@ -77,7 +81,7 @@ class ValueReader:
                 return True
         return False
 
-    def optional(self, obj: dict, key: str, path: str,
+    def optional(self, obj: Table, key: str, path: str,
                  reader: Callable[[Any, str], T | None]) -> T | None:
         if key not in obj:
             return None
@@ -86,7 +90,7 @@ class ValueReader:
     # -- shapes ---------------------------------------------------------
 
     def obj(self, value: Any, path: str, keys: Iterable[str],
-            required: Iterable[str] = ()) -> dict | None:
+            required: Iterable[str] = ()) -> Table | None:
         keys = tuple(keys)
         if not isinstance(value, dict):
             self.add(path or "manifest", f"expected an object, not {kind_of(value)}")
@@ -117,7 +121,7 @@ class ValueReader:
         hint = f"; did you mean '{meant}'?" if meant else ""
         return f"unknown key (allowed here: {', '.join(sorted(keys))}){hint}"
 
-    def list(self, value: Any, path: str) -> list | None:
+    def list(self, value: Any, path: str) -> builtins.list[Any] | None:
         if not isinstance(value, list):
             self.add(path, f"expected a list, not {kind_of(value)}")
             return None
@@ -132,7 +136,7 @@ class ValueReader:
             return None
         return value
 
-    def string_list(self, value: Any, path: str, non_empty: bool = False) -> list[str] | None:
+    def string_list(self, value: Any, path: str, non_empty: bool = False) -> builtins.list[str] | None:
         items = self.list(value, path)
         if items is None:
             return None

@@ -36,7 +36,8 @@ def keep_memory_private() -> bool:
     import ctypes
 
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        done: int = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return done == 0
     except (OSError, AttributeError):
         return False
 

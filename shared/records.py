@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from staal.errors import MoneyError, RecordError
 from staal.money import Money
 
 VERSION_KEY = "v"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +148,12 @@ def _written_as_is(tp: Any) -> bool:
     return False
 
 
-def _encode_fields(obj: Any) -> dict[str, Any]:
+def _encode_fields(obj: object) -> dict[str, Any]:
     out = {}
-    for name, convert in _encoding_plan(type(obj)):
+    # Annotated as a plain `type`: typeshed's cache wrapper takes Hashable
+    # arguments, which mypy finds `type[X]` is not (its __hash__ is unbound).
+    kind: type = type(obj)
+    for name, convert in _encoding_plan(kind):
         value = getattr(obj, name)
         if value is None:
             continue
@@ -188,15 +192,16 @@ def _by_tag(types: tuple[type[Record], ...]) -> Mapping[str, type[Record]]:
 
 
 @cache
-def _fields(cls: type) -> Mapping[str, dataclasses.Field]:
+def _fields(cls: type) -> Mapping[str, dataclasses.Field[object]]:
     return MappingProxyType({f.name: f for f in dataclasses.fields(cls)})
 
 
-def _decode_dataclass(cls: type, data: Any, path: str) -> Any:
+def _decode_dataclass(cls: type[_T], data: Any, path: str) -> _T:
     if not isinstance(data, dict):
         raise RecordError(f"expected an object, not {_json_kind(data)}", path)
-    hints = _hints(cls)
-    fields = _fields(cls)
+    plain: type = cls  # a plain `type` for the cache wrappers, as in _encode_fields
+    hints = _hints(plain)
+    fields = _fields(plain)
     for key in data:
         if key not in fields:
             raise RecordError("unknown field", _join(path, key))
@@ -246,7 +251,7 @@ def _decode_value(tp: Any, value: Any, path: str) -> Any:
             return Money.from_wire(value)
         except MoneyError as exc:
             raise RecordError(exc.message, _join(path, exc.field or "")) from exc
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _decode_dataclass(tp, value, path)
     return _decode_scalar(tp, value, path)
 

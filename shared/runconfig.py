@@ -83,7 +83,7 @@ class RunConfig:
 
     def secret_names(self) -> list[str]:
         """Every environment variable this run's grants (and model) name."""
-        names = []
+        names: list[str] = []
         for grant in self.grants.values():
             for inner in grant.walk():
                 names.extend(s.env for s in _secrets_of(inner))
@@ -179,7 +179,8 @@ def check_run_config(data: Any, path: Path) -> tuple[RunConfig, Any]:
         g.cap == "model.complete" for gr in grants.values() for g in gr.walk())
     if reaches_model and "model" not in obj:
         v.add("model", "is required: a grant can reach a model")
-    if v.problems:
+    # A reader returns None only after recording why, so none is None here.
+    if v.problems or program is None or entry is None or grants is None or net is None:
         raise ManifestError(str(path), v.problems)
     config = RunConfig(
         tool=tool or program.stem, program=program, entry=entry, grants=grants, net=net,
