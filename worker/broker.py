@@ -72,7 +72,8 @@ class GrantState:
         return cls(param, grant, ParamUsage())
 
     def chain(self) -> list[GrantState]:
-        states, state = [], self
+        states: list[GrantState] = []
+        state: GrantState | None = self
         while state is not None:
             states.append(state)
             state = state.parent
@@ -105,20 +106,18 @@ class GrantState:
 
     def _check_money(self, money: Money, cap: str) -> None:
         limits = self.limits
-        try:
-            if limits.each is not None and money > limits.each:
+        if limits.each is not None:
+            _same_currency(cap, limits.each, money)
+            if money > limits.each:
                 raise CapabilityRefused(
                     f"{cap} allows at most {limits.each} per action; this action needs {money}")
-            if limits.max is not None:
-                asked = self.asked.get(money.currency, Money.zero(money.currency))
-                if asked + money > limits.max:
-                    raise CapabilityRefused(
-                        f"{cap} allows at most {limits.max} per run; {asked} is already asked "
-                        f"for and this action needs {money}")
-        except CurrencyMismatch:
-            limit = limits.each or limits.max
-            raise CapabilityRefused(
-                f"{cap} limits are in {limit.currency}; this action is in {money.currency}") from None
+        if limits.max is not None:
+            _same_currency(cap, limits.max, money)
+            asked = self.asked.get(money.currency, Money.zero(money.currency))
+            if asked + money > limits.max:
+                raise CapabilityRefused(
+                    f"{cap} allows at most {limits.max} per run; {asked} is already asked "
+                    f"for and this action needs {money}")
         if money.minor <= 0:
             raise CapabilityRefused(f"{cap} acts only on amounts above zero; this action has {money}")
 
@@ -198,3 +197,10 @@ class GrantState:
                     f"narrow(only=...): {pattern!r} is not a URL pattern: {exc}") from None
         # Checked together with every ancestor's own list, so it can only narrow.
         return tuple(only)
+
+
+def _same_currency(cap: str, limit: Money, money: Money) -> None:
+    """Refuse an action in another currency than the limit it is checked against."""
+    if limit.currency != money.currency:
+        raise CapabilityRefused(
+            f"{cap} limits are in {limit.currency}; this action is in {money.currency}")

@@ -11,12 +11,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
 import staal
 from staal.errors import LogDamaged, LogExists, ManifestError, StaalError
+
+if TYPE_CHECKING:
+    from staal.worker.engine import RunOutcome
 
 EXIT = {"done": 0, "failed": 1, "error": 2, "stopped": 3}
 
@@ -49,7 +52,7 @@ def version() -> None:
     print(f"staal {staal.__version__}")
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     print(message, file=sys.stderr)
     raise typer.Exit(code)
 
@@ -140,7 +143,7 @@ def _protect_stdout() -> int:
     return out
 
 
-def _emit(out: int, outcome: Any) -> None:
+def _emit(out: int, outcome: RunOutcome) -> NoReturn:
     """The outcome as JSON on the real standard output; where the program
     failed, as a traceback of its frames, on standard error."""
     from staal.fsio import write_all

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from staal.worker.inherited import ALWAYS_KEPT, refuse_stdin, scrub_environment, take_secrets
 from staal.worker.refusal import (
@@ -61,6 +61,9 @@ from staal.worker.refusal import (
     report_violations_to,
 )
 from staal.worker.tripwire_checks import OUT, Check, build_checks, process_refusal, program_of, show
+
+if TYPE_CHECKING:
+    import _socket
 
 __all__ = [
     "ALWAYS_KEPT",
@@ -158,7 +161,7 @@ def _guard_listen() -> None:
 
     original = socket.socket.listen
 
-    def listen(self: socket.socket, *args: Any) -> None:
+    def listen(self: _socket.socket, *args: Any) -> None:
         if not IN_BROKER.get():
             where = show(self.getsockname())
             refuse(f"a tool may not listen for connections (socket.listen on {where}){OUT}")

@@ -15,8 +15,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import orjson
 
@@ -28,7 +29,7 @@ from staal.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Va
 from staal.killpoints import kill_point
 from staal.messages import ActionOutcome
 from staal.money import Money
-from staal.outcomes import Failure, Frame, Usage
+from staal.outcomes import Failure, FailureKind, Frame, Usage
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.redaction import redact
 from staal.runconfig import DEFAULT_WAIT_MS
@@ -74,7 +75,7 @@ class Performed:
     charged: tuple[Money, ...] = ()
     failure: str | None = None
     # "action", or "provider" for a model provider that failed every attempt.
-    failure_kind: str = "action"
+    failure_kind: FailureKind = "action"
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,12 @@ class RunOutcome:
     op: int | None = None
     message: str | None = None
     usage: dict[str, Usage] = field(default_factory=dict)
+
+    def waits_at(self) -> tuple[int, str]:
+        """The op a stopped run waits at, and why."""
+        if self.outcome != "stopped" or self.op is None or self.message is None:
+            raise ValueError(f"a {self.outcome} run waits at no op")
+        return self.op, self.message
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"outcome": self.outcome}
@@ -167,13 +174,13 @@ class RunContext:
             finally:
                 if self.after_action is not None:
                     self.after_action(time.monotonic() - began)
-        return self._traced(state, spec, perform, began)
+        return self._traced(self.spans, state, spec, perform, began)
 
-    def _traced(self, state: GrantState, spec: ActionSpec,
+    def _traced(self, spans: RunRecorder, state: GrantState, spec: ActionSpec,
                 perform: Callable[[str | None], Performed], began: float) -> Any:
         """`_act`, with the action's span recorded: what became of it is
         read from how `_act` ended."""
-        start_ns, self.note = self.spans.now(), None
+        start_ns, self.note = spans.now(), None
         outcome: ActionOutcome = "failed"
         try:
             result = self._act(state, spec, perform)
@@ -189,7 +196,7 @@ class RunContext:
             if self.after_action is not None:
                 self.after_action(time.monotonic() - began)
             if self.note is not None:  # None: refused before it got an op
-                self.spans.action(self.note, spec.cap, spec.action, state.param, outcome, start_ns)
+                spans.action(self.note, spec.cap, spec.action, state.param, outcome, start_ns)
 
     def _act(self, state: GrantState, spec: ActionSpec,
              perform: Callable[[str | None], Performed]) -> Any:
@@ -255,7 +262,7 @@ class RunContext:
             self.writer.write(Print(seq=self.prints, text=text, time=self.writer.now()), sync=False)
             self.on_print(text)
 
-    def refuse(self, message: str) -> None:
+    def refuse(self, message: str) -> NoReturn:
         """A capability refusal: the run fails as `capability`, even if the
         program catches the exception."""
         message = self.redact(message)
@@ -397,17 +404,19 @@ class RunContext:
         return (f"op {op} ({what}) may or may not have happened and cannot safely be sent "
                 "again; " + resolve_hint(self.writer.log.path, op))
 
-    def _mismatch(self, op: int, entry: OpEntry, now: str) -> None:
+    def _mismatch(self, op: int, entry: OpEntry, now: str) -> NoReturn:
         if entry.intent is not None:
             had = f"{entry.intent.cap} {entry.intent.action} through '{entry.intent.param}'"
-        else:
+        elif entry.value is not None:
             had = f"a {entry.value.cap} value"
+        else:  # an entry is made by its intent or its value: not reached
+            had = "nothing"
         if had == now:
             now = "the same with other arguments (their SHA-256 differs from the journal's)"
         self._stop(op, f"journal mismatch at op {op}: the journal has {had}; the program "
                    f"now asks for {now}")
 
-    def _stop(self, op: int, message: str) -> None:
+    def _stop(self, op: int, message: str) -> NoReturn:
         current = self.replay.stopped if self.replay is not None else None
         if current is None or current.op != op or current.message != message:
             self.writer.write(Stopped(op=op, message=message, time=self.writer.now()))
@@ -433,7 +442,7 @@ class RunContext:
             # Also after an error: ending before an op the journal holds is a
             # mismatch, and an end over an op in doubt would abandon it.
             if self.stop is None and self.replay is not None:
-                self._check_nothing_left()
+                self._check_nothing_left(self.replay)
             outcome = self._decide(returned, error)
             if outcome.outcome != "stopped":
                 self.writer.write(End(
@@ -442,8 +451,8 @@ class RunContext:
                 ))
             return outcome
 
-    def _check_nothing_left(self) -> None:
-        later = self.replay.ops.get(self.op + 1)
+    def _check_nothing_left(self, replay: JournalState) -> None:
+        later = replay.ops.get(self.op + 1)
         if later is None:
             return
         try:
@@ -455,26 +464,26 @@ class RunContext:
         return {name: state.usage.frozen() for name, state in self.params.items()}
 
     def _decide(self, returned: Any, error: BaseException | None) -> RunOutcome:
-        base = {"run": self.run_id, "usage": self.usage()}
+        outcome = partial(RunOutcome, run=self.run_id, usage=self.usage())
         if self.stop is not None:
-            return RunOutcome("stopped", op=self.stop.op, message=self.stop.message, **base)
+            return outcome("stopped", op=self.stop.op, message=self.stop.message)
         frames = self._frames(error)
         if self.violation is not None:
             failure = Failure("capability", self.violation, frames)
-            return RunOutcome("failed", failure=failure, **base)
+            return outcome("failed", failure=failure)
         if self.ended is not None:
             error = self.ended
         if error is not None:
             kind, message = self._failure_of(error)
-            return RunOutcome("failed", failure=Failure(kind, message, frames), **base)
+            return outcome("failed", failure=Failure(kind, message, frames))
         try:
             result = orjson.loads(canonical_json(returned))
         except CanonicalError as exc:
             failure = Failure("value", f"the result has no JSON form: {exc.message}")
-            return RunOutcome("failed", failure=failure, **base)
-        return RunOutcome("done", result=self._redact_value(result), **base)
+            return outcome("failed", failure=failure)
+        return outcome("done", result=self._redact_value(result))
 
-    def _failure_of(self, error: BaseException) -> tuple[str, str]:
+    def _failure_of(self, error: BaseException) -> tuple[FailureKind, str]:
         """The kind and message of the failure `error` ends the run with."""
         if isinstance(error, (RunFailed, ActionFailed)):
             return error.kind, self.redact(error.message)
@@ -505,9 +514,8 @@ def _deliver(result: Any, failure: Failure | None) -> Any:
 
 
 def _url_of(spec: ActionSpec) -> str | None:
-    if isinstance(spec.args, dict) and isinstance(spec.args.get("url"), str):
-        return spec.args["url"]
-    return None
+    url = spec.args.get("url") if isinstance(spec.args, dict) else None
+    return url if isinstance(url, str) else None
 
 
 def _print_to_stderr(text: str) -> None:

@@ -83,13 +83,9 @@ class _RefusedStdin(_Descriptor0, io.TextIOBase):
     def buffer(self) -> _RefusedStdinBuffer:
         return self._buffer
 
-    @property
-    def encoding(self) -> str:
-        return "utf-8"
-
-    @property
-    def errors(self) -> str:
-        return "strict"
+    # Plain attributes, as on the streams they stand for (io.TextIOBase's are).
+    encoding = "utf-8"
+    errors = "strict"
 
     @property
     def name(self) -> str:
@@ -104,7 +100,8 @@ class _RefusedStdin(_Descriptor0, io.TextIOBase):
     def readlines(self, hint: int | None = -1) -> list[str]:  # type: ignore[override]
         refuse(_STDIN_MESSAGE.format("readlines"))
 
-    def __next__(self) -> str:
+    # typeshed types __next__ of every io class as _IOBase's (bytes), the text ones too.
+    def __next__(self) -> str:  # type: ignore[override]
         refuse(_STDIN_MESSAGE.format("__next__"))
 
 
@@ -119,7 +116,11 @@ def refuse_stdin() -> None:
         os.dup2(fd, 0)
         os.close(fd)
     _replaced_stdin.extend(s for s in (sys.stdin, sys.__stdin__) if s is not None)
-    sys.stdin = sys.__stdin__ = _RefusedStdin()
+    refused = _RefusedStdin()
+    sys.stdin = refused
+    # typeshed declares sys.__stdin__ a Final TextIOWrapper; it is an ordinary
+    # attribute, replaced here on purpose (a library may read it directly).
+    sys.__stdin__ = refused  # type: ignore[misc,assignment]
 
 
 def scrub_environment(keep: Iterable[str]) -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from staal.errors import LogDamaged, StaalError
 from staal.journal import JournalState, read_journal
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.outcomes import format_frames
+
+if TYPE_CHECKING:
+    from staal.money import Money
 
 
 class NotAJournal(StaalError):
@@ -47,7 +50,7 @@ def _short(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _money(amounts: tuple) -> str:
+def _money(amounts: tuple[Money, ...]) -> str:
     return ", ".join(str(m) for m in amounts)
 
 
@@ -77,7 +80,8 @@ def _record_lines(record: Any, previous: Any, attempts: dict[int, int]) -> list[
         return [f"op {record.op:>3}  intent{again}  {record.cap} {record.action} through "
                 f"'{record.param}'  at {_when(record.time)}{key}"]
     if isinstance(record, OutcomeRecord):
-        what = _short(record.result) if record.ok else f"FAILED: {record.failure.message}"
+        failed = None if record.ok else record.failure
+        what = _short(record.result) if failed is None else f"FAILED: {failed.message}"
         charged = f"  charged {_money(record.charged)}" if record.charged else ""
         if isinstance(previous, Intent) and previous.op == record.op:
             return [f"         outcome {what}{charged}"]  # under its intent
@@ -125,8 +129,10 @@ def _end_lines(end: End) -> list[str]:
         for name, u in sorted(end.usage.items()))
     if end.outcome == "done":
         what = f"done: {_short(end.result)}"
-    else:
+    elif end.failure is not None:
         what = f"{end.outcome}: {end.failure.kind}: {end.failure.message}"
+    else:  # a failed or error end always has its failure: not reached
+        what = end.outcome
     lines = [f"END {_when(end.time)}  {what}"]
     if end.failure is not None:
         lines.extend(format_frames(end.failure.traceback, indent="  "))

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from staal.budgets import MEMORY_EXIT_CODE, cpu_message
 from staal.program import RunFailed
@@ -34,21 +34,33 @@ from staal.runconfig import Limits
 from staal.sizes import MIB
 from staal.worker.refusal import broker_section, in_broker_section
 
-try:
-    from staal.worker import _steps
-except ImportError as exc:  # built without a compiler: the Python tracer only
-    _steps = None
-    _STEPS_MISSING = str(exc)
-else:
-    _STEPS_MISSING = ""
+if TYPE_CHECKING:
+    from staal.worker._steps import Counter
 
-try:
-    from staal.worker import _guard
-except ImportError:  # built without a compiler: a crash at the memory limit is a crash
-    _guard = None
+
+def _c_counter() -> tuple[type[Counter] | None, int, str]:
+    """The C step counter and its largest budget, or why it is missing."""
+    try:
+        from staal.worker._steps import MAX_STEPS, Counter
+    except ImportError as exc:  # built without a compiler: the Python tracer only
+        return None, 0, str(exc)
+    return Counter, MAX_STEPS, ""
+
+
+def _c_guard() -> Callable[[int, int], None] | None:
+    """The C guard's `arm(probe_bytes, exit_code)`, if it was built."""
+    try:
+        from staal.worker._guard import arm
+    except ImportError:  # built without a compiler: a crash at the memory limit is a crash
+        return None
+    return arm
+
+
+_C_COUNTER, _C_MAX_STEPS, _STEPS_MISSING = _c_counter()
+_ARM_GUARD = _c_guard()
 
 #: Whether the C step counter was built; StepCounter uses it by default.
-C_STEP_COUNTER = _steps is not None
+C_STEP_COUNTER = _C_COUNTER is not None
 
 __all__ = ["CPU_GRACE_SECONDS", "C_STEP_COUNTER", "StepCounter", "WaitBound", "bound_process",
            "cpu_backstop", "memory_limit"]
@@ -103,10 +115,11 @@ class StepCounter:
         if max_steps < 0:
             raise ValueError(f"max_steps must not be negative, not {max_steps}")
         if implementation is None:
-            implementation = "c" if _steps is not None else "python"
+            implementation = "c" if _C_COUNTER is not None else "python"
         if implementation not in ("c", "python"):
             raise ValueError(f"implementation must be 'c' or 'python', not {implementation!r}")
-        if implementation == "c" and _steps is None:
+        counter_class = _C_COUNTER if implementation == "c" else None
+        if implementation == "c" and counter_class is None:
             raise RuntimeError(f"the C step counter is not available: {_STEPS_MISSING}")
         self.max_steps = max_steps
         self.implementation = implementation
@@ -114,11 +127,11 @@ class StepCounter:
         self._excluded = _excluded_dirs(self.program_root)
         self._running = False
         self._saved: tuple[Any, Any] = (None, None)
-        if implementation == "c":
-            self._counter = _steps.Counter(min(max_steps, _steps.MAX_STEPS),
-                                           self._counts_file, self._failure)
+        self._counter: Counter | None = None
+        if counter_class is not None:
+            self._counter = counter_class(min(max_steps, _C_MAX_STEPS),
+                                          self._counts_file, self._failure)
             return
-        self._counter = None
         # One item per allowed line event; `next()` on it neither allocates
         # nor (being C) lets another thread in between.
         self._budget: Iterator[None] = itertools.repeat(None, max_steps)
@@ -177,12 +190,12 @@ class StepCounter:
         self._saved = (None, None)
         if self._counter is not None:
             self._counter.stop()  # other threads detach at their next event
-            threading.settrace(previous_threading)  # type: ignore[arg-type]
+            threading.settrace(previous_threading)
             return
         self._switch(iter(()))  # other threads' tracers find it empty and detach
         self._decisions.clear()
         sys.settrace(previous_sys)
-        threading.settrace(previous_threading)  # type: ignore[arg-type]
+        threading.settrace(previous_threading)
 
     # --------------------------------------------------------- C tracing
 
@@ -287,9 +300,9 @@ def _excluded_dirs(program_root: Path) -> tuple[Path, ...]:
         sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
     }
     candidates.update(
-        os.path.dirname(module.__file__)
+        os.path.dirname(path)
         for name, module in list(sys.modules.items())
-        if (name == "staal" or name.startswith("staal.")) and getattr(module, "__file__", None)
+        if (name == "staal" or name.startswith("staal.")) and (path := getattr(module, "__file__", None))
     )
     candidates.update(
         p for p in sys.path if p and os.path.basename(p) in {"site-packages", "dist-packages"}
@@ -389,8 +402,8 @@ def memory_limit(mib: int) -> int:
     _, current_hard = resource.getrlimit(resource.RLIMIT_DATA)
     if current_hard != resource.RLIM_INFINITY:
         limit = min(limit, current_hard)
-    if _guard is not None:
-        _guard.arm(max(MIB, mib * MIB // 8), MEMORY_EXIT_CODE)
+    if _ARM_GUARD is not None:
+        _ARM_GUARD(max(MIB, mib * MIB // 8), MEMORY_EXIT_CODE)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     return limit
 

@@ -123,9 +123,10 @@ def _hints(function: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, str]
     return hints, problems
 
 
-def _parameters(function: Callable[..., Any], problems: list[str]) -> tuple[list[dict], dict[str, str]]:
+def _parameters(function: Callable[..., Any], problems: list[str],
+                ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     hints, unreadable = _hints(function)
-    inputs: list[dict] = []
+    inputs: list[dict[str, Any]] = []
     capabilities: dict[str, str] = {}
     for param in inspect.signature(function).parameters.values():
         name = param.name
@@ -147,7 +148,7 @@ def _parameters(function: Callable[..., Any], problems: list[str]) -> tuple[list
     return inputs, capabilities
 
 
-def _capability(name: str, annotation: type, param: inspect.Parameter,
+def _capability(name: str, annotation: type[Capability], param: inspect.Parameter,
                 capabilities: dict[str, str], problems: list[str]) -> None:
     if not annotation.CAP:
         problems.append(f"{name}: annotate it with a capability class, e.g. staal.caps.HttpGet")
@@ -158,7 +159,7 @@ def _capability(name: str, annotation: type, param: inspect.Parameter,
     capabilities[name] = annotation.CAP
 
 
-def _input(name: str, annotation: Any, param: inspect.Parameter, inputs: list[dict],
+def _input(name: str, annotation: Any, param: inspect.Parameter, inputs: list[dict[str, Any]],
            problems: list[str]) -> None:
     if annotation is inspect.Parameter.empty:
         problems.append(f"{name}: has no type annotation (use staal.Json for any JSON value)")
@@ -178,7 +179,7 @@ def _input(name: str, annotation: Any, param: inspect.Parameter, inputs: list[di
     inputs.append(item)
 
 
-def _grant_problems(entry: str, inputs: list[dict], capabilities: dict[str, str],
+def _grant_problems(entry: str, inputs: list[dict[str, Any]], capabilities: dict[str, str],
                     grants: Mapping[str, Grant]) -> list[str]:
     from staal.catalogue import CATALOGUE
 

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import staal
 from staal.budgets import memory_message
@@ -30,7 +30,7 @@ from staal.ids import new_run_id
 from staal.inputs import InputError, check_arguments
 from staal.journal import JournalSink, JournalState, JournalWriter, read_journal
 from staal.journal_records import Header
-from staal.outcomes import Failure
+from staal.outcomes import Failure, FailureKind
 from staal.program import RunFailed
 from staal.runconfig import RunConfig
 from staal.worker import confine
@@ -40,6 +40,9 @@ from staal.worker.engine import RunContext, RunOutcome
 from staal.worker.limits import StepCounter, WaitBound, bound_process
 from staal.worker.program import ProgramInfo, inspect_program, program_sha256
 from staal.worker.spans import RunRecorder
+
+if TYPE_CHECKING:
+    from staal.worker.capabilities.http import HttpClient
 
 RUNTIME = staal.RUNTIME
 
@@ -57,15 +60,23 @@ class Services:
     clock: Clock
     secrets: dict[str, str] = field(default_factory=dict)
     config: RunConfig | None = None
-    _http: Any = None
+    _http: HttpClient | None = None
 
     @property
-    def http(self) -> Any:
+    def run_config(self) -> RunConfig:
+        """The run's config, which a run's services always have (a benchmark's
+        may not, when its capabilities do not read it)."""
+        if self.config is None:
+            raise RuntimeError("these run services were made without a run config")
+        return self.config
+
+    @property
+    def http(self) -> HttpClient:
         """The run's HTTP client, made (and httpx imported) on first use."""
         if self._http is None:
             from staal.worker.capabilities.http import HttpClient
 
-            self._http = HttpClient(self.config.net)
+            self._http = HttpClient(self.run_config.net)
         return self._http
 
     def close(self) -> None:
@@ -106,7 +117,7 @@ class Prepared:
     config_sha256: str = ""
 
 
-def error(kind: str, message: str) -> RunOutcome:
+def error(kind: FailureKind, message: str) -> RunOutcome:
     return RunOutcome("error", failure=Failure(kind, message))
 
 
@@ -220,6 +231,8 @@ def refuse_changed(state: JournalState, config: RunConfig) -> None:
 
 def ended_outcome(state: JournalState) -> RunOutcome:
     end = state.end
+    if end is None:
+        raise ValueError(f"{state.path}: the run has not ended")
     return RunOutcome(end.outcome, run=state.header.run, result=end.result, failure=end.failure,
                       usage=dict(end.usage))
 
@@ -242,10 +255,11 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     _violations.clear()
     try:
         arguments = _bind(info, values, ctx, services)
+        entry = _entry(info)
         counter.start()
         waits.start()
         try:
-            returned = info.function(**arguments)
+            returned = entry(**arguments)
         finally:
             waits.stop()
             counter.stop()
@@ -265,6 +279,12 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         return ctx.finish(returned, failure)
     finally:
         writer.close()
+
+
+def _entry(info: ProgramInfo) -> Callable[..., Any]:
+    if info.function is None:  # inspect_program loads it whenever it finds no problem
+        raise RunFailed("internal", f"{info.entry}() was not loaded")
+    return info.function
 
 
 def _wait_bound(config: RunConfig, ctx: RunContext) -> WaitBound:
@@ -299,7 +319,7 @@ def _bind(info: ProgramInfo, values: dict[str, Any], ctx: RunContext,
     parameter bound to the broker through its grant."""
     arguments = dict(values)
     for name, cap in info.capabilities.items():
-        state = GrantState.for_param(name, services.config.grants[name])
+        state = GrantState.for_param(name, services.run_config.grants[name])
         ctx.params[name] = state
         arguments[name] = implementation(cap)(ctx, state, services)
     return arguments

@@ -184,7 +184,8 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
             counter.stop()
             outcome = ctx.finish({"rehearsal": sorted(values)})
             log.close()
-        pack(Ended(run="0" * 32, outcome=outcome.outcome, result=outcome.result, usage={}))
+        if outcome.outcome != "stopped":  # a rehearsal has no op to stop at
+            pack(Ended(run="0" * 32, outcome=outcome.outcome, result=outcome.result, usage={}))
         pack(Started(run="0" * 32, pid=os.getpid()))
 
 
@@ -218,7 +219,8 @@ def checked(tool: str, configs: dict[str, RunConfig],
     if loaded is None:
         return Checked(tool=tool, ok=False, problems=(f"no tool named '{tool}'",))
     if isinstance(loaded, RunOutcome):
-        return Checked(tool=tool, ok=False, problems=(loaded.failure.message,))
+        why = loaded.failure.message if loaded.failure is not None else "it could not be loaded"
+        return Checked(tool=tool, ok=False, problems=(why,))
     inputs = loaded.info.inputs
     try:
         check_arguments(inputs, placeholder_arguments(inputs), tuple(loaded.info.capabilities))
@@ -239,8 +241,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
         outcome = execute(message, configs, prepared, channel, spans)
         timings = TIMINGS.snapshot() if message.timed else None
         if outcome.outcome == "stopped":
-            report = StoppedMsg(run=message.run, op=outcome.op, message=outcome.message,
-                                timings=timings)
+            op, why = outcome.waits_at()
+            report = StoppedMsg(run=message.run, op=op, message=why, timings=timings)
         else:
             with confine.broker_section():  # the end is durable; the supervisor not yet told
                 kill_point("worker", "end")

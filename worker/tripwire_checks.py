@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 __all__ = ["OUT", "Check", "build_checks", "process_refusal", "program_of", "show"]
@@ -54,10 +55,10 @@ _PROC_ENVIRON = re.compile(r"/proc/(?:\d+|self|thread-self)(?:/task/\d+)?/enviro
 
 
 def _as_str_path(path: object) -> str | None:
-    if isinstance(path, int):
-        return None
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return None  # a descriptor, or not a path at all
     try:
-        value = os.fspath(path)  # type: ignore[arg-type]
+        value = os.fspath(path)
     except TypeError:
         return None
     return os.fsdecode(value)
@@ -266,7 +267,7 @@ def build_checks(allow_ffi: bool) -> dict[str, Check]:
         # the file or directory exists; the "open" and "os.mkdir" under them
         # are refused first.)
     ):
-        checks[event] = lambda a, _event=event: _file_change(a, _event)
+        checks[event] = partial(_file_change, event=event)
     if not allow_ffi:
         for event in (
             "ctypes.dlopen",

@@ -135,7 +135,7 @@ def quiet_descriptors() -> None:
     os.close(null)
 
 
-def serve(socket: zmq.Socket, entry: Entry) -> None:
+def serve(socket: zmq.Socket[bytes], entry: Entry) -> None:
     while True:
         message = unpack(socket.recv())
         if isinstance(message, Verify):

@@ -29,7 +29,8 @@ from staal.manifest import load_manifest
 from staal.private_memory import keep_memory_private
 from staal.runconfig import RunConfig, config_key, from_tool
 from staal.worker import confine
-from staal.worker.run import Prepared, RunOutcome, load, note_violation, uses_ffi
+from staal.worker.engine import RunOutcome
+from staal.worker.run import Prepared, load, note_violation, uses_ffi
 
 
 def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome]]:
@@ -81,7 +82,8 @@ def warm(configs: dict[str, RunConfig]) -> None:
 
 
 class Zygote:
-    def __init__(self, endpoint: str, report_fd: int, configs: dict, prepared: dict) -> None:
+    def __init__(self, endpoint: str, report_fd: int, configs: dict[str, RunConfig],
+                 prepared: dict[str, Prepared | RunOutcome]) -> None:
         self.endpoint = endpoint
         self.report = report_fd
         self.configs = configs

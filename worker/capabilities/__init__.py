@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from staal.caps import Capability
+from staal.manifest import SecretRef
 from staal.money import Money
 from staal.program import CapabilityRefused
 from staal.worker.broker import GrantState
+
+if TYPE_CHECKING:
+    from staal.worker.engine import RunContext
+    from staal.worker.run import Services
 
 # Imported when a run uses the capability, so a run loads only what it needs.
 IMPLEMENTATIONS: dict[str, str] = {
@@ -33,17 +38,17 @@ class Bound:
     """What every implementation holds: the run, its grant state, and the
     run-wide services (an HTTP client, the clock, the config, secrets)."""
 
-    def __init__(self, ctx: Any, state: GrantState, services: Any) -> None:
+    def __init__(self, ctx: RunContext, state: GrantState, services: Services) -> None:
         self._ctx = ctx
         self._state = state
         self._services = services
 
-    def narrow(self, **limits: Any) -> Capability:
+    def narrow(self, **limits: Any) -> Self:
         try:
             narrowed = self._state.narrow(**limits)
         except CapabilityRefused as exc:
             self._ctx.refuse(exc.message)
-        return type(self)(self._ctx, narrowed, self._services)  # type: ignore[call-arg]
+        return type(self)(self._ctx, narrowed, self._services)
 
     def _secret(self, name: str) -> str:
         """A secret the grant names, read from the server's environment when
@@ -53,6 +58,13 @@ class Bound:
             self._ctx.refuse(f"'{self._state.cap}' needs the secret {name}, which is not set "
                              "in the server's environment")
         return value
+
+    def _secret_env(self, ref: object, what: str) -> str:
+        """The environment variable of the secret the grant names as `what`
+        (the manifest checked that it names one)."""
+        if not isinstance(ref, SecretRef):
+            self._ctx.refuse(f"'{self._state.cap}' names no secret as its {what}")
+        return ref.env
 
     @staticmethod
     def prepare() -> None:
@@ -75,10 +87,13 @@ class Bound:
         return f"<{self._state.cap} '{self._state.param}'>"
 
 
-Factory = Callable[[Any, GrantState, Any], Capability]
+Factory = Callable[["RunContext", GrantState, "Services"], Capability]
 
 
-def implementation(cap: str) -> Any:
+def implementation(cap: str) -> type[Bound]:
     """The class implementing `cap` (ImportError if this staal has none)."""
     module, _, name = IMPLEMENTATIONS[cap].partition(":")
-    return getattr(importlib.import_module(module), name)
+    found = getattr(importlib.import_module(module), name)
+    if not (isinstance(found, type) and issubclass(found, Bound)):
+        raise TypeError(f"{IMPLEMENTATIONS[cap]} implements {cap} but is not a capability class")
+    return found

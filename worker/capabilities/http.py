@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 import orjson
@@ -22,8 +22,11 @@ import orjson
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest import NetConfig
 from staal.worker.capabilities import Bound, transport
-from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
-from staal.worker.resend import Attempted
+from staal.worker.engine import ActionSpec, Performed
+from staal.worker.resend import Attempted, InDoubt, NotSent
+
+if TYPE_CHECKING:
+    from staal.worker.engine import RunContext
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -31,6 +34,14 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 class TooSlow(Exception):
     pass
+
+
+class HttpAnswer(TypedDict):
+    """What a request an action sent was answered: its result, journaled."""
+
+    status: int
+    headers: dict[str, str]
+    text: str
 
 
 class HttpClient:
@@ -81,7 +92,8 @@ class HttpClient:
                     return Performed(failure=f"{method} {url} answered {response.status_code} with "
                                      f"more than {MAX_RESPONSE_BYTES} bytes")
             text = data.decode(response.encoding or "utf-8", errors="replace")
-            result = {"status": response.status_code, "headers": dict(response.headers), "text": text}
+            result: HttpAnswer = {"status": response.status_code, "headers": dict(response.headers),
+                                  "text": text}
             return Performed(result=result)
 
     def close(self) -> None:
@@ -125,7 +137,7 @@ def _form(data: Any) -> dict[str, str]:
     return dict(data)
 
 
-def _headers(ctx: Any, headers: Any, keyed: bool) -> dict[str, str]:
+def _headers(ctx: RunContext, headers: Any, keyed: bool) -> dict[str, str]:
     if headers is None:
         return {}
     if not isinstance(headers, Mapping) or not all(

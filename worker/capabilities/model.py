@@ -173,24 +173,25 @@ class AnthropicProvider:
         and lets its connection go itself. It runs in this thread's context,
         so inside the broker's section."""
         limit = self.timeout_ms / 1000
-        box: dict[str, Any] = {}
+        answers: list[tuple[int, httpx.Headers, bytes | None]] = []
+        errors: list[BaseException] = []
         finished = threading.Event()
         context = contextvars.copy_context()
 
         def exchange() -> None:
             try:
-                box["answer"] = context.run(self._exchange, body, headers, limit)
+                answers.append(context.run(self._exchange, body, headers, limit))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                box["error"] = exc
+                errors.append(exc)
             finally:
                 finished.set()
 
         threading.Thread(target=exchange, name="staal-model-attempt", daemon=True).start()
         if not finished.wait(limit):
             raise _TooSlow()
-        if "error" in box:
-            raise box["error"]
-        return box["answer"]
+        if errors:
+            raise errors[0]
+        return answers[0]
 
     def _exchange(self, body: bytes, headers: Mapping[str, str],
                   limit: float) -> tuple[int, httpx.Headers, bytes | None]:
@@ -292,7 +293,8 @@ class ModelCapability(Bound, Model):
                 or not 1 <= max_tokens <= MAX_TOKENS:
             ctx.refuse(f"'{self._state.cap}' takes max_tokens from 1 to {MAX_TOKENS}, "
                        f"not {_shown(max_tokens)}")
-        config = getattr(self._services.config, "model", None)
+        run_config = self._services.config
+        config = run_config.model if run_config is not None else None
         if config is None:
             ctx.refuse(f"'{self._state.cap}' needs the config's model section, and it has none")
         # Before the action: a missing secret is refused with nothing
@@ -305,7 +307,9 @@ class ModelCapability(Bound, Model):
             args={"model": config.model, "prompt": prompt, "max_tokens": max_tokens},
             resend="always",
         )
-        return ctx.act(self._state, spec, lambda key: provider.complete(prompt, max_tokens))
+        # A string: what the provider answered, or an operator's checked --result.
+        completion: str = ctx.act(self._state, spec, lambda key: provider.complete(prompt, max_tokens))
+        return completion
 
 
 def _shown(value: Any) -> str:

@@ -32,7 +32,8 @@ from staal.manifest import NetConfig
 from staal.redaction import redact
 from staal.runconfig import SCRIPT_NET
 from staal.worker.capabilities.sql import SqlBound, collect_rows
-from staal.worker.engine import InDoubt, Performed
+from staal.worker.engine import Performed
+from staal.worker.resend import InDoubt
 
 # Rows fetched per round trip while streaming a query (libpq 17 and later;
 # older ones fetch row by row).
@@ -118,7 +119,8 @@ class PostgresDatabase:
                     try:
                         done = self._collect(cursor, rows)
                     finally:
-                        rows.close()  # cancels a query left unread
+                        # psycopg types stream() an Iterator; it is a generator.
+                        rows.close()  # type: ignore[attr-defined]  # cancels a query left unread
             finally:
                 if not conn.broken and not conn.closed:
                     conn.rollback()
@@ -184,12 +186,13 @@ class PostgresReadCapability(SqlBound, PostgresRead):
     WRITES = False
 
     def _ready(self) -> None:
-        self._dsn = self._secret(self._state.grant.dsn.env)
+        self._dsn = self._secret(self._secret_env(self._state.grant.dsn, "dsn"))
 
     def _open(self) -> PostgresDatabase:
         config = self._services.config
         net = config.net if config is not None else SCRIPT_NET
-        return PostgresDatabase(self._dsn, self._state.grant.dsn.env, net, writes=self.WRITES)
+        env = self._secret_env(self._state.grant.dsn, "dsn")
+        return PostgresDatabase(self._dsn, env, net, writes=self.WRITES)
 
 
 class PostgresWriteCapability(PostgresReadCapability, PostgresWrite):

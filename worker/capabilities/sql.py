@@ -29,7 +29,7 @@ import math
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, NoReturn, Protocol
 
 import orjson
 
@@ -43,6 +43,16 @@ _INT_RANGE = (-(2**63), 2**63 - 1)
 
 class NotJson(Exception):
     """A value a row holds that has no JSON form here."""
+
+
+class Database(Protocol):
+    """One grant's open database: what `SqlBound._open()` gives."""
+
+    def query(self, sql: str, params: Any) -> Performed: ...
+
+    def execute(self, sql: str, params: Any) -> Performed: ...
+
+    def close(self) -> None: ...
 
 
 # -- params --------------------------------------------------------------------
@@ -80,7 +90,7 @@ def _check_scalar(refuse: Callable[[str], None], value: Any, where: str) -> None
            f"not {type(value).__name__}")
 
 
-def checked_sql(refuse: Callable[[str], None], sql: Any) -> str:
+def checked_sql(refuse: Callable[[str], NoReturn], sql: Any) -> str:
     if not isinstance(sql, str) or not sql.strip():
         refuse(f"sql is a statement as a non-empty string, not {sql!r:.60}")
     return sql
@@ -165,10 +175,10 @@ def check_sql_result(action: str, result: Any) -> None:
 # -- one connection per run per grant ----------------------------------------------
 
 
-def connections(services: Any) -> dict[str, Any]:
+def connections(services: Any) -> dict[str, Database]:
     """The run's open database connections, by grant (its parameter); closed
     when the run's services go away or the process exits."""
-    pool = getattr(services, "_sql_connections", None)
+    pool: dict[str, Database] | None = getattr(services, "_sql_connections", None)
     if pool is None:
         pool = {}
         services._sql_connections = pool
@@ -176,7 +186,7 @@ def connections(services: Any) -> dict[str, Any]:
     return pool
 
 
-def close_all(pool: dict[str, Any]) -> None:
+def close_all(pool: dict[str, Database]) -> None:
     for database in pool.values():
         with contextlib.suppress(Exception):  # closing is best effort at the end
             database.close()
@@ -197,7 +207,7 @@ class SqlBound(Bound):
     def check_result(action: str, result: Any) -> None:
         check_sql_result(action, result)
 
-    def _database(self) -> Any:
+    def _database(self) -> Database:
         pool = connections(self._services)
         root = self._state.chain()[-1].param
         database = pool.get(root)
@@ -205,13 +215,13 @@ class SqlBound(Bound):
             database = pool[root] = self._open()
         return database
 
-    def _open(self) -> Any:
+    def _open(self) -> Database:
         raise NotImplementedError
 
     def _ready(self) -> None:
         """What must hold before anything is journaled (e.g. a secret)."""
 
-    def _act(self, action: str, sql: Any, params: Any) -> Any:
+    def _act(self, action: Literal["query", "execute"], sql: Any, params: Any) -> Any:
         sql = checked_sql(self._ctx.refuse, sql)
         params = checked_params(self._ctx.refuse, params)
         self._ready()
@@ -219,12 +229,17 @@ class SqlBound(Bound):
                           resend="always" if action == "query" else "never")
 
         def perform(key: str | None) -> Performed:
-            return getattr(self._database(), action)(sql, params)
+            database = self._database()
+            if action == "query":
+                return database.query(sql, params)
+            return database.execute(sql, params)
 
         return self._ctx.act(self._state, spec, perform)
 
-    def query(self, sql: str, params: Any = ()) -> list[dict]:
-        return self._act("query", sql, params)
+    def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self._act("query", sql, params)  # collect_rows made them
+        return rows
 
     def _execute(self, sql: str, params: Any = ()) -> int:
-        return self._act("execute", sql, params)
+        changed: int = self._act("execute", sql, params)  # a row count, or --result's checked one
+        return changed

@@ -24,7 +24,8 @@ from typing import Any
 
 from staal.caps import SqliteRead, SqliteWrite
 from staal.worker.capabilities.sql import SqlBound, collect_rows
-from staal.worker.engine import InDoubt, Performed
+from staal.worker.engine import Performed
+from staal.worker.resend import InDoubt
 
 # At most this long waiting for a locked database (seed 000 section 3).
 LOCK_TIMEOUT_S = 5
@@ -130,7 +131,10 @@ class SqliteReadCapability(SqlBound, SqliteRead):
     WRITES = False
 
     def _open(self) -> SqliteDatabase:
-        return SqliteDatabase(Path(self._state.grant.path), writes=self.WRITES)
+        path = self._state.grant.path
+        if path is None:  # the manifest requires it of an sqlite grant
+            self._ctx.refuse(f"'{self._state.cap}' names no database path")
+        return SqliteDatabase(Path(path), writes=self.WRITES)
 
 
 class SqliteWriteCapability(SqliteReadCapability, SqliteWrite):

@@ -40,15 +40,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from staal.caps import StripeRefund
 from staal.errors import MoneyError
 from staal.money import Money
 from staal.worker.capabilities import Bound, transport
-from staal.worker.capabilities.http import IDEMPOTENCY_HEADER
-from staal.worker.engine import ActionSpec, InDoubt, NotSent, Performed
-from staal.worker.resend import Attempted
+from staal.worker.capabilities.http import IDEMPOTENCY_HEADER, HttpAnswer
+from staal.worker.engine import ActionSpec, Performed
+from staal.worker.resend import Attempted, InDoubt, NotSent
+
+if TYPE_CHECKING:
+    from staal.worker.broker import GrantState
+    from staal.worker.engine import RunContext
+    from staal.worker.run import Services
 
 CAP = "payments.stripe.refund"
 STRIPE_BASE_URL = "https://api.stripe.com"
@@ -69,7 +74,7 @@ LATER = 429
 NOT_CHARGED = frozenset({"failed", "canceled"})
 
 
-def _refunded(refund: dict) -> tuple[Money, ...]:
+def _refunded(refund: dict[str, Any]) -> tuple[Money, ...]:
     if refund.get("status") in NOT_CHARGED:
         return ()
     return (Money.from_minor(refund["amount"], refund["currency"]),)
@@ -107,7 +112,7 @@ def check_payment_intent(result: Any) -> None:
         raise ValueError('a payment_intent object\'s "amount_received" is a whole number')
 
 
-def _stripe_error(method: str, url: str, answer: dict) -> str:
+def _stripe_error(method: str, url: str, answer: HttpAnswer) -> str:
     """Stripe's own words for a refusal; the status if it gave none."""
     status = answer["status"]
     try:
@@ -118,24 +123,24 @@ def _stripe_error(method: str, url: str, answer: dict) -> str:
     return f"{method} {url} answered {status}" + (f" ({code})" if code else "") + f": {message}"
 
 
-def _in_use(answer: dict) -> bool:
+def _in_use(answer: HttpAnswer) -> bool:
     return answer["status"] == IN_DOUBT_STATUS or answer["status"] >= 500
 
 
 class StripeRefundCapability(Bound, StripeRefund):
     prepare = staticmethod(transport.prepare)
 
-    def __init__(self, ctx: Any, state: Any, services: Any) -> None:
+    def __init__(self, ctx: RunContext, state: GrantState, services: Services) -> None:
         super().__init__(ctx, state, services)
         # The currency of each payment intent this run has read: a refund of
         # it is asked in that currency, or the broker would check its amount
         # against limits in one currency while Stripe refunds in another.
         self._currencies: dict[str, str] = {}
 
-    def narrow(self, **limits: Any) -> StripeRefund:
+    def narrow(self, **limits: Any) -> Self:
         narrowed = super().narrow(**limits)
-        narrowed._currencies = self._currencies  # type: ignore[attr-defined]
-        return narrowed  # type: ignore[return-value]
+        narrowed._currencies = self._currencies
+        return narrowed
 
     @staticmethod
     def check_result(action: str, result: Any) -> None:
@@ -154,7 +159,7 @@ class StripeRefundCapability(Bound, StripeRefund):
 
     # -- what a program calls ----------------------------------------------
 
-    def payment_intent(self, id: str) -> dict:
+    def payment_intent(self, id: str) -> dict[str, Any]:
         if not isinstance(id, str) or not _ID.fullmatch(id):
             self._ctx.refuse(f"'{CAP}' takes a payment intent id of letters, digits and "
                              f"underscores (such as \"pi_3MtwBw\"), not {_shown(id)}")
@@ -169,11 +174,12 @@ class StripeRefundCapability(Bound, StripeRefund):
                 return done
             return self._object(done.result, "GET", url, check_payment_intent)
 
-        intent = self._ctx.act(self._state.needs["get"], spec, perform)
+        # A payment_intent object: check_payment_intent read it, or --result's check.
+        intent: dict[str, Any] = self._ctx.act(self._state.needs["get"], spec, perform)
         self._currencies[id] = str(intent["currency"]).upper()
         return intent
 
-    def refund(self, payment_intent: str, amount: Money, reason: str) -> dict:
+    def refund(self, payment_intent: str, amount: Money, reason: str) -> dict[str, Any]:
         if not isinstance(payment_intent, str) or not _ID.fullmatch(payment_intent):
             self._ctx.refuse(f"'{CAP}' refunds a payment intent id of letters, digits and "
                              f"underscores (such as \"pi_3MtwBw\"), not {_shown(payment_intent)}")
@@ -202,7 +208,8 @@ class StripeRefundCapability(Bound, StripeRefund):
             # `-<attempt>` after an operator's "did not happen").
             return self._post_refund(url, {**headers, IDEMPOTENCY_HEADER: str(key)}, form)
 
-        return self._ctx.act(self._state, spec, perform)
+        refund: dict[str, Any] = self._ctx.act(self._state, spec, perform)  # checked: check_refund
+        return refund
 
     # -- on the wire -----------------------------------------------------------
 
@@ -212,9 +219,10 @@ class StripeRefundCapability(Bound, StripeRefund):
     def _auth(self) -> dict[str, str]:
         """The bearer header: read before anything is journaled, so a
         missing secret is refused with nothing sent."""
-        return {"Authorization": f"Bearer {self._secret(self._state.grant.needs['key'].env)}"}
+        env = self._secret_env(self._state.grant.needs.get("key"), "key")
+        return {"Authorization": f"Bearer {self._secret(env)}"}
 
-    def _object(self, answer: dict, method: str, url: str,
+    def _object(self, answer: HttpAnswer, method: str, url: str,
                 check: Callable[[Any], None]) -> Performed:
         if not 200 <= answer["status"] < 300:
             return Performed(failure=_stripe_error(method, url, answer))
@@ -232,7 +240,7 @@ class StripeRefundCapability(Bound, StripeRefund):
         if done.failure is not None:
             # An answer too large to read: what it says is unknown.
             raise InDoubt(done.failure, resendable=False)
-        answer = done.result
+        answer: HttpAnswer = done.result
         if _in_use(answer):
             # A 5xx Stripe saved under the key is replayed to every retry.
             replayed = str(answer["headers"].get("idempotent-replayed", "")).lower() == "true"

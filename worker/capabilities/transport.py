@@ -36,14 +36,18 @@ _SENDING = ("http11.send_request_headers.started", "http2.send_request_headers.s
 def prepare() -> None:
     """Make the shared client (and import what it would import on first use):
     in the zygote, before any fork; anywhere else, at the first request."""
+    _shared()
+
+
+def _shared() -> httpx.Client:
     global _client, _ssl_context
     with _lock:
-        if _client is not None:
-            return
-        _ssl_context = httpx.create_ssl_context(trust_env=False)
-        _client = httpx.Client(verify=_ssl_context, follow_redirects=False, trust_env=False,
-                               timeout=None)
-        _import_lazily_loaded(_client)
+        if _client is None:
+            _ssl_context = httpx.create_ssl_context(trust_env=False)
+            _client = httpx.Client(verify=_ssl_context, follow_redirects=False, trust_env=False,
+                                   timeout=None)
+            _import_lazily_loaded(_client)
+        return _client
 
 
 def _import_lazily_loaded(shared: httpx.Client) -> None:
@@ -64,9 +68,7 @@ def _import_lazily_loaded(shared: httpx.Client) -> None:
 
 
 def client() -> httpx.Client:
-    if _client is None:
-        prepare()
-    return _client
+    return _client if _client is not None else _shared()
 
 
 def timeout(timeout_ms: int, connect_timeout_ms: int) -> httpx.Timeout:

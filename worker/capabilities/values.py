@@ -13,7 +13,8 @@ MAX_RANDOM_BYTES = 1024 * 1024
 
 class ClockCapability(Bound, Clock):
     def now(self) -> int:
-        return self._ctx.value(self._state, self._services.clock.now_ms)
+        now: int = self._ctx.value(self._state, self._services.clock.now_ms)  # ms, journaled
+        return now
 
 
 class RandomCapability(Bound, Random):

@@ -1,0 +1,3 @@
+# Types of the C memory-limit guard (worker/_guard.c), for the type checker.
+
+def arm(probe_bytes: int, exit_code: int, /) -> None: ...
