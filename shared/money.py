@@ -133,7 +133,7 @@ class Money:
         object.__setattr__(self, "_currency", code)
 
     @classmethod
-    def from_minor(cls, minor: int, currency: str) -> Money:
+    def from_minor(cls, minor: int, currency: object) -> Money:
         """Money from a count of minor units, as payment services report it.
 
         The currency may be lower case (Stripe writes "usd").

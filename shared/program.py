@@ -8,9 +8,9 @@ went wrong (`ActionFailed`) is an ordinary Exception the program may handle.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeGuard
 
-from staal.outcomes import FAILURE_KINDS
+from staal.outcomes import FAILURE_KINDS, FailureKind
 
 
 class _JsonMarker:
@@ -30,7 +30,7 @@ class RunEnded(BaseException):
 class RunFailed(RunEnded):
     """The run fails with `kind` and `message` (seed 000 section 5)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: FailureKind, message: str) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
@@ -49,14 +49,19 @@ class ActionFailed(Exception):
     every attempt). A program may catch it; if it escapes, the run fails with
     its kind: `action`, or `provider`."""
 
-    def __init__(self, message: str, kind: str = "action") -> None:
+    def __init__(self, message: str, kind: FailureKind = "action") -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind
 
 
+def _is_failure_kind(kind: str) -> TypeGuard[FailureKind]:
+    return kind in FAILURE_KINDS
+
+
 def fail(kind: str, message: str) -> NoReturn:
-    """End the run as failed, with one of the failure kinds."""
-    if kind not in FAILURE_KINDS:
+    """End the run as failed, with one of the failure kinds (a program's
+    string, checked here)."""
+    if not _is_failure_kind(kind):
         raise ValueError(f"{kind!r} is not a failure kind ({', '.join(FAILURE_KINDS)})")
     raise RunFailed(kind, str(message))
