@@ -54,7 +54,8 @@ from staal.supervisor.outcomes import (
     run_status,
 )
 from staal.supervisor.pg_schema import StoreError
-from staal.supervisor.pool import NoWorker, Pool
+from staal.supervisor.pool import Pool
+from staal.supervisor.poolstate import NoWorker
 from staal.supervisor.poolstate import Worker
 from staal.supervisor.quota_text import quota_text
 from staal.supervisor.run_crashes import Progress, RunCrashes
