@@ -99,10 +99,11 @@ class Resources:
         ref = read.ref
         if isinstance(ref, (RecordItem, RecordsPage)):
             return await self.records(read, ref, state, admitted)
-        return await asyncio.to_thread(self._runs_resource, read, ref, admitted)
+        return await asyncio.to_thread(self._runs_resource, read, admitted)
 
-    def _runs_resource(self, read: ReadResource, ref: RunsPage | RunItem | JournalPage,
-                       admitted: Admitted) -> ReadAnswer:
+    def _runs_resource(self, read: ReadResource, admitted: Admitted) -> ReadAnswer:
+        ref = read.ref
+        assert not isinstance(ref, (RecordItem, RecordsPage))  # read() serves those: records()
         if isinstance(ref, RunsPage):
             return self.runs_page(ref, admitted)
         entry = self.calls.ledger.run(ref.run)
