@@ -30,9 +30,9 @@ from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
-from staal.records import Record
 from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
+from staal.records import Record
 from staal.runconfig import config_key
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import RunFiles
