@@ -64,7 +64,7 @@ class Dispatcher:
     ) -> None:
         catalogue = ToolCatalogue(tools)
         self.legacy = LegacyHandler(catalogue, server_info, instructions)
-        self._handlers = {
+        self._handlers: dict[str, LegacyHandler | ModernHandler] = {
             LEGACY: self.legacy,
             MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
         }

@@ -405,6 +405,8 @@ class HttpCall:
             return None
         self._to("progress")
         params = self.dispatcher.progress(self.call, message, value)
+        if params is None:  # only a call with a progress token is streamed
+            raise IllegalTransition("a call without progress is answered as JSON")
         return _event(notification_message("notifications/progress", params))
 
     def keepalive(self) -> bytes | None:

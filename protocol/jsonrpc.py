@@ -13,7 +13,7 @@ error codes kept apart as seed 000 section 3 says.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -88,7 +88,7 @@ def notification_message(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC, "method": method, "params": params}
 
 
-def is_request_id(value: Any) -> bool:
+def is_request_id(value: object) -> TypeGuard[RequestId]:
     """MCP request ids are strings or integers; never null, a bool or a float."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 

@@ -266,8 +266,8 @@ def _query(text: str) -> dict[str, str] | str:
     if len(fields) > MAX_QUERY_FIELDS:
         return f"its query has more than {MAX_QUERY_FIELDS} parameters"
     for field in fields:
-        key, equals, value = field.partition("=")
-        key, value = _unquote(key), _unquote(value)
+        raw_key, equals, raw_value = field.partition("=")
+        key, value = _unquote(raw_key), _unquote(raw_value)
         if not equals or not key or key is None or value is None:
             return "its query is not key=value pairs joined by &"
         if key in query:

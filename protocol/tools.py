@@ -93,7 +93,8 @@ def _checked_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ValueError(f"the input schema of tool '{name}' must be a JSON object schema")
     # A private copy, and proof that it can be sent.
-    return orjson.loads(orjson.dumps(schema))
+    copy: dict[str, Any] = orjson.loads(orjson.dumps(schema))
+    return copy
 
 
 RUN_STATUS_TITLE = "Status of a run"
@@ -171,7 +172,8 @@ class ToolCatalogue:
         """Every tool on one page; a cursor can only be one this server never gave."""
         if params.get("cursor") is not None:
             return RpcError(INVALID_PARAMS, "every tool is listed on one page: there is no cursor")
-        return orjson.loads(self._wire)
+        listing: list[dict[str, Any]] = orjson.loads(self._wire)
+        return listing
 
     def read_call(self, params: dict[str, Any]) -> CallRequest | RpcError | ToolResult:
         """The tool, arguments and progress token of a tools/call. An unknown

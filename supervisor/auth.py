@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from staal.manifest import Manifest
+from staal.manifest import AuthConfig, Manifest
 from staal.protocol.http import Head, HttpResponse
 from staal.protocol.http_auth import ProtectedResource, challenge, denied, without_headers
 from staal.protocol.step_up import Asker, When, least_scopes, step_up_scopes
@@ -75,6 +75,7 @@ class Guard:
     def __init__(self, manifest: Manifest, authenticator: Authenticator, log: Log) -> None:
         assert manifest.auth is not None
         self.manifest = manifest
+        self.auth: AuthConfig = manifest.auth
         self.authenticator = authenticator
         self.resource = resource_of(manifest)
         self.credential_headers = manifest.auth.credential.headers
@@ -88,7 +89,7 @@ class Guard:
         if isinstance(principal, AuthRefusal):
             return self.refuse(principal)
         # Whichever presence authenticated it, the scopes this resource requires.
-        missing = [s for s in self.manifest.auth.required_scopes if s not in principal.scopes]
+        missing = [s for s in self.auth.required_scopes if s not in principal.scopes]
         admitted = admit(self.manifest, principal)
         if missing or isinstance(admitted, AuthRefusal):
             return self.step_up(principal)
@@ -106,7 +107,7 @@ class Guard:
         discard it. A 403 with no challenge is RFC 9110's "refuses to
         fulfill it; do not repeat with the same credentials", which every
         client reports as it is."""
-        auth = self.manifest.auth
+        auth = self.auth
         scopes = step_up_scopes(auth.required_scopes, self.whens, known_scopes(self.manifest),
                                 Asker(principal.subject, principal.client_id, principal.scopes))
         if scopes is None:
@@ -136,7 +137,7 @@ class Guard:
                  message=refusal.description, caller=caller)
         if scope is None:
             asked = refusal.status == 401 or (refusal.status, refusal.error) == (403, "insufficient_scope")
-            scope = least_scopes(self.manifest.auth.required_scopes, self.whens) if asked else ()
+            scope = least_scopes(self.auth.required_scopes, self.whens) if asked else ()
         if self.resource is None:  # the operator's verifier: 401, 403 or 503
             return challenge(refusal.status, refusal.error, refusal.description, scope,
                              headers=self.credential_headers)

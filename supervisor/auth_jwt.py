@@ -180,6 +180,7 @@ class JwtAuthenticator:
     """`Authenticator` for bearer JWTs (supervisor/principal.py)."""
 
     def __init__(self, auth: AuthConfig, log: Log, client: httpx.AsyncClient | None = None) -> None:
+        assert auth.issuer is not None  # a bearer token's auth always names it (AuthConfig)
         self.auth = auth
         self.client = client or httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, trust_env=False,
                                                   follow_redirects=False)

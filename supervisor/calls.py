@@ -30,7 +30,9 @@ from staal.killpoints import kill_point
 from staal.manifest import Manifest, Tool
 from staal.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.messages import Progress as ProgressMsg
+from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
+from staal.records import Record
 from staal.runconfig import config_key
 from staal.supervisor.callers import LOCAL, Admitted
 from staal.supervisor.files import RunFiles
@@ -41,7 +43,9 @@ from staal.supervisor.ledger import (
     Existing,
     Ledger,
     LedgerUnusable,
+    OnceRequest,
     OverQuota,
+    ReserveResult,
     RunEntry,
     once_request,
 )
@@ -54,8 +58,8 @@ from staal.supervisor.outcomes import (
     run_status,
 )
 from staal.supervisor.pg_schema import StoreError
-from staal.supervisor.pool import NoWorker, Pool
-from staal.supervisor.poolstate import Worker
+from staal.supervisor.pool import Pool
+from staal.supervisor.poolstate import NoWorker, Worker
 from staal.supervisor.quota_text import quota_text
 from staal.supervisor.run_crashes import Progress, RunCrashes
 from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
@@ -119,7 +123,7 @@ class Calls(RunCrashes):
 
     # -- a call ---------------------------------------------------------
 
-    async def call_tool(self, call: Any, state: CallState,
+    async def call_tool(self, call: CallTool, state: CallState,
                         admitted: Admitted = LOCAL) -> CallOutcome | None:
         runtime = self.tools[call.name]
         try:
@@ -193,8 +197,9 @@ class Calls(RunCrashes):
         self.metrics.refused(tool.name, "rate" if over.scope == "rate" else "quota")
         return Refused("quota", quota_text(tool, over, admission))
 
-    async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
-                              call: Any, state: CallState, worker: Worker,
+    async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any],
+                              once: OnceRequest | None, call: CallTool, state: CallState,
+                              worker: Worker,
                               admitted: Admitted = LOCAL) -> CallOutcome:
         """Steps 5 to 7; the run reserved is the call's until its answer
         (or its failure: then settling in place may take it up)."""
@@ -205,8 +210,9 @@ class Calls(RunCrashes):
             if state.run is not None:
                 self.in_flight.let_go([state.run])
 
-    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any], once: Any,
-                               call: Any, state: CallState, worker: Worker,
+    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any],
+                               once: OnceRequest | None, call: CallTool, state: CallState,
+                               worker: Worker,
                                admitted: Admitted) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
@@ -214,6 +220,7 @@ class Calls(RunCrashes):
         result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state,
                                          admission)
         if isinstance(result, Existing):
+            assert once is not None  # only a call with a once key finds an earlier run
             return self.answer_earlier(result.entry, once.args)
         if isinstance(result, Different):
             return self.answer_earlier(result.entry, "")
@@ -227,8 +234,9 @@ class Calls(RunCrashes):
                                                  traceparent=state.traceparent)
         return await self.conclude(tool, files, final)
 
-    def _reserve_and_keep(self, runtime: ToolRuntime, once: Any, arguments: dict,
-                          state: CallState, admission: Admission | None) -> Any:
+    def _reserve_and_keep(self, runtime: ToolRuntime, once: OnceRequest | None,
+                          arguments: dict[str, Any], state: CallState,
+                          admission: Admission | None) -> ReserveResult:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
         tool = runtime.tool
@@ -248,6 +256,7 @@ class Calls(RunCrashes):
         """Recovery at start: resume an unfinished or waiting run to its end
         (or to a stop), then settle it as a call would."""
         tool = self.manifest.tool(files.tool)
+        assert tool is not None  # recovery resumes only a run whose tool is still there (what_changed)
         entry = self.ledger.run(files.run)
         grants = None if entry is None else entry.grants  # the grant set it was reserved with
         final = await self.execute_with_recovery(tool, files, resume=True, grants=grants)
@@ -270,7 +279,7 @@ class Calls(RunCrashes):
                       traceparent=traceparent)
         self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
 
-        def on_message(reply: Any) -> None:
+        def on_message(reply: Record) -> None:
             if isinstance(reply, PrintLine):
                 self.log("print", run=reply.run, tool=tool.name, text=reply.text)
                 self.logs.of(files).append(log_file_line("print", text=reply.text))
@@ -364,6 +373,7 @@ class Calls(RunCrashes):
             self.log("program_failed", level="warning", run=files.run, tool=tool.name,
                      **failure_fields(final.failure))
         if isinstance(outcome, Failed) and outcome.kind == "internal":
+            assert final.failure is not None  # it failed: its end carries how
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message=final.failure.message)
         return outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from staal.manifest import Manifest
 from staal.supervisor.quota import LedgerState, RunEntry
@@ -114,7 +115,8 @@ def find_run(manifest: Manifest, run_id: str) -> RunRow | None:
     return _row(entry, unfinished)
 
 
-def _row(entry: RunEntry, unfinished: dict[str, dict]) -> RunRow:
+def _row(entry: RunEntry, unfinished: dict[str, dict[str, Any]]) -> RunRow:
+    state: str
     if entry.state == "settled":
         state = entry.outcome or "settled"
     elif entry.state == "released":
@@ -124,7 +126,7 @@ def _row(entry: RunEntry, unfinished: dict[str, dict]) -> RunRow:
     return RunRow(entry.run, entry.tool, state, entry.reserved_ms, entry.ended_ms)
 
 
-def _chart(state: LedgerState, quota: dict, now: int) -> QuotaChart:
+def _chart(state: LedgerState, quota: dict[str, Any], now: int) -> QuotaChart:
     window = quota["window_ms"]
     span = max(1, -(-window // BUCKETS))  # ceiling: the last bucket ends at now
     buckets = [0] * BUCKETS

@@ -35,7 +35,7 @@ from psycopg.types.json import Jsonb
 from staal.clock import SYSTEM_CLOCK, Clock
 from staal.errors import StaalError
 from staal.ids import is_run_id
-from staal.ledger_records import LEDGER, Forget
+from staal.ledger_records import Forget
 from staal.manifest import ServerConfig
 from staal.supervisor.files import RunFiles
 from staal.supervisor.journal_view import when
@@ -43,9 +43,9 @@ from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Stamper, checked_en
 from staal.supervisor.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.log import log_file_line
 from staal.supervisor.note_rows import log_in, waiting_in
-from staal.supervisor.pg_connection import connect, reason, secrets_of
+from staal.supervisor.pg_connection import connect, one_row, reason, secrets_of
 from staal.supervisor.pg_schema import SCHEMA_VERSION, StoreError, check_version
-from staal.supervisor.quota import LedgerState, RunEntry
+from staal.supervisor.quota import LedgerState, RunEntry, decode_event
 from staal.supervisor.run_notes import FileNotes
 from staal.supervisor.store import dsn_of
 
@@ -150,7 +150,7 @@ def forget_in_store(dsn: str, run: str, clock: Clock = SYSTEM_CLOCK) -> RunEntry
 def _forget_row(cur: psycopg.Cursor[Any], run: str, clock: Clock) -> RunEntry:
     _check_schema(cur)
     cur.execute("SELECT last_ms FROM staal_head FOR UPDATE")
-    last_ms = int(cur.fetchone()[0])
+    last_ms = int(one_row(cur)[0])
     state = _run_state(cur, run)
     state.last_ms = max(state.last_ms, last_ms)
     now = Stamper(clock, warn_on_stderr, "in the PostgreSQL store").stamp(state.last_ms)
@@ -173,7 +173,7 @@ def _check_schema(cur: psycopg.Cursor[Any]) -> None:
     which serve on it, would not see a forget: refused until an instance of
     this version has upgraded it at its start."""
     cur.execute("SELECT version FROM staal_schema")
-    found = int(cur.fetchone()[0])
+    found = int(one_row(cur)[0])
     check_version(found)
     if found < SCHEMA_VERSION:
         raise ForgetRefused(
@@ -191,7 +191,7 @@ def _run_state(cur: psycopg.Cursor[Any], run: str) -> LedgerState:
     state = LedgerState()
     for seq, data in cur.fetchall():
         try:
-            state.apply(LEDGER.decode(data))
+            state.apply(decode_event(data))
         except StaalError as exc:  # as a serving instance says it (ledger_postgres.py)
             raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
                              f"{exc.message}") from None

@@ -45,6 +45,7 @@ from staal.protocol.http import (
 from staal.protocol.http_auth import without_headers
 from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.readiness import is_readiness_check, readiness_answer
+from staal.protocol.results import CallOutcome
 from staal.protocol.revisions import LEGACY
 from staal.protocol.tools import ToolDescriptor
 from staal.supervisor.auth import Guard
@@ -197,7 +198,9 @@ class McpApp:
                    send: Send) -> None:
         busy = self.server.busy(self.in_progress, http.call.name)
         if busy is not None:
-            await respond(send, http.answer(busy))
+            answer = http.answer(busy)
+            if isinstance(answer, HttpResponse):  # a call not yet streamed is answered as JSON
+                await respond(send, answer)
             return
         self.in_progress += 1
         try:
@@ -266,7 +269,7 @@ class CallExchange:
         finally:
             watcher.cancel()
 
-    async def _answer(self, outcome: Any, pumping: asyncio.Task | None) -> None:
+    async def _answer(self, outcome: CallOutcome | None, pumping: asyncio.Task[None] | None) -> None:
         cancelled = self.http.call.revision == LEGACY and self.state.cancelled
         if outcome is None or cancelled:
             # Cancelled: no JSON-RPC answer is sent for the request (if its run
@@ -296,6 +299,7 @@ class CallExchange:
     async def _pump(self) -> None:
         """Progress as it comes, and a keep-alive comment when none has for a while."""
         while True:
+            chunk: bytes | None
             try:
                 chunk = await asyncio.wait_for(self.outgoing.get(), KEEPALIVE_S)
             except TimeoutError:
@@ -374,7 +378,7 @@ def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, En
         return Endpoint(Dispatcher(server.server_info, tools,
                                    resources=server.resource_catalogue), settings)
 
-    endpoints = {None: endpoint(server.descriptors)}
+    endpoints: dict[str | None, Endpoint] = {None: endpoint(server.descriptors)}
     for caller in server.manifest.callers or ():
         endpoints[caller.name] = endpoint([d for d in server.descriptors if d.name in caller.tools])
     return endpoints

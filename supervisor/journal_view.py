@@ -18,6 +18,7 @@ from typing import Any
 
 from staal.journal import JournalState
 from staal.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.money import Money
 from staal.records import Record
 from staal.supervisor.disclosure import (
     CALLER,
@@ -36,7 +37,7 @@ def when(ms: int | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _money(amounts: tuple) -> list[dict[str, str]]:
+def _money(amounts: tuple[Money, ...]) -> list[dict[str, str]]:
     return [{"amount": str(m.amount), "currency": m.currency} for m in amounts]
 
 

@@ -311,7 +311,8 @@ class FileLedger(EndsRuns):
         with self._lock:
             self._commit.check_usable()
             now = self._stamp()
-            result = decide(self._state, tool, quota, calls, money, once, admission, now)
+            result: ReserveResult | None = decide(self._state, tool, quota, calls, money, once,
+                                                 admission, now)
             if result is None:
                 entry, seq = self._append(new_reserve(tool, now, calls, money, once, admission))
                 result = Reserved(entry.run, now, entry)

@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 import staal
 from staal.clock import Clock
 from staal.errors import StaalError
-from staal.ledger_records import LEDGER, Forget, Release, Reserve, Settle
+from staal.ledger_records import Forget, Release, Reserve, Settle
 from staal.manifest import QuotaConfig
 from staal.money import Money
 from staal.supervisor.lease import DEFAULT_LEASE, LeaseTiming
@@ -52,6 +52,7 @@ from staal.supervisor.pg_connection import (
     ConnectionLost,
     check_settings,
     connect,
+    one_row,
     reason,
     secrets_of,
     usable,
@@ -69,6 +70,7 @@ from staal.supervisor.quota import (
     Reserved,
     ReserveResult,
     RunEntry,
+    decode_event,
 )
 
 T = TypeVar("T")
@@ -183,14 +185,14 @@ class PostgresLedger(EndsRuns):
         a compaction (a new generation), read the ledger anew."""
         lock = " FOR UPDATE" if write else ""
         cur.execute(f"SELECT last_ms, generation FROM staal_head{lock}")
-        last_ms, generation = cur.fetchone()
+        last_ms, generation = one_row(cur)
         if generation != self._generation:
             self._state, self._owners, self._seq = LedgerState(), {}, 0
             self._generation = generation
         cur.execute(EVENTS_SINCE, {"seq": self._seq})
         for seq, data, owner in cur.fetchall():
             try:
-                event = LEDGER.decode(data)
+                event = decode_event(data)
                 entry = self._state.apply(event)
             except (LedgerBug, StaalError) as exc:
                 raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
@@ -244,7 +246,7 @@ class PostgresLedger(EndsRuns):
             "VALUES (%s, %s, %s, nextval('staal_event_seq'), %s, %s, %s) RETURNING seq",
             (event.run, event.tool, event.time, Jsonb(checked_encoding(event)), self.instance,
              self.fence))
-        seq = cur.fetchone()[0]
+        seq = one_row(cur)[0]
         if event.once is not None:
             # The key's last holder no longer holds it (decide said so): the
             # row passes to this run. Two live holders break the primary key.
@@ -419,4 +421,4 @@ def _register(cur: psycopg.Cursor[Any], instance: str, now: int, lease_ms: int) 
         "SET fence = EXCLUDED.fence, started_ms = EXCLUDED.started_ms, "
         "lease_until_ms = EXCLUDED.lease_until_ms, version = EXCLUDED.version RETURNING fence",
         (instance, now, now + lease_ms, staal.__version__))
-    return int(cur.fetchone()[0])
+    return int(one_row(cur)[0])

@@ -87,8 +87,8 @@ def stored(manifest: Manifest, ledger: Ledger, notes: RunNotes) -> list[Metric]:
     for entry in ledger.unsettled():
         if entry.run in records:
             counts[entry.tool] = counts.get(entry.tool, 0) + 1
-    for tool, n in sorted(counts.items()):
-        waiting.add_metric((tool,), n)
+    for name, n in sorted(counts.items()):
+        waiting.add_metric((name,), n)
     used = GaugeMetricFamily("staal_quota_used", "Each tool's quota use over its window: calls, "
                              "or money held and spent in the quota's currency.",
                              labels=("tool", "quota"))

@@ -105,6 +105,7 @@ def run_status(entry: RunEntry, files: RunFiles, notes: RunNotes,
         return RunStatus(run, "expired")
     if end.outcome == "done":
         return RunStatus(run, "done", result=end.result)
+    assert end.failure is not None  # an end other than done says how it failed
     return RunStatus(run, "failed", kind=end.failure.kind, message=end.failure.message)
 
 

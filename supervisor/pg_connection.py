@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from staal.redaction import redact
 from staal.supervisor.pg_schema import StoreError
@@ -77,6 +78,16 @@ def check_settings(cur: psycopg.Cursor[Any]) -> None:
     """The guarantees need a commit to be on disk: refuse a server that
     does not write it there."""
     cur.execute("SHOW fsync")
-    if cur.fetchone()[0] != "on":
+    if one_row(cur)[0] != "on":
         raise StoreError("the PostgreSQL server runs with fsync off: a committed event could "
                          "be lost in a crash, so staal does not use it (set fsync = on)")
+
+
+def one_row(cur: psycopg.Cursor[Any]) -> TupleRow:
+    """The row of a statement that always yields one (SHOW, RETURNING, a
+    one-row table's SELECT). A store without it is damaged."""
+    row: TupleRow | None = cur.fetchone()
+    if row is None:
+        raise StoreError("the PostgreSQL store returned no row where it always keeps one: "
+                         "its schema is damaged")
+    return row

@@ -145,7 +145,7 @@ def ensure_schema(cur: Any) -> int:
         version integer NOT NULL CHECK (version >= 0))""")
     cur.execute("INSERT INTO staal_schema (version) VALUES (0) ON CONFLICT (one) DO NOTHING")
     cur.execute("SELECT version FROM staal_schema")
-    found = cur.fetchone()[0]
+    found: int = cur.fetchone()[0]
     check_version(found)
     for steps in MIGRATIONS[found:]:
         for statement in steps:

@@ -13,7 +13,7 @@ import psycopg
 
 from staal.ledger_records import LEDGER
 from staal.supervisor.ledger import build_state
-from staal.supervisor.pg_connection import connect
+from staal.supervisor.pg_connection import connect, one_row
 from staal.supervisor.pg_schema import EVENTS_SINCE, check_version
 from staal.supervisor.quota import LedgerState
 
@@ -49,13 +49,13 @@ def read_postgres(dsn: str) -> SharedView:
                 cur.execute("SELECT version FROM staal_schema")
             except psycopg.errors.UndefinedTable:
                 return SharedView(LedgerState(), {}, ())
-            check_version(cur.fetchone()[0])
+            check_version(one_row(cur)[0])
             cur.execute(EVENTS_SINCE, {"seq": 0})
             rows = cur.fetchall()
             state = build_state(tuple(LEDGER.decode(row[1]) for row in rows),
                                 "the PostgreSQL store")
             cur.execute("SELECT last_ms FROM staal_head")
-            state.last_ms = max(state.last_ms, cur.fetchone()[0])
+            state.last_ms = max(state.last_ms, one_row(cur)[0])
             cur.execute("SELECT instance, fence, started_ms, lease_until_ms, version "
                         "FROM staal_instances ORDER BY instance")
             instances = tuple(Instance(*row) for row in cur.fetchall())

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 
 import zmq
@@ -62,7 +62,6 @@ from staal.supervisor.poolstate import (
     UNUSED,
     WATCHED,
     Backoff,
-    NoWorker,  # noqa: F401  (supervisor/calls.py names it from here)
     PoolState,
     Worker,
     WorkerLost,
@@ -103,7 +102,7 @@ class Pool:
         self.router.setsockopt(zmq.LINGER, 0)
         self.state = PoolState.NEW
         self.serving = False  # set by the server once it serves: the calls' wait applies
-        self.zygote: subprocess.Popen | None = None
+        self.zygote: subprocess.Popen[bytes] | None = None
         self.zygote_exit = ""
         self.workers: dict[bytes, Worker] = {}
         self.line = WorkerLine()  # idle workers and the calls waiting for one
@@ -120,8 +119,8 @@ class Pool:
         self.boot_due = math.inf
         self.timers: set[asyncio.TimerHandle] = set()
         self.fork_timer: asyncio.TimerHandle | None = None
-        self.tasks: list[asyncio.Task] = []
-        self.reports: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.reports: asyncio.Task[None] | None = None
 
     # -- the pool's life ---------------------------------------------------
 
@@ -137,13 +136,13 @@ class Pool:
         self._spawn()
         self.tasks = [self._task(self._receive()), self._task(self._watch())]
 
-    def _task(self, work) -> asyncio.Task:
+    def _task(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
         """A task of the pool's own; a bug that ends one is logged, not lost."""
         task = asyncio.get_running_loop().create_task(work)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()
             self.log("pool_failed", level="error", error=f"{type(error).__name__}: {error}",
@@ -158,9 +157,9 @@ class Pool:
         self.timers.add(handle)
         return handle
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         """Start a zygote (the first time, the one started early) and ask it
-        for the workers the pool lacks."""
+        for the workers the pool lacks; the zygote started."""
         spawned, self.early = self.early, None
         if spawned is None:
             spawned = spawn(self.manifest, self.endpoint, self.env)
@@ -171,17 +170,18 @@ class Pool:
         self.heard_early.clear()
         self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
         self._replenish()
+        return spawned.process
 
     def _respawn(self) -> None:
         if self.state is not PoolState.REPLACING:
             return  # closed meanwhile
         self._move("spawn")
         try:
-            self._spawn()
+            zygote = self._spawn()
         except OSError as exc:
             self._zygote_died(f"could not be started: {exc}")
             return
-        self.log("zygote_started", pid=self.zygote.pid)
+        self.log("zygote_started", pid=zygote.pid)
 
     def _zygote_up(self) -> None:
         self._move("up")
@@ -205,6 +205,7 @@ class Pool:
             self._later(delay, self._respawn)
 
     def _kill_zygote(self, why: str) -> None:
+        assert self.zygote is not None  # only a zygote that was started is overdue
         self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
         self.answer_due, self.boot_due = None, math.inf
         try:
@@ -248,6 +249,8 @@ class Pool:
             if self.fork_timer is None:
                 self.fork_timer = self._later(wait, self._fork_due)
             return
+        # HAS_ZYGOTE: one was started, with a pipe for its stdin (zygote.spawn).
+        assert self.zygote is not None and self.zygote.stdin is not None
         try:
             self.zygote.stdin.write(f"fork {missing}\n".encode())
             self.zygote.stdin.flush()
@@ -366,7 +369,7 @@ class Pool:
             self.unused_deaths = 0
         self.line.offer(worker)
 
-    async def _reports(self, fd: int, zygote: subprocess.Popen) -> None:
+    async def _reports(self, fd: int, zygote: subprocess.Popen[bytes]) -> None:
         """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
         and "exit PID STATUS"; then its own end."""
         reader = asyncio.StreamReader()

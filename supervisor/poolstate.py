@@ -17,6 +17,7 @@ from enum import Enum
 
 from staal.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.errors import StaalError
+from staal.records import Record
 from staal.transitions import advance
 
 
@@ -126,7 +127,7 @@ class Worker:
     pid: int
     identity: bytes
     state: WorkerState = WorkerState.STARTING
-    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    inbox: asyncio.Queue[Record | WorkerLost] = field(default_factory=asyncio.Queue)
     run: str | None = None
     last_seen: float = field(default_factory=time.monotonic)
     how: str = ""            # how it ended, once it did

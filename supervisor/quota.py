@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from staal.canonical import arguments_hash, canonical_json, once_key, sha256_hex
 from staal.errors import StaalError
-from staal.ledger_records import Forget, OnceHold, Release, Reserve, Settle
+from staal.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
 from staal.manifest import QuotaConfig, Tool
 from staal.money import Money
 from staal.outcomes import Outcome
@@ -387,6 +387,15 @@ class LedgerState:
 
 
 Event = Reserve | Settle | Release | Forget
+
+
+def decode_event(data: object) -> Event:
+    """A ledger event from its JSON form. LEDGER decodes only these types
+    (a `RecordError` for anything else); its Family does not say so to the
+    type checker."""
+    event = LEDGER.decode(data)
+    assert isinstance(event, Reserve | Settle | Release | Forget)
+    return event
 
 
 def _check_forget(entry: RunEntry) -> None:

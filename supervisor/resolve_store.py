@@ -112,7 +112,7 @@ def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: boo
         if done.returncode != 0:
             said = " ".join(done.stderr.replace(str(copy), f"run {run}").split())
             raise ResolveRefused(said or f"staal resolve exited with {done.returncode}")
-        written = list(read_log(copy).records)
+        written: list[dict[str, Any]] = list(read_log(copy).records)
     if len(written) != len(rows) + 1 or not isinstance(JOURNAL.decode(written[-1]), Resolved):
         raise ResolveRefused(f"run {run}: staal resolve did not append one answer")
     return written[-1]

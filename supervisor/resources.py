@@ -37,7 +37,7 @@ from staal.protocol.resources import (
     RunsPage,
     unknown_resource,
 )
-from staal.protocol.results import Done, Refused, shape_run_status
+from staal.protocol.results import CallOutcome, Done, Refused, shape_run_status
 from staal.supervisor.callers import Admitted
 from staal.supervisor.calls import Calls, CallState
 from staal.supervisor.journal_view import header_data, record_data, when
@@ -98,11 +98,12 @@ class Resources:
                    state: CallState) -> ReadAnswer:
         ref = read.ref
         if isinstance(ref, (RecordItem, RecordsPage)):
-            return await self.records(read, state, admitted)
+            return await self.records(read, ref, state, admitted)
         return await asyncio.to_thread(self._runs_resource, read, admitted)
 
     def _runs_resource(self, read: ReadResource, admitted: Admitted) -> ReadAnswer:
         ref = read.ref
+        assert not isinstance(ref, (RecordItem, RecordsPage))  # read() serves those: records()
         if isinstance(ref, RunsPage):
             return self.runs_page(ref, admitted)
         entry = self.calls.ledger.run(ref.run)
@@ -153,10 +154,10 @@ class Resources:
 
     # -- an operator's records ---------------------------------------------------
 
-    async def records(self, read: ReadResource, state: CallState,
-                      admitted: Admitted) -> ReadAnswer:
-        ref = read.ref
+    async def records(self, read: ReadResource, ref: RecordItem | RecordsPage,
+                      state: CallState, admitted: Admitted) -> ReadAnswer:
         decl = self.collections[ref.segment]
+        arguments: dict[str, Any]  # a call's arguments, as CallTool holds them
         if isinstance(ref, RecordItem):
             tool, arguments = decl.get, {"id": ref.id}
         else:
@@ -169,12 +170,12 @@ class Resources:
         if not isinstance(outcome, Done):
             return _read_failed(read.uri, outcome)
         if isinstance(ref, RecordItem):
-            return self._record(read, outcome)
+            return self._record(read, ref, outcome)
         return self._page(read, ref, outcome)
 
-    def _record(self, read: ReadResource, outcome: Done) -> ReadAnswer:
+    def _record(self, read: ReadResource, ref: RecordItem, outcome: Done) -> ReadAnswer:
         if outcome.result is None:
-            return unknown_resource(read.uri, f"no record with id {read.ref.id[:80]!r}")
+            return unknown_resource(read.uri, f"no record with id {ref.id[:80]!r}")
         if not isinstance(outcome.result, dict):
             return RpcError(INTERNAL_ERROR, f"run {outcome.run}: the collection's get entry "
                             "returned something other than a record (a JSON object) or None")
@@ -193,21 +194,21 @@ class Resources:
         return Contents(data)
 
 
-def _page_problem(items: Any, ref: RecordsPage) -> str | None:
+def _page_problem(items: object, ref: RecordsPage) -> str | None:
     """Why a list entry's answer is not a page of records after `ref.after`."""
     if not isinstance(items, list):
         return "returned something other than a list of records"
     if len(items) > ref.limit + 1:
         return f"returned {len(items)} records; it was asked for at most {ref.limit + 1}"
-    ids = [item.get("id") if isinstance(item, dict) else None for item in items]
-    if not all(isinstance(i, str) for i in ids):
+    ids = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
+    if len(ids) != len(items):
         return 'returned a record without an "id" string'
     if ids != sorted(set(ids)) or (ref.after is not None and ids and ids[0] <= ref.after):
         return "returned records out of id order, repeated, or not after the cursor's id"
     return None
 
 
-def _read_failed(uri: str, outcome: Any) -> RpcError:
+def _read_failed(uri: str, outcome: CallOutcome | None) -> RpcError:
     if outcome is None:
         return RpcError(INTERNAL_ERROR, f"the read of {uri[:200]} was cancelled")
     if isinstance(outcome, Refused):

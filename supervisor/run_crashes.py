@@ -20,8 +20,7 @@ from staal.runconfig import Limits, from_tool
 from staal.supervisor.files import RunFiles
 from staal.supervisor.log import Log
 from staal.supervisor.outcomes import give_up, over_limit
-from staal.supervisor.pool import NoWorker, WorkerLost
-from staal.supervisor.poolstate import Worker
+from staal.supervisor.poolstate import NoWorker, Worker, WorkerLost
 from staal.supervisor.run_journals import RunJournals
 from staal.supervisor.silence import SILENT_S
 

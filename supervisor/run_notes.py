@@ -84,9 +84,10 @@ class FileNotes:
 
     def waiting(self, files: RunFiles) -> dict[str, Any] | None:
         try:
-            return orjson.loads(files.waiting.read_bytes())
+            record: dict[str, Any] = orjson.loads(files.waiting.read_bytes())
         except FileNotFoundError:
             return None
+        return record
 
     def all_waiting(self) -> dict[str, dict[str, Any]]:
         found = {}

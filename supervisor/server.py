@@ -360,6 +360,7 @@ class Server:
         the parent of its run's."""
         with self.tracing.call(call, admitted.identity) as span:
             state.traceparent = span.traceparent
+            outcome: CallOutcome | None
             if call.name == RUN_STATUS_TOOL:
                 outcome = await asyncio.to_thread(self.calls.run_status, call.arguments["run"],
                                                   admitted)
@@ -467,7 +468,7 @@ class MetricsListener:
     def __init__(self, server: Server, sock: socket.socket | None) -> None:
         self.log = server.log
         self.done = asyncio.Event()
-        self.task: asyncio.Future | None = None
+        self.task: asyncio.Future[None] | None = None
         if sock is not None and server.metrics is not None:
             from staal.supervisor.metrics_http import metrics_url, serve_metrics
 

@@ -15,6 +15,7 @@ from staal.errors import ManifestError
 from staal.manifest import Manifest, load_manifest
 
 if TYPE_CHECKING:
+    from staal.supervisor.log import Log
     from staal.supervisor.zygote import Spawned
 
 EXIT_MANIFEST = 2
@@ -73,8 +74,7 @@ def run_serve(manifest: Path, log_format: str, http: str | None = None,
         return interrupted(log, early)
 
 
-def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool,
-                log: Callable[..., None]) -> int:
+def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool, log: Log) -> int:
     """Listen first (a port taken or an address refused stops here; the
     listening URL is then known, the resource a token's audience names),
     then start as stdio does, in a uvloop event loop."""

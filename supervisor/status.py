@@ -272,7 +272,7 @@ def _render_callers(callers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def in_doubt(run: dict) -> str:
+def in_doubt(run: dict[str, Any]) -> str:
     """The stop message, which names its op itself unless it is not the
     engine's usual one."""
     message = run.get("message") or ""

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from staal.killpoints import kill_point
-from staal.protocol.connection import Cancel, Connection, Send
+from staal.protocol.connection import Cancel, Connection, Event, Send
 from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.resources import ReadAnswer, ReadResource
 from staal.protocol.results import CallOutcome
 from staal.supervisor.callers import LOCAL
@@ -33,16 +33,19 @@ class StdioServing:
         self.writer = LineWriter(stdio.writer, self._client_gone)
         self.connection = Connection(server.server_info, server.descriptors,
                                      resources=server.resource_catalogue)
-        self.tasks: dict[Any, asyncio.Task] = {}
-        self.states: dict[Any, CallState] = {}
+        self.tasks: dict[RequestId, asyncio.Task[None]] = {}
+        self.states: dict[RequestId, CallState] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         stopping = self.server.stopping
         chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
-        read_chunks(self.stdio.reader,
-                    lambda data: self.loop.call_soon_threadsafe(chunks.put_nowait, data))
+
+        def arrived(data: bytes | None) -> None:  # in the reading thread
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+
+        read_chunks(self.stdio.reader, arrived)
         while not stopping.is_set():
             getter = asyncio.ensure_future(chunks.get())
             stopper = asyncio.ensure_future(stopping.wait())
@@ -59,7 +62,7 @@ class StdioServing:
         if self.tasks:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
-    def dispatch(self, event: Any) -> None:
+    def dispatch(self, event: Event) -> None:
         if isinstance(event, Send):
             self.send(event.message)
         elif isinstance(event, CallTool):

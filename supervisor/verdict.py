@@ -84,6 +84,7 @@ def _principal(data: Any, credentials: tuple[str, ...]) -> Principal | Failure:
     if (not isinstance(scopes, list) or len(scopes) > MAX_SCOPES
             or not all(_is_scope(s) for s in scopes)):
         return _bad("a principal whose scopes are not a list of scope tokens (strings without spaces)")
+    assert isinstance(subject, str)  # the loop above refused anything else
     texts = [subject, issuer, client_id or "", *scopes]
     if any(value and value in text for value in credentials for text in texts):
         # The identity is kept (hashed) and shown: it must never carry the secret.

@@ -74,7 +74,7 @@ class VerifierLost(StaalError):
 
 @dataclass(eq=False)
 class VerifierProcess:
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     pidfd: int
     pending: dict[int, asyncio.Future[Verified]] = field(default_factory=dict)
     ready: asyncio.Future[tuple[str, ...]] = field(
@@ -111,7 +111,7 @@ class ProviderAuthenticator:
         self.ids = itertools.count(1)
         self.in_flight = 0
         self.timers: set[asyncio.TimerHandle] = set()
-        self.receiving: asyncio.Task | None = None
+        self.receiving: asyncio.Task[None] | None = None
 
     # -- the process's life -------------------------------------------------
 
@@ -131,7 +131,7 @@ class ProviderAuthenticator:
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.bind(self.endpoint)
-        self.receiving = asyncio.ensure_future(self._receive())
+        self.receiving = asyncio.ensure_future(self._receive(self.router))
         proc = self._spawn()
         try:
             problems = await asyncio.wait_for(asyncio.shield(proc.ready), START_WAIT_S)
@@ -177,6 +177,7 @@ class ProviderAuthenticator:
 
     def _replace_later(self) -> None:
         delay = self.backoff.strike(time.monotonic())
+        handle: asyncio.TimerHandle  # the callback names the handle it is given
         handle = asyncio.get_running_loop().call_later(delay, lambda: self._fire(handle))
         self.timers.add(handle)
 
@@ -241,9 +242,9 @@ class ProviderAuthenticator:
 
     # -- what arrives -------------------------------------------------------
 
-    async def _receive(self) -> None:
+    async def _receive(self, router: zmq.asyncio.Socket) -> None:
         while True:
-            identity, frame = await self.router.recv_multipart()
+            identity, frame = await router.recv_multipart()
             proc = self.current
             if proc is None or identity != proc.identity:
                 continue  # a replaced process's late word
@@ -284,15 +285,18 @@ class ProviderAuthenticator:
                 answer = await self._verify(head, names)
             finally:
                 self.in_flight -= 1
+        verdict: Principal | AuthRefusal | Failure
         if isinstance(answer, Verified):
             for line in answer.printed:
                 self.log("verifier_print", text=redact(line, credentials))
-            answer = judge(answer, credentials)
-        if isinstance(answer, Failure):
-            self.log("verifier_failed", level="error", kind=answer.kind,
-                     message=redact(answer.message, credentials))
+            verdict = judge(answer, credentials)
+        else:
+            verdict = answer
+        if isinstance(verdict, Failure):
+            self.log("verifier_failed", level="error", kind=verdict.kind,
+                     message=redact(verdict.message, credentials))
             return unavailable()
-        return answer
+        return verdict
 
     async def _verify(self, head: Head, names: tuple[str, ...]) -> Verified | Failure:
         try:
@@ -302,7 +306,7 @@ class ProviderAuthenticator:
         except VerifierLost as lost:
             return Failure("internal", lost.message)
         proc = self.current
-        assert proc is not None
+        assert proc is not None and self.router is not None  # _serving: it is up
         number = next(self.ids)
         waiter: asyncio.Future[Verified] = asyncio.get_running_loop().create_future()
         proc.pending[number] = waiter

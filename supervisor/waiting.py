@@ -37,17 +37,17 @@ class Waiting:
         self.log("run_waits_for_operator", level="warning", run=files.run, tool=tool, op=op,
                  record=str(files.waiting), resolve=record["resolve"])
         if written is not None and self.notify:
-            threading.Thread(target=self._notify, args=(written,), daemon=True,
+            threading.Thread(target=self._notify, args=(self.notify, written), daemon=True,
                              name=f"staal-notify-{files.run[:8]}").start()
 
-    def _notify(self, path: Path) -> None:
+    def _notify(self, notify: tuple[str, ...], path: Path) -> None:
         env = {name: os.environ[name] for name in self.notify_env if name in os.environ}
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
         delay, attempt = 1.0, 0
         while not self.stopping.is_set():
             attempt += 1
             try:
-                done = subprocess.run([*self.notify, str(path)], env=env, stdin=subprocess.DEVNULL,
+                done = subprocess.run([*notify, str(path)], env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       timeout=NOTIFY_TIMEOUT_S, close_fds=True, check=False)
                 if done.returncode == 0:

@@ -29,7 +29,7 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 @dataclass
 class Spawned:
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     report_fd: int
     endpoint: str
     runtime_dir: Path
