@@ -86,7 +86,9 @@ def refused_at_start(site: Site, event: str, address: str = "127.0.0.1:0") -> di
     server = HttpServer(site, address=address)
     try:
         assert server.wait_exit() == 2
-        (refused,) = server.stderr.events(event)
+        # The process has exited; its last line may still be in the pipe.
+        refused = server.stderr.wait_event(event)
+        assert len(server.stderr.events(event)) == 1
         assert not server.stderr.events("serving_http")  # it never served
     finally:
         server.stop()

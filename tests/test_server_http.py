@@ -258,7 +258,8 @@ def test_listening_beyond_loopback_without_auth_is_refused_at_start(tmp_path, se
     server = HttpServer(site, address="0.0.0.0:0")
     try:
         assert server.wait_exit() == 2
-        (failed,) = server.stderr.events("startup_failed")
+        # The process has exited; its last line may still be in the pipe.
+        failed = server.stderr.wait_event("startup_failed")
         assert "--insecure-no-auth" in failed["message"]
     finally:
         server.stop()
