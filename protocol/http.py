@@ -66,7 +66,7 @@ NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
 _B64_START, _B64_END = "=?base64?", "?="
 
 __all__ = ["HEADER_MISMATCH", "MAX_BODY", "Call", "Cancel", "Endpoint", "Head", "HttpCall",
-           "HttpResponse", "HttpSettings", "Read", "Reply"]
+           "HttpResponse", "HttpSettings", "Read", "Reply", "closing_response"]
 
 
 # -- what goes in and out ------------------------------------------------------------
@@ -100,6 +100,19 @@ class HttpResponse:
     status: int
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+
+
+_REASONS = {405: "Method Not Allowed", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def closing_response(response: HttpResponse, with_body: bool = True) -> bytes:
+    """`response` as bytes for the wire, saying the connection closes after
+    it: for answers written below the HTTP server (a connection refused by
+    its head or its wait, the socket answered while nothing serves)."""
+    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}",
+             *(f"{name}: {value}" for name, value in response.headers), "connection: close", "", ""]
+    return "\r\n".join(lines).encode("ascii") + (response.body if with_body else b"")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ does."""
 from __future__ import annotations
 
 from staal.manifest import READY_PATH
-from staal.protocol.http import Head, HttpResponse
+from staal.protocol.http import Head, HttpResponse, closing_response
 
 READY = b"ready\n"
 NOT_READY = b"not ready\n"
@@ -40,7 +40,6 @@ def readiness_answer(head: Head, ready: bool) -> HttpResponse:
 # -- while nothing else answers: before serving, and while draining ----------------
 
 MAX_STARTING_HEAD = 8 * 1024
-_REASONS = {405: "Method Not Allowed", 503: "Service Unavailable"}
 _BUSY = b"not serving yet or any more: try again\n"
 
 
@@ -66,7 +65,7 @@ def not_serving_answer(received: bytes) -> bytes | None:
         response = HttpResponse(503, (("content-type", "text/plain; charset=utf-8"),
                                       ("retry-after", "1"), ("cache-control", "no-store"),
                                       ("content-length", str(len(_BUSY)))), _BUSY)
-    return _encode(response, with_body=method != "HEAD")
+    return closing_response(response, with_body=method != "HEAD")
 
 
 def _request_line(head: bytes) -> tuple[str, str]:
@@ -74,10 +73,3 @@ def _request_line(head: bytes) -> tuple[str, str]:
     if len(parts) != 3:
         return "", ""
     return parts[0].decode("ascii", "replace"), parts[1].decode("ascii", "replace")
-
-
-def _encode(response: HttpResponse, with_body: bool) -> bytes:
-    reason = _REASONS.get(response.status, "")
-    lines = [f"HTTP/1.1 {response.status} {reason}", *(f"{n}: {v}" for n, v in response.headers),
-             "connection: close", "", ""]
-    return "\r\n".join(lines).encode("ascii") + (response.body if with_body else b"")

@@ -30,6 +30,8 @@ from typing import ClassVar
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from staal.protocol.http import HttpResponse, closing_response
+
 FIRST_BYTE_S = 5.0
 HEAD_TIMEOUT_S = 10.0
 LINGER_S = 10.0
@@ -125,13 +127,13 @@ class BoundedHttpTools(HttpToolsProtocol):
             self._first_byte_timer = None
         super().data_received(data)
         if self._in_head and self._head > MAX_HEAD:  # a head still growing past the bound
-            self._refuse(b"431 Request Header Fields Too Large")
+            self._refuse(431)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_timer.cancel()
         if self._head > MAX_HEAD:  # a head that ended in the bytes that made it too large
-            self._refuse(b"431 Request Header Fields Too Large")
+            self._refuse(431)
             return
         self.gate.leave(self)
         # Past the bound on requests in progress, this one is answered 503
@@ -170,16 +172,15 @@ class BoundedHttpTools(HttpToolsProtocol):
         crowded = self.gate.wait(self)
         if crowded is not None:
             self.gate.leave(crowded)
-            crowded._refuse(b"503 Service Unavailable")
+            crowded._refuse(503)
 
     def _head_too_slow(self) -> None:
         if self._in_head:
-            self._refuse(b"408 Request Timeout")
+            self._refuse(408)
 
-    def _refuse(self, status: bytes) -> None:
+    def _refuse(self, status: int) -> None:
         if not self.transport.is_closing():
-            self.transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n"
-                                 b"connection: close\r\n\r\n")
+            self.transport.write(closing_response(HttpResponse(status, (("content-length", "0"),))))
             self.transport.close()
 
 
