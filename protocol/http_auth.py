@@ -152,18 +152,23 @@ def challenge(status: int, error: str | None, description: str, scope: Iterable[
     scopes = " ".join(scope)
     if scopes:
         params.append(f"scope={_quoted(scopes)}")
-    body = orjson.dumps({"error": error or "unauthorized", "error_description": description})
     asked = (("retry-after", "1") if status == 503
              else ("www-authenticate", f"{scheme} {', '.join(params)}"))
-    return HttpResponse(status, (asked, ("content-type", "application/json"),
-                                 ("cache-control", "no-store"),
-                                 ("content-length", str(len(body)))), body)
+    return _error_answer(status, error or "unauthorized", description, asked)
 
 
 def denied(description: str) -> HttpResponse:
     """403 to a valid credential whose principal no scope could admit: no
     challenge, so no client re-authorizes for it (supervisor/auth.py,
     `Guard.step_up`, says why); the body says what was refused."""
-    body = orjson.dumps({"error": "access_denied", "error_description": description})
-    return HttpResponse(403, (("content-type", "application/json"), ("cache-control", "no-store"),
-                              ("content-length", str(len(body)))), body)
+    return _error_answer(403, "access_denied", description)
+
+
+def _error_answer(status: int, error: str, description: str,
+                  *first: tuple[str, str]) -> HttpResponse:
+    """An OAuth error body (RFC 6749 section 5.2's fields), never cached,
+    after the `first` headers."""
+    body = orjson.dumps({"error": error, "error_description": description})
+    return HttpResponse(status, (*first, ("content-type", "application/json"),
+                                 ("cache-control", "no-store"),
+                                 ("content-length", str(len(body)))), body)
