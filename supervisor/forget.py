@@ -40,12 +40,13 @@ from staal.manifest import ServerConfig
 from staal.supervisor.files import RunFiles
 from staal.supervisor.journal_view import when
 from staal.supervisor.ledger import LEDGER_FILE, FileLedger, Stamper, checked_encoding, warn_on_stderr
+from staal.supervisor.ledger_postgres import apply_stored
 from staal.supervisor.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.log import log_file_line
 from staal.supervisor.note_rows import log_in, waiting_in
 from staal.supervisor.pg_connection import connect, one_row, reason, secrets_of
 from staal.supervisor.pg_schema import SCHEMA_VERSION, StoreError, check_version
-from staal.supervisor.quota import LedgerState, RunEntry, decode_event
+from staal.supervisor.quota import LedgerState, RunEntry
 from staal.supervisor.run_notes import FileNotes
 from staal.supervisor.store import dsn_of
 
@@ -190,9 +191,5 @@ def _run_state(cur: psycopg.Cursor[Any], run: str) -> LedgerState:
                 "ORDER BY seq", {"run": run})
     state = LedgerState()
     for seq, data in cur.fetchall():
-        try:
-            state.apply(decode_event(data))
-        except StaalError as exc:  # as a serving instance says it (ledger_postgres.py)
-            raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
-                             f"{exc.message}") from None
+        apply_stored(state, seq, data)  # as a serving instance reads them
     return state

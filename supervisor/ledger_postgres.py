@@ -61,6 +61,7 @@ from staal.supervisor.pg_schema import EVENTS_SINCE, StoreError, ensure_schema, 
 from staal.supervisor.quota import (
     Admission,
     Compaction,
+    Event,
     FilesKept,
     LedgerBug,
     LedgerState,
@@ -75,6 +76,16 @@ from staal.supervisor.quota import (
 
 T = TypeVar("T")
 
+
+def apply_stored(state: LedgerState, seq: int, data: object) -> tuple[Event, RunEntry]:
+    """The stored event `seq` applied to `state`: the event and its run's
+    entry; a StoreError naming `seq` if it cannot be read or applied."""
+    try:
+        event = decode_event(data)
+        return event, state.apply(event)
+    except StaalError as exc:  # a RecordError, or a LedgerBug (both StaalErrors)
+        raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
+                         f"{exc.message}") from None
 
 class Fenced(StoreError):
     """A write by an instance that no longer owns the run, or whose fencing
@@ -191,12 +202,7 @@ class PostgresLedger(EndsRuns):
             self._generation = generation
         cur.execute(EVENTS_SINCE, {"seq": self._seq})
         for seq, data, owner in cur.fetchall():
-            try:
-                event = decode_event(data)
-                entry = self._state.apply(event)
-            except (LedgerBug, StaalError) as exc:
-                raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
-                                 f"{exc.message}") from None
+            event, entry = apply_stored(self._state, seq, data)
             if owner is not None:
                 self._owners[entry.run] = owner
             if isinstance(event, Forget) and self._seen is not None and seq > self._seen \
