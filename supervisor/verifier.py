@@ -212,10 +212,7 @@ class ProviderAuthenticator:
         proc.killed = True
         if proc is self.current:
             self.up.clear()  # until its replacement is up: its exit moves the state
-        try:
-            os.killpg(proc.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # already gone: its pidfd says so
+        _kill_group(proc)
 
     async def close(self) -> None:
         """Stop the verifier with the server, once no request waits on it:
@@ -227,10 +224,7 @@ class ProviderAuthenticator:
             handle.cancel()
         proc = self.current
         if proc is not None and not proc.exited.is_set():
-            try:
-                os.killpg(proc.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass  # already gone: its pidfd says so
+            _kill_group(proc)
             await proc.exited.wait()
         if self.receiving is not None:
             self.receiving.cancel()
@@ -329,3 +323,9 @@ class ProviderAuthenticator:
                 raise VerifierLost("is not running: the server is closing")
             await self.up.wait()
 
+
+def _kill_group(proc: VerifierProcess) -> None:
+    try:
+        os.killpg(proc.process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone: its pidfd says so
