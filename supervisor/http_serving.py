@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
-from staal.addresses import is_loopback, listening_url, split_host_port
+from staal.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
 from staal.errors import StaalError
 from staal.killpoints import kill_point
 from staal.protocol.dispatch import Dispatcher
@@ -101,7 +101,7 @@ def settings_for(path: str, origins: tuple[str, ...], public_url: str | None,
         names |= {"localhost", "127.0.0.1", "[::1]"}
     hosts = {_with_port(name, port) for name in names}
     own = {f"http://{h}" for h in hosts}
-    if host in ("0.0.0.0", "::"):
+    if host in EVERY_INTERFACE:
         # Every interface: the names clients use are not known here, so only
         # the public URL's is checked (none without one).
         hosts = set()
