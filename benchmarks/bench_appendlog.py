@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from staal.appendlog import AppendLog
-from staal.canonical import canonical_json
-from staal.ids import new_run_id
-from staal.ledger_records import LEDGER, OnceHold, Reserve
 from staal.money import Money
+from staal.records.appendlog import AppendLog
+from staal.records.canonical import canonical_json
+from staal.records.ledger_records import LEDGER, OnceHold, Reserve
+from staal.runtime.ids import new_run_id
 
 
 def ledger_records(count: int) -> list[dict]:

@@ -29,18 +29,18 @@ from pathlib import Path
 
 import httpx
 
-from staal.clock import SYSTEM_CLOCK
-from staal.ids import new_run_id
-from staal.journal import JournalWriter
-from staal.journal_records import Header
-from staal.manifest import Grant, NetConfig
-from staal.worker.broker import GrantState
+from staal.manifest.model import Grant, NetConfig
+from staal.records.journal import JournalWriter
+from staal.records.journal_records import Header
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.runtime.ids import new_run_id
 from staal.worker.capabilities.http import HttpClient, HttpGetCapability
-from staal.worker.engine import RunContext
-from staal.worker.limits import StepCounter
-from staal.worker.program import load_module
-from staal.worker.run import Services
-from staal.worker.spans import RunRecorder
+from staal.worker.confinement.limits import StepCounter
+from staal.worker.runs.broker import GrantState
+from staal.worker.runs.engine import RunContext
+from staal.worker.runs.program import load_module
+from staal.worker.runs.run import Services
+from staal.worker.runs.spans import RunRecorder
 
 LOOP = """
 def spin(n):

@@ -27,13 +27,13 @@ from pathlib import Path
 import psycopg
 import zmq
 
-from staal.clock import SYSTEM_CLOCK
-from staal.journal import JournalWriter
-from staal.journal_records import JOURNAL, Header, Print
-from staal.messages import JournalAck, JournalAppend, pack, unpack
-from staal.supervisor.journal_rows import JournalRows
-from staal.supervisor.ledger_postgres import PostgresLedger
-from staal.worker.journal_sink import ChannelSink
+from staal.records.journal import JournalWriter
+from staal.records.journal_records import JOURNAL, Header, Print
+from staal.records.messages import JournalAck, JournalAppend, pack, unpack
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.supervisor.store.postgres.journal_rows import JournalRows
+from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.worker.runs.journal_sink import ChannelSink
 
 HEADER = dict(tool="t", program="/p.py", program_sha256="0" * 64, config_sha256="0" * 64,
               inputs_sha256="0" * 64, runtime="bench", time=1)
@@ -69,7 +69,7 @@ def channel(answer: Callable[[JournalAppend], str | None], records: int, run: st
         dealer = context.socket(zmq.DEALER)
         dealer.connect(endpoint)
 
-        def request(message):  # as worker/serve.py's Channel.request
+        def request(message):  # as worker/processes/serve.py's Channel.request
             dealer.send(pack(message))
             return unpack(dealer.recv())
 

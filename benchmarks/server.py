@@ -65,7 +65,7 @@ the workers it forks. --worker-costs measures what one fork of the zygote
 costs, step by step, by each child's own CPU time (`servers/worker_costs.py`).
 
 --exit-race-workaround runs staal with a workaround (in the tracer's hooks)
-for a race in `supervisor/pool.py` that left a call unanswered; it does
+for a race in `supervisor/workers/pool.py` that left a call unanswered; it does
 nothing once the pool has the fix. --experiment defer-fork adds a staal row
 that asks for each replacement worker when a run ends instead of when it
 starts; --experiment preimport-http one whose zygote imports what httpx
@@ -240,7 +240,7 @@ async def rounds(everyone: list[Contender], scenarios: list[Scenario],
                 except ExceptionGroup as exc:  # anyio wraps the transport's failure in a group
                     raise SystemExit(f"{contender.name}, {scenario.key}: the session failed ({exc!r}); "
                                      "for staal, a call that never returns is the worker-exit race "
-                                     "in supervisor/pool.py (see --exit-race-workaround)") from None
+                                     "in supervisor/workers/pool.py (see --exit-race-workaround)") from None
                 line = (f"round {r + 1}: {contender.name}, {scenario.key}: "
                         f"p50 {s.p50[-1] * 1e3:.2f} ms, {median_phase(s.sequential[-1:], 'rate'):,.0f} "
                         f"calls/s sequential, {median_phase(s.inflight[-1:], 'rate'):,.0f} calls/s "
@@ -281,7 +281,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
     parser.add_argument("--exit-race-workaround", action="store_true",
                         help="run staal with the workaround for the worker-exit race in "
-                             "supervisor/pool.py (see BENCHMARKS.md)")
+                             "supervisor/workers/pool.py (see BENCHMARKS.md)")
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--py-spy-workers", action="store_true",

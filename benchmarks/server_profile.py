@@ -65,7 +65,7 @@ def staal_processes() -> dict[str, int]:
     found = {}
     for child in psutil.Process().children(recursive=True):
         cmd = " ".join(child.cmdline())
-        if "staal.worker.zygote" in cmd and "zygote" not in found:
+        if "staal.worker.processes.zygote" in cmd and "zygote" not in found:
             if child.parent() is not None and "zygote" not in " ".join(child.parent().cmdline()):
                 found["zygote"] = child.pid
         elif "staal-supervisor" in cmd or "staal.supervisor" in cmd:

@@ -29,12 +29,12 @@ from pathlib import Path
 from engine import staal_gets
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from staal.messages import Ended, pack
 from staal.protocol.dispatch import CallTool
 from staal.protocol.results import Done
-from staal.supervisor.tracing import OtelTracing
-from staal.tracecontext import TraceParent
-from staal.worker.spans import ActionNote, RunRecorder
+from staal.records.messages import Ended, pack
+from staal.runtime.tracecontext import TraceParent
+from staal.supervisor.telemetry.tracing import OtelTracing
+from staal.worker.runs.spans import ActionNote, RunRecorder
 
 PARENT = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
 RUN = "0123456789abcdef0123456789abcdef"

@@ -1,11 +1,11 @@
 """Starting the zygote: today's `subprocess.Popen` of `python -m
-staal.worker.zygote` (supervisor/zygote.py) against `multiprocess`'s spawn
+staal.worker.processes.zygote` (supervisor/workers/zygote.py) against `multiprocess`'s spawn
 context (DESIGN.md section 6 names it as a way to start the zygote with none
 of the supervisor's descriptors), each measured from a fresh parent process,
 as a server's cold start pays it.
 
 - `zygote`: a fresh parent that has read the manifest as `serve` has (it
-  imports what supervisor/serving.py imports by then) opens one inheritable
+  imports what supervisor/app/serving.py imports by then) opens one inheritable
   decoy descriptor, then starts the zygote one way or the other and asks it
   for a worker at once ("fork 1" on its request pipe). Ready is the zygote's
   first `forked PID` report: its interpreter is up and it has imported the
@@ -15,11 +15,11 @@ as a server's cold start pays it.
   span, the zygote's CPU time, the CPU time of any other process the start
   made (multiprocess's resource tracker), the zygote's open descriptors and
   whether the decoy reached it. The multiprocess zygote runs the same
-  `staal.worker.zygote.main`, its request pipe put on descriptor 0 and the
+  `staal.worker.processes.zygote.main`, its request pipe put on descriptor 0 and the
   environment set to what `worker_environment` gives, as Popen's `env=` does.
 - `serve`: `staal-supervisor serve` on a fresh copy of examples/, started
   through this file (`--serve MODE`, which puts the multiprocess start in
-  place of `staal.supervisor.zygote.spawn` for that mode), from the process's
+  place of `staal.supervisor.workers.zygote.spawn` for that mode), from the process's
   spawn to the answer to `initialize` and then to `tools/list` (raw JSON-RPC
   lines, no client library), and the CPU time of the whole process tree
   (wait4 of the server, which waits for its zygote, which waits for its
@@ -90,16 +90,15 @@ def zygote_child(requests, reports, manifest: str, endpoint: str, env: dict[str,
     reports.close()
     os.environ.clear()
     os.environ.update(env)
-    from staal.worker import zygote
-
+    from staal.worker.processes import zygote
     zygote.main(["--manifest", manifest, "--endpoint", endpoint, "--report-fd", str(report_fd)])
 
 
 def spawn_multiprocess(manifest: Path, endpoint: str, env: dict[str, str]):
-    """`staal.supervisor.zygote.spawn`, through multiprocess's spawn context."""
+    """`staal.supervisor.workers.zygote.spawn`, through multiprocess's spawn context."""
     import multiprocess
 
-    from staal.supervisor.zygote import Spawned
+    from staal.supervisor.workers.zygote import Spawned
 
     context = multiprocess.get_context("spawn")
     requests_r, requests_w = context.Pipe(duplex=False)
@@ -118,8 +117,7 @@ def spawn_multiprocess(manifest: Path, endpoint: str, env: dict[str, str]):
 
 def use_mode(mode: str) -> None:
     if mode == "multiprocess":
-        from staal.supervisor import pool, zygote
-
+        from staal.supervisor.workers import pool, zygote
         zygote.spawn = pool.spawn = spawn_multiprocess
 
 
@@ -146,9 +144,8 @@ def descriptors(pid: int) -> list[str]:
 def one_zygote(mode: str, manifest: Path) -> dict:
     import psutil
 
-    from staal.manifest import load_manifest
-    from staal.supervisor import zygote
-
+    from staal.manifest.check import load_manifest
+    from staal.supervisor.workers import zygote
     loaded = load_manifest(manifest)
     decoy = os.open("/dev/zero", os.O_RDONLY)
     os.set_inheritable(decoy, True)
@@ -235,7 +232,7 @@ def one_serve(mode: str, examples: Path, work: Path) -> dict:
 
 def serve_main(mode: str, manifest: str) -> None:
     use_mode(mode)
-    from staal.supervisor.serving import serve_from_argv
+    from staal.supervisor.app.serving import serve_from_argv
 
     sys.exit(serve_from_argv(["serve", manifest]))
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from staal.manifest import RUN_STATUS_TOOL
+from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.dispatch import CallTool, Dispatcher
 from staal.protocol.framing import Line, LineReader, Oversized
 from staal.protocol.jsonrpc import (
@@ -44,8 +44,8 @@ from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, RunStatus
 from staal.protocol.revisions import ServerInfo
 from staal.protocol.tools import ToolDescriptor
-from staal.transitions import IllegalTransition as IllegalTransition
-from staal.transitions import advance
+from staal.runtime.transitions import IllegalTransition as IllegalTransition
+from staal.runtime.transitions import advance
 
 # -- events -------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from staal.protocol.http import Head
-from staal.redaction import redact
+from staal.runtime.redaction import redact
 
 __all__ = ["credential_values", "only_credentials", "redact_credentials"]
 

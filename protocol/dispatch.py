@@ -19,7 +19,7 @@ from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.results import CallOutcome, shape_outcome
 from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
-from staal.tracecontext import TraceParent
+from staal.runtime.tracecontext import TraceParent
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,8 @@ from staal.protocol.revisions import (
     select_revision,
     unsupported_version,
 )
-from staal.tracecontext import parse_traceparent, tracestate_of
-from staal.transitions import IllegalTransition, advance
+from staal.runtime.tracecontext import parse_traceparent, tracestate_of
+from staal.runtime.transitions import IllegalTransition, advance
 
 HEADER_MISMATCH = -32020
 MAX_BODY = MAX_LINE

@@ -6,7 +6,7 @@ not decide), and the head the MCP layer is given, without the headers that
 carry a credential (Authorization, and those a verifier reads).
 
 Nothing here checks a token: that takes the issuer's keys, which take I/O
-(supervisor/auth_jwt.py). Nothing here ever quotes a token either: a
+(supervisor/auth/bearer.py). Nothing here ever quotes a token either: a
 refusal's text is written by the server, never from the credential.
 """
 
@@ -159,7 +159,7 @@ def challenge(status: int, error: str | None, description: str, scope: Iterable[
 
 def denied(description: str) -> HttpResponse:
     """403 to a valid credential whose principal no scope could admit: no
-    challenge, so no client re-authorizes for it (supervisor/auth.py,
+    challenge, so no client re-authorizes for it (supervisor/auth/guard.py,
     `Guard.step_up`, says why); the body says what was refused."""
     return _error_answer(403, "access_denied", description)
 

@@ -15,7 +15,7 @@ does."""
 
 from __future__ import annotations
 
-from staal.manifest import READY_PATH
+from staal.manifest.model import READY_PATH
 from staal.protocol.http import Head, HttpResponse, closing_response
 
 READY = b"ready\n"

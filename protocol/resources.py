@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 import orjson
 
-from staal.ids import is_run_id
 from staal.protocol.cursors import CursorSigner
 from staal.protocol.jsonrpc import INVALID_PARAMS, RequestId, RpcError
+from staal.runtime.ids import is_run_id
 
 SCHEME = "staal"
 MIME = "application/json"

@@ -15,8 +15,8 @@ from typing import Any, Literal, get_args
 
 import orjson
 
-from staal.manifest import RUN_STATUS_TOOL
-from staal.outcomes import ERROR_KINDS, FAILURE_KINDS
+from staal.manifest.model import RUN_STATUS_TOOL
+from staal.records.outcomes import ERROR_KINDS, FAILURE_KINDS
 
 MAX_RESULT = 1024 * 1024
 
@@ -31,7 +31,7 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The run ended failed; `kind` is one of staal.outcomes.FAILURE_KINDS.
+    """The run ended failed; `kind` is one of staal.records.outcomes.FAILURE_KINDS.
     `run` is None only for an internal error before the call started a run."""
 
     run: str | None

@@ -18,7 +18,7 @@ from staal.protocol.jsonrpc import (
     RpcError,
     is_request_id,
 )
-from staal.tracecontext import TraceParent, parse_traceparent, tracestate_of
+from staal.runtime.tracecontext import TraceParent, parse_traceparent, tracestate_of
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"

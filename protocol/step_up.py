@@ -13,7 +13,7 @@ is admitted; it is never sent back for a scope it already holds.
 
 A principal no scope could ever admit (it matches no profile by client id
 or subject, and no profile is chosen by a scope) has no such set: None, and
-the server refuses it without a challenge (supervisor/auth.py says why).
+the server refuses it without a challenge (supervisor/auth/guard.py says why).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from staal.manifest import WhenKey
+from staal.manifest.model import WhenKey
 
 __all__ = ["Asker", "When", "least_scopes", "step_up_scopes"]
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import orjson
 
-from staal.ids import is_run_id
-from staal.manifest import RUN_STATUS_TOOL, Tool
+from staal.manifest.model import RUN_STATUS_TOOL, Tool
 from staal.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.results import ToolResult
 from staal.protocol.revisions import progress_token_of, trace_of
-from staal.tracecontext import TraceParent
+from staal.runtime.ids import is_run_id
+from staal.runtime.tracecontext import TraceParent
 
 
 @dataclass(frozen=True, slots=True)

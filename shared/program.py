@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, NoReturn, TypeGuard
 
-from staal.outcomes import FAILURE_KINDS, FailureKind
+from staal.records.outcomes import FAILURE_KINDS, FailureKind
 
 
 class _JsonMarker:

@@ -14,7 +14,7 @@ asking, as a plain dict, or why not, as a `Refusal`:
         return Refusal("unknown API key")
 
 What it returns crosses to the supervisor as data and is checked there
-(supervisor/verdict.py); anything else, an exception, a hang or a crash
+(supervisor/auth/verdict.py); anything else, an exception, a hang or a crash
 refuses the request.
 """
 

@@ -9,7 +9,7 @@ answer is classified by its structure first: the HTTP status, a JSON-RPC
 error or result, `isError`, `structuredContent`. The wire carries no
 refusal kind (seed 000 section 5: a refusal is a tool result with
 `isError: true` and the server's text), so an error result is told apart
-by the fixed openings staal's refusals have (`supervisor/calls.py`: "the
+by the fixed openings staal's refusals have (`supervisor/calls/pipeline.py`: "the
 server is busy: ...", `quota_text`'s "... is over its quota: ..."); anything
 else is a failure, kept with its text for the test's message.
 """

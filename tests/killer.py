@@ -30,7 +30,7 @@ def zygotes(manifest: Path) -> list[psutil.Process]:
             parent = process.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if "staal.worker.zygote" in command and str(manifest) in command:
+        if "staal.worker.processes.zygote" in command and str(manifest) in command:
             found[process.pid] = (process, parent)
     return [process for process, parent in found.values() if parent not in found]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from staal.errors import ManifestError
-from staal.manifest_check import check
+from staal.manifest.check import check
 
 STRIPE_GRANT: dict[str, Any] = {
     "cap": "payments.stripe.refund",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.pg_cluster import free_port
 from tests.servers import Site

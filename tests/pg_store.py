@@ -38,7 +38,7 @@ class PgStore:
     def at_version(self, version: int) -> None:
         """The schema as an older staal left it: its migrations up to
         `version`, and that version recorded."""
-        from staal.supervisor.pg_schema import MIGRATIONS
+        from staal.supervisor.store.postgres.schema import MIGRATIONS
 
         with psycopg.connect(self.dsn) as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("CREATE TABLE staal_schema (one boolean PRIMARY KEY DEFAULT true "

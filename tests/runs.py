@@ -15,7 +15,7 @@ TIMEOUT = 60
 
 
 def staal_command(*args: str | Path) -> list[str]:
-    return [sys.executable, "-m", "staal.worker.cli", *map(str, args)]
+    return [sys.executable, "-m", "staal.worker.commands.cli", *map(str, args)]
 
 
 @dataclass

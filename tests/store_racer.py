@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import sys
 
-from staal.clock import SYSTEM_CLOCK
-from staal.durations import Duration
-from staal.ledger_records import OnceHold
-from staal.manifest import QuotaConfig
-from staal.supervisor.ledger import Existing, Reserved
-from staal.supervisor.ledger_postgres import PostgresLedger
+from staal.manifest.durations import Duration
+from staal.manifest.model import QuotaConfig
+from staal.records.ledger_records import OnceHold
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.supervisor.store.ledger import Existing, Reserved
+from staal.supervisor.store.postgres.ledger import PostgresLedger
 
 QUOTA_CALLS = 5
 KEY = OnceHold(key="c" * 64, args="d" * 64, keep_ms=None)

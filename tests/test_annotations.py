@@ -24,8 +24,8 @@ import pytest
 from staal import Json, Money
 from staal.caps import StripeRefund
 from staal.errors import RecordError
-from staal.inputs import check_description, check_type
-from staal.worker.annotations import BadDefault, UnsupportedType, describe, describe_default
+from staal.runtime.inputs import check_description, check_type
+from staal.worker.runs.annotations import BadDefault, UnsupportedType, describe, describe_default
 
 STR = {"type": "str"}
 INT = {"type": "int"}

@@ -1,4 +1,4 @@
-"""staal.appendlog: the fsync'd JSON-lines log under the ledger and journals."""
+"""staal.records.appendlog: the fsync'd JSON-lines log under the ledger and journals."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from staal.appendlog import AppendLog, LogRead, read_log
-from staal.canonical import canonical_json
 from staal.errors import CanonicalError, LogDamaged, LogExists, RecordError
-from staal.fsio import OS_SYNC
 from staal.money import Money
+from staal.records.appendlog import AppendLog, LogRead, read_log
+from staal.records.canonical import canonical_json
+from staal.records.fsio import OS_SYNC
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 

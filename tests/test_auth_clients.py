@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer, sdk_refused_by_status
 from tests.test_callers_http import callers_site
 from tests.test_client_inspector import EXIT_OK, INSPECTOR
@@ -105,7 +105,7 @@ def test_no_token_or_credential_value_appears_in_any_output_or_file(tmp_path, se
                     headers={"authorization": f"Bearer {token}"})
     http.modern("tools/call", {"name": "echo", "arguments": {"text": "t"}},
                 headers={"authorization": f"Bearer {tokens[0]}"})
-    status = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
+    status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
                              str(http.site.manifest), "--json"], capture_output=True, text=True,
                             timeout=60, check=False)
     http.stop()

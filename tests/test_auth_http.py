@@ -15,7 +15,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.authorization import AuthorizationServer, claims_of, forged, header_of
 from tests.http_servers import HttpServer, modern_headers
 from tests.pg_cluster import free_port

@@ -1,4 +1,4 @@
-"""The JWKS cache of the bearer-token check (supervisor/auth_jwt.py), in
+"""The JWKS cache of the bearer-token check (supervisor/auth/bearer.py), in
 process: one refresh at a time however many tokens wait on an unknown kid,
 none again within the cooldown, the keys held kept when a refresh fails,
 and no shared-secret key ever used. The issuer here is an httpx transport
@@ -12,7 +12,7 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from staal.supervisor.auth_jwt import Jwks, metadata_urls
+from staal.supervisor.auth.bearer import Jwks, metadata_urls
 
 ISSUER = "https://auth.example.com/tenant"
 

@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.authorization import claims_of
 from tests.http_servers import HttpServer
 from tests.servers import Site, server_env
@@ -78,7 +78,7 @@ def _with_auth(site: Site, **changes: object) -> Site:
 
 
 def check(site: Site) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "check", str(site.manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(site.manifest)],
                           capture_output=True, text=True, timeout=120, env=server_env(), check=False)
 
 
@@ -155,7 +155,7 @@ def test_on_every_interface_without_a_public_url_serve_is_refused_naming_it(tmp_
 
 
 def _manifest(tmp_path, audience: str | None = None, public_url: str | None = None):
-    from staal.manifest_check import check as check_manifest
+    from staal.manifest.check import check as check_manifest
     from tests.manifests import seed_example, write_programs
 
     write_programs(tmp_path)
@@ -177,8 +177,8 @@ def _manifest(tmp_path, audience: str | None = None, public_url: str | None = No
     (None, "https://tools.example.com/mcp", ("0.0.0.0", 8080), "https://tools.example.com/mcp")])
 def test_the_resource_is_the_public_url_or_the_audience_naming_the_listening_url_or_that_url(
         tmp_path, audience, public_url, bound, resource):
-    from staal.supervisor.auth import resource_of
-    from staal.supervisor.auth_resource import with_resource
+    from staal.supervisor.auth.guard import resource_of
+    from staal.supervisor.auth.resource import with_resource
 
     served = with_resource(_manifest(tmp_path, audience, public_url), bound)
     assert served.auth.audience == resource
@@ -191,7 +191,7 @@ def test_the_resource_is_the_public_url_or_the_audience_naming_the_listening_url
     (None, ("0.0.0.0", 8080)), (None, ("::", 8080))])  # every interface: no URL known
 def test_an_audience_the_socket_does_not_answer_at_or_no_url_at_all_is_refused(tmp_path, audience,
                                                                                bound):
-    from staal.supervisor.auth_resource import ResourceRefused, with_resource
+    from staal.supervisor.auth.resource import ResourceRefused, with_resource
 
     with pytest.raises(ResourceRefused) as refused:
         with_resource(_manifest(tmp_path, audience), bound)

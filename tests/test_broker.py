@@ -1,4 +1,4 @@
-"""staal.worker.broker and staal.worker.urls: a grant's limits (uses, each,
+"""staal.worker.runs.broker and staal.worker.runs.urls: a grant's limits (uses, each,
 max, only), how actions count against them, and narrowing (DESIGN.md
 section 4).
 
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from staal.manifest import Grant, SecretRef
+from staal.manifest.model import Grant, SecretRef
 from staal.money import Money
-from staal.outcomes import Usage
 from staal.program import CapabilityRefused
-from staal.worker.broker import GrantState, ParamUsage
-from staal.worker.urls import UrlRefused, _segment_regex, allowed, prepare_patterns
+from staal.records.outcomes import Usage
+from staal.worker.runs.broker import GrantState, ParamUsage
+from staal.worker.runs.urls import UrlRefused, _segment_regex, allowed, prepare_patterns
 
 REFUND = "payments.stripe.refund"
 
@@ -627,7 +627,7 @@ def test_usage_charged_is_sorted_by_currency_and_one_per_currency():
 
 
 def test_patterns_prepared_ahead_match_as_before_and_leave_nothing_to_compile():
-    """The zygote prepares each grant's `only` (worker/zygote.py `warm`): a
+    """The zygote prepares each grant's `only` (worker/processes/zygote.py `warm`): a
     worker's check then compiles no regular expression."""
     patterns = ("https://api.example.com/v9/*-prepared/**", "https://api.example.com/v9/ok")
     prepare_patterns(patterns)

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from staal.budgets import (
+from staal.errors import SizeError
+from staal.manifest.sizes import Size
+from staal.records.journal import close_unfinished, read_journal
+from staal.records.journal_records import JOURNAL, Header, Intent, OutcomeRecord
+from staal.runtime.budgets import (
     MEMORY_EXIT_CODE,
     cpu_message,
     memory_message,
     message_of,
     own_limit,
 )
-from staal.errors import SizeError
-from staal.ids import new_run_id
-from staal.journal import close_unfinished, read_journal
-from staal.journal_records import JOURNAL, Header, Intent, OutcomeRecord
-from staal.sizes import Size
+from staal.runtime.ids import new_run_id
 
 SHA = "0" * 64
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from staal.canonical import arguments_hash, canonical_json, once_key
 from staal.errors import CanonicalError
 from staal.money import Money
+from staal.records.canonical import arguments_hash, canonical_json, once_key
 
 json_scalars = (st.none() | st.booleans() | st.text() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
                 | st.floats(allow_nan=False, allow_infinity=False))

@@ -68,8 +68,6 @@ REFUSE = textwrap.dedent('''\
     """Refuses every refund: the run fails as validation."""
 
     from staal import fail
-
-
     def main(order: str) -> dict:
         fail("validation", "refund exceeds what was paid")
     ''')

@@ -1,4 +1,4 @@
-"""staal.worker.confine: the confinement tripwire, standard input and the
+"""staal.worker.confinement.confine: the confinement tripwire, standard input and the
 scrubbed environment (DESIGN.md sections 4 and 9).
 
 An audit hook cannot be removed, so every scenario runs in a fresh Python
@@ -29,8 +29,7 @@ BOUND = 60.0  # seconds a scenario's process may take before the test fails
 PRELUDE = """
 import json, os, sys
 from staal.program import CapabilityRefused
-from staal.worker import confine
-
+from staal.worker.confinement import confine
 violations = []
 
 def attempt(action):

@@ -1,4 +1,4 @@
-"""supervisor/disclosure.py: one rule for what of a journal may be shown,
+"""supervisor/views/disclosure.py: one rule for what of a journal may be shown,
 read by the caller's journal resource (journal_view.py) and the operator's
 timeline (timeline.py), the audiences' difference written as data."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 
-from staal.journal import JournalWriter, read_journal
-from staal.journal_records import End, Header, Intent, OutcomeRecord, Print
-from staal.outcomes import Failure, Frame
 from staal.protocol.results import internal_error_text
-from staal.supervisor.journal_view import record_data
-from staal.supervisor.timeline import timeline
+from staal.records.journal import JournalWriter, read_journal
+from staal.records.journal_records import End, Header, Intent, OutcomeRecord, Print
+from staal.records.outcomes import Failure, Frame
+from staal.supervisor.views.journal_view import record_data
+from staal.supervisor.views.timeline import timeline
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

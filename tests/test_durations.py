@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from staal.durations import MAX_MS, UNIT_MS, Duration
 from staal.errors import DurationError
+from staal.manifest.durations import MAX_MS, UNIT_MS, Duration
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""staal.worker.engine.RunContext in this process: every action is checked,
+"""staal.worker.runs.engine.RunContext in this process: every action is checked,
 journaled before and after it happens, replayed on resume, and stopped for
 an operator when it cannot be known whether it happened (DESIGN.md
 sections 4 and 5).
@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from staal.appendlog import read_log
-from staal.clock import FixedClock
-from staal.journal import JournalState, JournalWriter, read_journal
-from staal.journal_records import JOURNAL, Header, Print, Resolved
-from staal.manifest import Grant
+from staal.manifest.model import Grant
 from staal.money import Money
-from staal.outcomes import Usage
 from staal.program import ActionFailed, CapabilityRefused, RunFailed
-from staal.worker.broker import GrantState
-from staal.worker.engine import (
+from staal.records.appendlog import read_log
+from staal.records.journal import JournalState, JournalWriter, read_journal
+from staal.records.journal_records import JOURNAL, Header, Print, Resolved
+from staal.records.outcomes import Usage
+from staal.runtime.clock import FixedClock
+from staal.worker.runs.broker import GrantState
+from staal.worker.runs.engine import (
     RESEND_WINDOW_MS,
     ActionSpec,
     InDoubt,

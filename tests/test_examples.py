@@ -23,8 +23,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from staal.manifest import load_manifest
-from staal.runconfig import from_tool, load_run_config
+from staal.manifest.check import load_manifest
+from staal.records.runconfig import from_tool, load_run_config
 from tests.payments import Payments
 from tests.readme import (
     BASE,
@@ -181,7 +181,7 @@ def test_the_example_programs_pass_staal_check_with_their_manifest_grants():
     manifest = json.loads((EXAMPLES / "manifest.json").read_text())
     for tool in manifest["tools"]:
         done = subprocess.run(
-            [sys.executable, "-m", "staal.worker.cli", "check", tool["program"],
+            [sys.executable, "-m", "staal.worker.commands.cli", "check", tool["program"],
              "--grants", json.dumps(tool["grants"])],
             cwd=EXAMPLES, capture_output=True, text=True, timeout=TIMEOUT, check=False)
         assert done.returncode == 0, (tool["name"], done.stderr)
@@ -191,7 +191,7 @@ def test_the_example_programs_pass_staal_check_with_their_manifest_grants():
 def test_the_example_manifest_serves_until_stdin_closes_then_exits_cleanly(tmp_path):
     copy = copy_examples(tmp_path, BASE)
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.cli", "serve", str(copy / "manifest.json")],
+        [sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(copy / "manifest.json")],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
@@ -273,7 +273,7 @@ def test_the_example_manifest_serves_the_shops_orders_as_resources(tmp_path):
 
     async def session():
         params = StdioServerParameters(command=sys.executable, args=[
-            "-m", "staal.supervisor.cli", "serve", str(copy / "manifest.json")], cwd=str(copy))
+            "-m", "staal.supervisor.app.cli", "serve", str(copy / "manifest.json")], cwd=str(copy))
         async with Client(params, mode="auto") as client:
             first = await client.read_resource(f"{base}?limit=3")
             page = json.loads(first.contents[0].text)

@@ -35,7 +35,7 @@ from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from staal.protocol.revisions import LEGACY, MODERN
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.fleet import Fleet, ManifestWriter, fleet
 from tests.flood import call_request, classify
 from tests.haproxy import INSTANCE_HEADER, Backend, config
@@ -50,7 +50,6 @@ def main(text: str) -> dict:
 """
 REFUSE = """
 from staal import fail
-
 def main(order: str) -> dict:
     fail("validation", "refund exceeds what was paid")
 """

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from staal.supervisor.lease import LeaseTiming
+from staal.supervisor.recovery.lease import LeaseTiming
 from tests import test_fleet_shared
 from tests.fleet import Fleet, ManifestWriter, fleet
 from tests.flood import call_request, classify

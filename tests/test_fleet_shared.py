@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from staal.canonical import canonical_json, once_key, sha256_hex
+from staal.records.canonical import canonical_json, once_key, sha256_hex
 from tests.fleet import Fleet, ManifestWriter, first_record, fleet
 from tests.flood import Answer, Flood, by_instance, call_request, classify, ledger_holds, store_events, tally
 from tests.pg_cluster import PgCluster, private_cluster

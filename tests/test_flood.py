@@ -44,7 +44,6 @@ def main(url: str, get: HttpGet) -> dict:
 """
 BROKEN = """
 from staal import fail
-
 def main(n: int) -> dict:
     fail("validation", "n is never right")
 """

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from staal.appendlog import read_log
-from staal.ledger_records import LEDGER, OnceHold, Reserve, Settle
-from staal.supervisor.files import RunFiles
-from staal.supervisor.forget import ForgetRefused, forget_in_store
-from staal.supervisor.ledger import read_ledger
-from staal.supervisor.pg_connection import connect
-from staal.supervisor.pg_schema import SCHEMA_VERSION, StoreError, ensure_schema
+from staal.records.appendlog import read_log
+from staal.records.ledger_records import LEDGER, OnceHold, Reserve, Settle
+from staal.supervisor.recovery.forget import ForgetRefused, forget_in_store
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import read_ledger
+from staal.supervisor.store.postgres.connection import connect
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, StoreError, ensure_schema
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
@@ -36,7 +36,7 @@ ONCE = {"once": {"by": ["n"]}}  # kept for the default keep: 90 days
 
 def forget(manifest: Path, run: str, env: dict[str, str] | None = None
            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "forget", str(manifest),
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "forget", str(manifest),
                            "--run", run], capture_output=True, text=True, timeout=60,
                           env=env or server_env(), check=False)
 
@@ -106,10 +106,10 @@ def test_on_the_file_store_a_run_failed_by_a_bug_runs_again_once_its_key_is_forg
 
 
 def status_of_file(manifest: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    human = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest)],
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
                            capture_output=True, text=True, timeout=60, check=False)
     assert "forgotten once keys: " in human.stdout
     return json.loads(done.stdout)

@@ -1,4 +1,4 @@
-"""staal.fsio's file-system layer: every change to the journal directory
+"""staal.records.fsio's file-system layer: every change to the journal directory
 goes through it, and its recorder writes down each one in order."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from staal.fsio import FS, OsSync, RecordingFileSystem
+from staal.records.fsio import FS, OsSync, RecordingFileSystem
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("shared", "supervisor", "worker")
@@ -21,15 +21,15 @@ PATH_CALLS = {"unlink", "write_bytes", "write_text", "rename", "mkdir", "touch",
 # The only ones allowed outside the layer, each on something that is not
 # in the journal directory.
 ALLOWED = {
-    ("shared/killpoints.py", "os.open"): "a crash test's kill-once marker, beside the journals",
-    ("supervisor/stdio.py", "os.open"): "/dev/null for standard input",
-    ("worker/inherited.py", "os.open"): "/dev/null for standard input",
-    ("worker/serve.py", "os.open"): "/dev/null for the warm-up journal",
-    ("worker/verifier.py", "os.open"): "/dev/null for the verifier's standard output and error",
-    ("worker/zygote.py", "os.write"): "the report and wake-up pipes",
-    ("supervisor/stdio.py", "write_all"): "standard output",
-    ("supervisor/log.py", "write_all"): "standard error",
-    ("worker/cli.py", "write_all"): "standard output",
+    ("shared/runtime/killpoints.py", "os.open"): "a crash test's kill-once marker, beside the journals",
+    ("supervisor/transport/stdio.py", "os.open"): "/dev/null for standard input",
+    ("worker/confinement/inherited.py", "os.open"): "/dev/null for standard input",
+    ("worker/processes/serve.py", "os.open"): "/dev/null for the warm-up journal",
+    ("worker/processes/verifier.py", "os.open"): "/dev/null for the verifier's standard output and error",
+    ("worker/processes/zygote.py", "os.write"): "the report and wake-up pipes",
+    ("supervisor/transport/stdio.py", "write_all"): "standard output",
+    ("supervisor/app/log.py", "write_all"): "standard error",
+    ("worker/commands/cli.py", "write_all"): "standard output",
 }
 
 
@@ -67,11 +67,11 @@ def test_no_file_is_changed_outside_the_file_system_layer() -> None:
     for directory in SCANNED:
         for path in sorted((ROOT / directory).glob("*.py")):
             name = str(path.relative_to(ROOT))
-            if name == "shared/fsio.py":
+            if name == "shared/records/fsio.py":
                 continue
             strays += [f"{name}:{line}: {what}" for line, what in file_changes(path)
                        if (name, what) not in ALLOWED]
-    assert not strays, ("these change files without going through staal.fsio.FS, so a "
+    assert not strays, ("these change files without going through staal.records.fsio.FS, so a "
                         "power-loss test cannot see them: " + ", ".join(strays))
 
 

@@ -1,4 +1,4 @@
-"""staal.fsio: writing every byte, private directories, the real syncer."""
+"""staal.records.fsio: writing every byte, private directories, the real syncer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from staal.fsio import OS_SYNC, OsSync, make_private_dir, write_all
+from staal.records.fsio import OS_SYNC, OsSync, make_private_dir, write_all
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 MIB = 1024 * 1024

@@ -11,8 +11,8 @@ import resource
 import uvicorn
 from uvicorn.server import ServerState
 
-from staal.supervisor import http_connections
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
+from staal.supervisor.transport import http_connections
 from tests.http_servers import HttpServer
 from tests.idle_sockets import IdleSockets
 from tests.servers import WAIT

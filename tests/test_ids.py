@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from staal.ids import is_run_id, new_run_id
+from staal.runtime.ids import is_run_id, new_run_id
 
 
 def test_a_run_id_is_32_random_hexadecimal_characters():

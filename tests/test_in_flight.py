@@ -1,4 +1,4 @@
-"""Which runs something in this process is running (supervisor/in_flight.py):
+"""Which runs something in this process is running (supervisor/calls/in_flight.py):
 a run has one holder at a time, moves only as the table says, and settling
 in place never claims a run whose reservation is still under way."""
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from staal.supervisor.in_flight import Holder, RunsInFlight
-from staal.transitions import IllegalTransition
+from staal.runtime.transitions import IllegalTransition
+from staal.supervisor.calls.in_flight import Holder, RunsInFlight
 
 BOUND = 30.0
 

@@ -16,8 +16,9 @@ from jsonschema import Draft202012Validator
 
 from staal.currencies import MINOR_UNITS
 from staal.errors import RecordError, StaalError
-from staal.input_schema import placeholder_arguments, to_json_schema
-from staal.inputs import (
+from staal.money import Money
+from staal.runtime.input_schema import placeholder_arguments, to_json_schema
+from staal.runtime.inputs import (
     INT_MAX,
     INT_MIN,
     MAX_PROBLEMS,
@@ -29,7 +30,6 @@ from staal.inputs import (
     check_description,
     check_value,
 )
-from staal.money import Money
 from tests.input_cases import (
     ADDRESS,
     CASES,

@@ -1,4 +1,4 @@
-"""staal.journal: a run's journal written with JournalWriter and read
+"""staal.records.journal: a run's journal written with JournalWriter and read
 back as one coherent story; any record that does not fit the story is
 damage named by its line (DESIGN.md section 5)."""
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from staal.appendlog import AppendLog
-from staal.canonical import canonical_json
-from staal.clock import FixedClock
 from staal.errors import LogDamaged, LogExists
-from staal.journal import JournalWriter, OpEntry, read_journal
-from staal.journal_records import (
+from staal.money import Money
+from staal.records.appendlog import AppendLog
+from staal.records.canonical import canonical_json
+from staal.records.journal import JournalWriter, OpEntry, read_journal
+from staal.records.journal_records import (
     JOURNAL,
     End,
     Header,
@@ -24,9 +24,9 @@ from staal.journal_records import (
     Stopped,
     Value,
 )
-from staal.money import Money
-from staal.outcomes import Failure, Usage
-from staal.records import Record
+from staal.records.outcomes import Failure, Usage
+from staal.records.record import Record
+from staal.runtime.clock import FixedClock
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

@@ -63,7 +63,7 @@ ALLOWED = {
     "shared": ({"staal"}, {"orjson"}, set()),
     "protocol": ({"staal", "staal.protocol"}, {"orjson"}, set(SANS_IO_DENIED)),
     # OpenTelemetry is the supervisor's alone: a worker hands its spans over
-    # as data and never imports it (supervisor/tracing.py, worker/spans.py).
+    # as data and never imports it (supervisor/telemetry/tracing.py, worker/runs/spans.py).
     "supervisor": ({"staal", "staal.protocol", "staal.supervisor"}, THIRD_PARTY | {"opentelemetry"},
                    set()),
     "worker": ({"staal", "staal.worker"}, THIRD_PARTY, set()),
@@ -154,11 +154,11 @@ def test_the_protocol_names_no_builtin_that_does_io():
 
 def test_the_import_check_catches_a_forbidden_import(tmp_path):
     module = tmp_path / "x.py"
-    module.write_text("import staal.worker.cli\nfrom httpx import Client\n")
-    assert imports_of(module) == {"staal.worker.cli", "httpx", "httpx.Client"}
-    assert owner("staal.worker.cli") == "staal.worker"
+    module.write_text("import staal.worker.commands.cli\nfrom httpx import Client\n")
+    assert imports_of(module) == {"staal.worker.commands.cli", "httpx", "httpx.Client"}
+    assert owner("staal.worker.commands.cli") == "staal.worker"
     assert owner("staal.money") == "staal"
-    assert refused("staal.worker.cli", "supervisor") and refused("httpx", "shared")
+    assert refused("staal.worker.commands.cli", "supervisor") and refused("httpx", "shared")
     assert not refused("httpx.Client", "worker")
 
 
@@ -235,6 +235,6 @@ def test_every_third_party_module_the_code_imports_is_a_declared_dependency():
 def test_a_worker_may_not_import_opentelemetry(tmp_path):
     program = tmp_path / "spans.py"
     program.write_text("from opentelemetry import trace\n")
-    found = imports_of(program, "staal.worker.spans", False)
+    found = imports_of(program, "staal.worker.runs.spans", False)
     assert {m.split(".")[0] for m in found if refused(m, "worker")} == {"opentelemetry"}
     assert not [m for m in found if refused(m, "supervisor")]

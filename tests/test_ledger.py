@@ -1,4 +1,4 @@
-"""staal.supervisor.ledger: runs, once keys and quotas, durable (seed 000 sections 5-7)."""
+"""staal.supervisor.store.ledger: runs, once keys and quotas, durable (seed 000 sections 5-7)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from staal.canonical import canonical_json
-from staal.clock import FixedClock
-from staal.durations import Duration
 from staal.errors import LogDamaged, StaalError
-from staal.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
-from staal.manifest import NetConfig, OnceConfig, QuotaConfig, Tool
+from staal.manifest.durations import Duration
+from staal.manifest.model import NetConfig, OnceConfig, QuotaConfig, Tool
 from staal.money import Money
-from staal.supervisor.ledger import (
+from staal.records.canonical import canonical_json
+from staal.records.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
+from staal.runtime.clock import FixedClock
+from staal.supervisor.store.ledger import (
     Different,
     Existing,
     FileLedger,
@@ -37,7 +37,7 @@ from staal.supervisor.ledger import (
     once_request,
     read_ledger,
 )
-from staal.supervisor.quota import LedgerState, RunEntry
+from staal.supervisor.store.state import LedgerState, RunEntry
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 T0 = 1_700_000_000_000
@@ -732,8 +732,8 @@ def test_a_leftover_temp_file_is_ignored_at_open_and_removed_by_the_next_compact
 
 COMPACT_CHILD = """
 import sys
-from staal.clock import FixedClock
-from staal.supervisor.ledger import FileLedger
+from staal.runtime.clock import FixedClock
+from staal.supervisor.store.ledger import FileLedger
 ledger = FileLedger.open(sys.argv[1], FixedClock(int(sys.argv[2])))
 ledger.compact(set(), {"t": 3_600_000})
 ledger.close()

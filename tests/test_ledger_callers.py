@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from staal.canonical import sha256_hex
-from staal.durations import Duration
 from staal.errors import StaalError
-from staal.manifest import NetConfig, OnceConfig, QuotaConfig, Tool
-from staal.supervisor.ledger import Admission, Existing, OverQuota, Reserved, once_request
+from staal.manifest.durations import Duration
+from staal.manifest.model import NetConfig, OnceConfig, QuotaConfig, Tool
+from staal.records.canonical import sha256_hex
+from staal.supervisor.store.ledger import Admission, Existing, OverQuota, Reserved, once_request
 from tests.test_ledger import HOUR, T0, Ledgers
 
 A, B = sha256_hex(b"caller a"), sha256_hex(b"caller b")

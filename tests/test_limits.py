@@ -1,4 +1,4 @@
-"""staal.worker.limits: max_steps counted in the program's own lines, and the
+"""staal.worker.confinement.limits: max_steps counted in the program's own lines, and the
 CPU-time backstop (DESIGN.md section 4, "Limits").
 
 Every StepCounter scenario runs against both implementations, the C trace
@@ -96,7 +96,7 @@ PRELUDE = """
 import json, os, sys
 from pathlib import Path
 from staal.program import RunFailed
-from staal.worker.limits import StepCounter, cpu_backstop
+from staal.worker.confinement.limits import StepCounter, cpu_backstop
 
 ROOT = Path(sys.argv[1])
 IMPL = sys.argv[2] or None
@@ -240,7 +240,7 @@ def test_code_outside_the_program_root_is_not_counted(root, impl):
 
 
 def test_a_counter_counts_alike_from_decisions_taken_ahead_and_asks_the_file_system_nothing(root):
-    """The zygote decides ahead for every file it imported (worker/zygote.py
+    """The zygote decides ahead for every file it imported (worker/processes/zygote.py
     `warm`); a worker's counter then counts as one deciding itself would,
     without a realpath per file."""
     data = list(range(40))
@@ -455,8 +455,7 @@ def test_the_c_step_counter_is_built_and_is_the_default(tmp_path):
     # A failed or skipped build of the optional extension would leave every
     # run on the slower Python tracer; this test is what notices.
     importlib.import_module("staal.worker._steps")
-    from staal.worker import limits
-
+    from staal.worker.confinement import limits
     assert limits.C_STEP_COUNTER is True
     assert limits.StepCounter(10, tmp_path).implementation == "c"
     assert limits.StepCounter(10, tmp_path, implementation="python").implementation == "python"
@@ -470,7 +469,7 @@ def test_without_the_extension_the_python_counter_is_used(tmp_path):
             """
             import json, sys
             sys.modules["staal.worker._steps"] = None  # as if it was never built
-            from staal.worker import limits
+            from staal.worker.confinement import limits
             try:
                 limits.StepCounter(10, sys.argv[1], implementation="c")
                 refused = None

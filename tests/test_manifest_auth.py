@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from staal.errors import ManifestError
-from staal.manifest import CredentialConfig
-from staal.manifest_check import check
+from staal.manifest.check import check
+from staal.manifest.model import CredentialConfig
 from tests.manifests import STRIPE_GRANT, broken, problems_of, seed_example, write_programs
 
 ISSUER = "https://auth.example.com/"
@@ -242,7 +242,7 @@ def test_a_bad_callers_section_names_the_key(here, change, expected):
 
 
 def test_the_example_manifest_with_callers_loads():
-    from staal.manifest import load_manifest
+    from staal.manifest.check import load_manifest
 
     root = Path(__file__).resolve().parent.parent
     manifest = load_manifest(root / "examples" / "manifest.callers.json")
@@ -262,7 +262,7 @@ def test_a_grant_set_under_a_money_quota_must_bound_its_spend_in_the_quotas_curr
 
 
 def test_a_grant_sets_secrets_are_handed_to_its_runs_and_kept_from_every_worker(here, monkeypatch):
-    from staal.supervisor.zygote import secret_names, worker_environment
+    from staal.supervisor.workers.zygote import secret_names, worker_environment
 
     data = with_callers(seed_example())
     support = data["tools"][0]["profiles"]["support"]["pay"]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from staal.supervisor.ledger import read_ledger
-from staal.supervisor.metrics_http import SCRAPES_AT_ONCE
+from staal.supervisor.store.ledger import read_ledger
+from staal.supervisor.telemetry.metrics_http import SCRAPES_AT_ONCE
 from tests.idle_sockets import IdleSockets
 from tests.recorder import Recorder
 from tests.serving import Served, server_env, start, tool, write_manifest
@@ -269,7 +269,7 @@ def test_a_metrics_address_in_use_stops_the_server_at_start_naming_the_key(tmp_p
         (tmp_path / "echo.py").write_text("def main(text: str) -> str:\n    return text\n")
         manifest = write_manifest(tmp_path, [tool("echo", "echo.py")],
                                   metrics={"listen": f"127.0.0.1:{port}"})
-        done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=WAIT_S,
                               env=server_env(), check=False)
     assert done.returncode == 2
@@ -299,7 +299,8 @@ def test_without_a_metrics_section_nothing_listens_and_prometheus_client_is_neve
         assert served.close() == 0
     # What the call path imports: the observer, never the exposition's library.
     imported = subprocess.run(
-        [sys.executable, "-c", "import sys, staal.supervisor.server, staal.supervisor.stdio_serving, "
-         "staal.supervisor.http_serving; print('prometheus_client' in sys.modules)"],
+        [sys.executable, "-c", "import sys, staal.supervisor.app.server, "
+         "staal.supervisor.transport.stdio_serving, staal.supervisor.transport.http_serving;"
+         " print('prometheus_client' in sys.modules)"],
         capture_output=True, text=True, timeout=WAIT_S, check=True)
     assert imported.stdout.strip() == "False"

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.manifests import problems_of, seed_example, write_programs
 from tests.servers import Site

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from staal.catalogue import CATALOGUE
-from staal.clock import FixedClock
-from staal.journal import JournalWriter
-from staal.journal_records import Header
-from staal.manifest import Grant, ModelConfig, SecretRef
-from staal.runconfig import RunConfig
-from staal.worker.broker import GrantState
+from staal.manifest.catalogue import CATALOGUE
+from staal.manifest.model import Grant, ModelConfig, SecretRef
+from staal.records.journal import JournalWriter
+from staal.records.journal_records import Header
+from staal.records.runconfig import RunConfig
+from staal.runtime.clock import FixedClock
 from staal.worker.capabilities import implementation
 from staal.worker.capabilities.model import (
     ANTHROPIC_VERSION,
@@ -28,8 +27,9 @@ from staal.worker.capabilities.model import (
     AnthropicProvider,
     ModelCapability,
 )
-from staal.worker.engine import RunContext
-from staal.worker.run import Services
+from staal.worker.runs.broker import GrantState
+from staal.worker.runs.engine import RunContext
+from staal.worker.runs.run import Services
 from tests.fake_model import FakeModel, running_fake_model
 from tests.runs import Workspace
 

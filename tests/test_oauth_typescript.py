@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from staal.supervisor.auth_jwt import SKEW_S
+from staal.supervisor.auth.bearer import SKEW_S
 from tests.authorization import AuthorizationServer, claims_of
 from tests.oauth_site import ADMITTED, PROFILE, REDIRECT, REQUIRED, oauth_site, runs_of, serve
 from tests.test_client_typescript import JS, TIMEOUT, node, require_node_modules

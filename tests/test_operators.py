@@ -10,11 +10,11 @@ import stat
 import subprocess
 import sys
 
-from staal.clock import FixedClock
-from staal.manifest_check import check
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import FileLedger, read_ledger
-from staal.supervisor.retention import sweep
+from staal.manifest.check import check
+from staal.runtime.clock import FixedClock
+from staal.supervisor.recovery.retention import sweep
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import FileLedger, read_ledger
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
 
@@ -101,7 +101,7 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
     with start(manifest) as served:
         run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
         ledger_before = (tmp_path / "journals" / "server.ledger").read_bytes()
-        done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
+        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
                                str(manifest), "--json"], capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr
@@ -111,14 +111,14 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
         assert waiting["run"] == run and waiting["state"] == "waiting_for_operator"
         journal = RunFiles(tmp_path / "journals", "ticket", run).journal
         assert waiting["resolve"].startswith(f"staal resolve --journal {journal} --op 1 --happened yes")
-        human = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest)],
+        human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
                                capture_output=True, text=True, timeout=60, check=False)
         assert run in human.stdout and "resolve:" in human.stdout
         assert (tmp_path / "journals" / "server.ledger").read_bytes() == ledger_before
         # Status took no lock: the server goes on serving.
         assert served.call("staal_run_status", {"run": run})["isError"] is False
         assert served.close() == 0
-    after = json.loads(subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
+    after = json.loads(subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
                                        str(manifest), "--json"], capture_output=True, text=True,
                                       timeout=60, check=False).stdout)
     assert after["server"]["running"] is False
@@ -133,7 +133,7 @@ def test_status_gives_each_tools_quota_use(tmp_path, service):
             assert served.call("noop", {"n": n})["isError"] is False
         assert served.close() == 0
     report = json.loads(subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest), "--json"],
+        [sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest), "--json"],
         capture_output=True, text=True, timeout=60, check=False).stdout)
     (quota,) = report["quotas"]
     assert (quota["tool"], quota["calls"], quota["calls_limit"]) == ("noop", 3, 5)
@@ -150,7 +150,7 @@ def test_retention_deletes_the_log_then_the_journal_of_runs_settled_longer_ago_t
     journals = tmp_path / "journals"
     clock = FixedClock(1_000_000_000_000)
     ledger = FileLedger.open(journals / "server.ledger", clock)
-    from staal.supervisor.quota import OnceHold
+    from staal.supervisor.store.state import OnceHold
 
     old = ledger.reserve_call("old", None, 1, (), None).run
     waiting = ledger.reserve_call("old", None, 1, (), None).run
@@ -194,14 +194,14 @@ def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_nex
         assert served.close() == 0
     files = RunFiles(tmp_path / "journals", "ticket", run)
     answer = json.dumps({"status": 201, "text": "{}"})
-    resolved = subprocess.run([sys.executable, "-m", "staal.worker.cli", "resolve", "--journal",
+    resolved = subprocess.run([sys.executable, "-m", "staal.worker.commands.cli", "resolve", "--journal",
                                str(files.journal), "--op", "1", "--happened", "yes", "--result", answer],
                               capture_output=True, text=True, timeout=60, check=False)
     assert resolved.returncode == 0, resolved.stderr
     # A server's journal: the operator is told the server resumes it, not to
     # run `staal resume` beside the server.
     assert resolved.stdout.strip().endswith("the server resumes the run at its next start")
-    listed = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+    listed = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
                              "--json"], capture_output=True, text=True, timeout=60, check=False)
     (answered,) = json.loads(listed.stdout)["runs"]
     assert (answered["run"], answered["state"]) == (run, "answered: resumed at the next start")
@@ -247,8 +247,8 @@ def test_a_repeated_once_call_of_a_waiting_run_gets_the_same_stopped_result(tmp_
 
 
 def test_with_keep_forever_nothing_is_ever_deleted():
-    from staal.supervisor.quota import RunEntry
-    from staal.supervisor.retention import expired
+    from staal.supervisor.recovery.retention import expired
+    from staal.supervisor.store.state import RunEntry
 
     entry = RunEntry(run="a" * 32, tool="t", reserved_ms=0, calls=1, money=(), once=None,
                      state="settled", ended_ms=0, outcome="done", charged=())
@@ -281,9 +281,9 @@ def test_no_outcome_and_no_restart_removes_a_journal(tmp_path, service):
 def test_both_commands_print_their_version():
     import staal
 
-    for module, expected in (("staal.supervisor.cli",
+    for module, expected in (("staal.supervisor.app.cli",
                               f"staal-supervisor {staal.__version__} (runtime {staal.RUNTIME})"),
-                             ("staal.worker.cli", f"staal {staal.__version__}")):
+                             ("staal.worker.commands.cli", f"staal {staal.__version__}")):
         done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
                               text=True, timeout=60, check=False)
         assert (done.returncode, done.stdout, done.stderr) == (0, expected + "\n", "")

@@ -19,16 +19,16 @@ from contextlib import contextmanager
 
 import pytest
 
-from staal.supervisor.in_flight import TRANSITIONS as RUN_HOLDERS
-from staal.supervisor.in_flight import Holder
-from staal.supervisor.poolstate import (
+from staal.runtime.transitions import IllegalTransition, advance
+from staal.supervisor.calls.in_flight import TRANSITIONS as RUN_HOLDERS
+from staal.supervisor.calls.in_flight import Holder
+from staal.supervisor.workers.pool_states import (
     POOL_TRANSITIONS,
     WORKER_TRANSITIONS,
     Backoff,
     PoolState,
     WorkerState,
 )
-from staal.transitions import IllegalTransition, advance
 from tests.killer import Killer, zygote
 from tests.servers import RawServer, Site
 

@@ -12,7 +12,7 @@ from tests.verifiers import new_key
 
 CHILD = """
 import ctypes, json, os, subprocess
-from staal.private_memory import forget_first_environment
+from staal.runtime.private_memory import forget_first_environment
 
 libc = ctypes.CDLL(None)
 libc.getenv.restype = ctypes.c_char_p

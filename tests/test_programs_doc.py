@@ -41,7 +41,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import staal.caps
-from staal.catalogue import CATALOGUE
+from staal.manifest.catalogue import CATALOGUE
 from tests import services
 from tests.fake_model import running_fake_model
 from tests.payments import Payments

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCResponse
 
-from staal.manifest import RUN_STATUS_TOOL
+from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.connection import CallTool, Cancel, Connection, Send
 from staal.protocol.framing import encode_line
 from staal.protocol.results import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from staal.manifest import RUN_STATUS_TOOL
+from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.results import (
     MAX_RESULT,
     REFUSAL_KINDS,

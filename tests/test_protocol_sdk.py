@@ -19,7 +19,7 @@ from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import jsonrpc_message_adapter
 
-from staal.manifest import RUN_STATUS_TOOL
+from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.connection import CallTool, Cancel, Connection, Send
 from staal.protocol.framing import encode_line
 from staal.protocol.results import Done, Failed, RunStatus

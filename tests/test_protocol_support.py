@@ -15,8 +15,8 @@ from mcp_types import UnsupportedProtocolVersionErrorData
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
 from mcp_types.methods import parse_server_notification, parse_server_result
 
-from staal.manifest import Tool
-from staal.manifest_check import check
+from staal.manifest.check import check
+from staal.manifest.model import Tool
 from staal.protocol.connection import CallTool, Connection, Event, Send
 from staal.protocol.revisions import LEGACY, MODERN, ServerInfo
 from staal.protocol.tools import ToolDescriptor, describe_tool

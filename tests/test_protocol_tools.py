@@ -9,7 +9,7 @@ from dataclasses import replace
 import mcp_types
 import pytest
 
-from staal.manifest import RUN_STATUS_TOOL
+from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.revisions import LEGACY, MODERN
 from staal.protocol.tools import (
     RUN_STATUS_INPUT_SCHEMA,

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from staal.clock import FixedClock
-from staal.durations import Duration
-from staal.ledger_records import Release, Reserve, Settle
-from staal.manifest import QuotaConfig
+from staal.manifest.durations import Duration
+from staal.manifest.model import QuotaConfig
 from staal.money import Money
-from staal.supervisor.ledger import Admission, OverQuota, Reserved, quota_refusal, read_ledger
-from staal.supervisor.ledger_postgres import PostgresLedger
-from staal.supervisor.quota import LedgerState
+from staal.records.ledger_records import Release, Reserve, Settle
+from staal.runtime.clock import FixedClock
+from staal.supervisor.store.ledger import Admission, OverQuota, Reserved, quota_refusal, read_ledger
+from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.supervisor.store.state import LedgerState
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
 from tests.recorder import Recorder, serving

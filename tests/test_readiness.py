@@ -1,7 +1,7 @@
 """The readiness decision (issue 24 item 5): an instance is ready only while
-serving with its lease renewing (supervisor/readiness.py), and the check
+serving with its lease renewing (supervisor/transport/readiness.py), and the check
 at `GET /ready` answers that one bit and nothing more (protocol/readiness.py),
-before any credential is asked for (supervisor/http_serving.py's app,
+before any credential is asked for (supervisor/transport/http_serving.py's app,
 driven here in process with a guard that refuses every request and counts
 what reaches it)."""
 
@@ -18,10 +18,10 @@ from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Endpoint, Head, HttpResponse, HttpSettings
 from staal.protocol.readiness import is_readiness_check, not_serving_answer, readiness_answer
 from staal.protocol.revisions import ServerInfo
-from staal.supervisor.http_serving import McpApp
-from staal.supervisor.not_ready import answering_not_ready
-from staal.supervisor.readiness import Readiness, ReadyState
-from staal.transitions import IllegalTransition
+from staal.runtime.transitions import IllegalTransition
+from staal.supervisor.transport.http_serving import McpApp
+from staal.supervisor.transport.not_ready import answering_not_ready
+from staal.supervisor.transport.readiness import Readiness, ReadyState
 from tests.manifests import broken, write_programs
 from tests.servers import WAIT
 

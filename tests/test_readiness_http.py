@@ -11,7 +11,7 @@ import threading
 
 import httpx
 
-from staal.supervisor.lockfile import ServerLock
+from staal.supervisor.app.lockfile import ServerLock
 from tests.authorization import AUDIENCE
 from tests.http_servers import HttpServer
 from tests.pg_cluster import free_port

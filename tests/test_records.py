@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from staal.errors import RecordError
-from staal.ids import new_run_id
-from staal.journal_records import (
+from staal.money import Money
+from staal.records.journal_records import (
     JOURNAL,
     End,
     Header,
@@ -23,8 +23,8 @@ from staal.journal_records import (
     Stopped,
     Value,
 )
-from staal.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
-from staal.messages import (
+from staal.records.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
+from staal.records.messages import (
     MESSAGES,
     ActionSpan,
     Check,
@@ -45,8 +45,8 @@ from staal.messages import (
     pack,
     unpack,
 )
-from staal.money import Money
-from staal.outcomes import ERROR_KINDS, FAILURE_KINDS, Failure, Frame, Usage
+from staal.records.outcomes import ERROR_KINDS, FAILURE_KINDS, Failure, Frame, Usage
+from staal.runtime.ids import new_run_id
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32
@@ -293,18 +293,18 @@ def test_any_json_result_round_trips_in_an_ended_message(run, time, result):
 
 def test_encodings_prepared_ahead_leave_a_forked_worker_no_type_hints_to_evaluate():
     """The zygote prepares every journal and message type and the dataclasses
-    they hold (worker/zygote.py `warm`); a run's end, with its usage and a
+    they hold (worker/processes/zygote.py `warm`); a run's end, with its usage and a
     failure with frames, then evaluates no type hints when it is encoded."""
     import subprocess
     import sys
 
     script = """
 import json
-from staal import records
-from staal.journal_records import JOURNAL, End
-from staal.messages import MESSAGES
+from staal.records.record import record as records
+from staal.records.journal_records import JOURNAL, End
+from staal.records.messages import MESSAGES
 from staal.money import Money
-from staal.outcomes import Failure, Frame, Usage
+from staal.records.outcomes import Failure, Frame, Usage
 
 def end():
     return End(outcome="failed", time=1, failure=Failure("value", "no", (Frame("p.py", 3, "f", "x"),)),

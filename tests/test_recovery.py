@@ -9,15 +9,15 @@ import sys
 
 import psutil
 
-from staal.clock import SYSTEM_CLOCK
-from staal.ids import new_run_id
-from staal.journal import read_journal
-from staal.journal_records import JOURNAL, End, Header, Intent
-from staal.messages import StoppedMsg
-from staal.outcomes import Usage
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import FileLedger, read_ledger
-from staal.supervisor.outcomes import give_up
+from staal.records.journal import read_journal
+from staal.records.journal_records import JOURNAL, End, Header, Intent
+from staal.records.messages import StoppedMsg
+from staal.records.outcomes import Usage
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.runtime.ids import new_run_id
+from staal.supervisor.calls.outcomes import give_up
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import FileLedger, read_ledger
 from tests.recorder import WAIT
 from tests.serving import server_env, start, tool, write_manifest
 
@@ -64,7 +64,7 @@ def interrupt(manifest, service, env=None):
 
 
 def serve_once(manifest, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=60, env=env or server_env(),
                           cwd=manifest.parent, check=False)
 
@@ -198,7 +198,7 @@ def test_a_zygote_killed_while_serving_is_started_again(tmp_path):
     with start(manifest) as served:
         assert served.call("noop", {"n": 1})["structuredContent"] == {"result": 1}
         (zygote,) = [p for p in psutil.Process(served.process.pid).children()
-                     if "staal.worker.zygote" in " ".join(p.cmdline())]
+                     if "staal.worker.processes.zygote" in " ".join(p.cmdline())]
         os.kill(zygote.pid, signal.SIGKILL)
         assert served.call("noop", {"n": 2})["structuredContent"] == {"result": 2}
         assert served.events("zygote_exited")

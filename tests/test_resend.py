@@ -1,4 +1,4 @@
-"""A keyed request sent again until its answer is known (worker/resend.py):
+"""A keyed request sent again until its answer is known (worker/runs/resend.py):
 the decision after each attempt, on a fake clock whose waits pass at once,
 alone and through the run context (journal, deadline, resume); and the
 server's run whose worker is killed while the fake payment service holds
@@ -19,12 +19,12 @@ from typing import Any
 import psutil
 import pytest
 
-from staal.clock import FixedClock
-from staal.journal import read_journal
 from staal.program import ActionFailed
-from staal.supervisor.ledger import read_ledger
-from staal.worker.engine import Performed, RunStopped
-from staal.worker.resend import (
+from staal.records.journal import read_journal
+from staal.runtime.clock import FixedClock
+from staal.supervisor.store.ledger import read_ledger
+from staal.worker.runs.engine import Performed, RunStopped
+from staal.worker.runs.resend import (
     NEXT,
     RESEND_WINDOW_MS,
     Attempted,
@@ -305,7 +305,7 @@ def worker_talking_to(manifest: Path, port: int) -> psutil.Process:
 
 
 def status_json(manifest: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from staal.errors import ManifestError
-from staal.manifest_check import check
-from staal.manifest_resources import dns_label_problem, is_hidden_tool
+from staal.manifest.check import check
+from staal.manifest.resources import dns_label_problem, is_hidden_tool
 from tests.manifests import STRIPE_GRANT, seed_example, write_programs
 
 NET = {"timeout_ms": 1000, "connect_timeout_ms": 1000}

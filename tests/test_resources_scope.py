@@ -1,5 +1,5 @@
 """Which runs a caller sees as resources (issue 16), decided in one place
-(`staal.supervisor.resources.visible`): with no principal (stdio, or HTTP
+(`staal.supervisor.views.resources.visible`): with no principal (stdio, or HTTP
 without authentication) every run the server made, newest first and paged
 each run once; an authenticated caller only the runs it owns, another's
 run answered exactly as one that does not exist; a released run (it never
@@ -14,23 +14,23 @@ from types import SimpleNamespace
 
 import pytest
 
-from staal.clock import SYSTEM_CLOCK
-from staal.journal import JournalWriter
-from staal.journal_records import End, Header, Print, Value
 from staal.protocol.cursors import CursorSigner
 from staal.protocol.jsonrpc import RpcError
 from staal.protocol.resources import ReadResource, ResourceCatalogue
 from staal.protocol.revisions import MODERN
-from staal.supervisor.callers import LOCAL, Admitted
-from staal.supervisor.calls import Calls
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import FileLedger
-from staal.supervisor.principal import Principal
-from staal.supervisor.quota import Admission
-from staal.supervisor.resources import Resources, cursor_key, visible
-from staal.supervisor.run_journals import FILE_JOURNALS, RunJournals
-from staal.supervisor.run_notes import FileNotes
-from staal.supervisor.waiting import Waiting
+from staal.records.journal import JournalWriter
+from staal.records.journal_records import End, Header, Print, Value
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.supervisor.auth.callers import LOCAL, Admitted
+from staal.supervisor.auth.principal import Principal
+from staal.supervisor.calls.pipeline import Calls
+from staal.supervisor.recovery.waiting import Waiting
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.store.ledger import FileLedger
+from staal.supervisor.store.notes import FileNotes
+from staal.supervisor.store.state import Admission
+from staal.supervisor.views.resources import Resources, cursor_key, visible
 
 BASE = "staal://shop"
 ALICE = Principal("https://issuer.example", "alice", "agent-1")

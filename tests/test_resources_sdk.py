@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from staal.protocol.resources import ENDED_TTL_MS
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.resource_sites import (
     BASE,

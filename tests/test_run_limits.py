@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from staal.supervisor.files import RunFiles
-from staal.supervisor.silence import SILENT_S
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.workers.silence import SILENT_S
 from tests.servers import WAIT, RawServer, Site
 
 FFI = {"libc": {"cap": "ffi.c", "library": "libc.so.6"}}

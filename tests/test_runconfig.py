@@ -8,10 +8,11 @@ import json
 import pytest
 
 from staal.errors import ManifestError
-from staal.manifest_check import check
-from staal.manifest_grants import GrantReader
-from staal.manifest_values import ValueReader
-from staal.runconfig import (
+from staal.manifest.check import check
+from staal.manifest.grants import GrantReader
+from staal.manifest.sizes import machine_mib
+from staal.manifest.values import ValueReader
+from staal.records.runconfig import (
     DEFAULT_CPU_MS,
     DEFAULT_MEMORY_MIB,
     DEFAULT_WAIT_MS,
@@ -20,7 +21,6 @@ from staal.runconfig import (
     grant_to_json,
     load_run_config,
 )
-from staal.sizes import machine_mib
 from tests.manifests import seed_example, write_programs
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.killer import Killer
 from tests.recorder import Recorder
 from tests.servers import WAIT, Site, sdk_session, text_of

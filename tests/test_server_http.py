@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from staal.protocol.revisions import LEGACY, MODERN
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import ACCEPT, HttpServer, modern_headers
 from tests.servers import WAIT, Site
 
@@ -337,8 +337,7 @@ def test_a_head_not_whole_in_time_is_408_and_its_connection_closed(monkeypatch):
     import uvicorn
     from uvicorn.server import ServerState
 
-    from staal.supervisor import http_connections
-
+    from staal.supervisor.transport import http_connections
     monkeypatch.setattr(http_connections, "HEAD_TIMEOUT_S", 0.05)
     reached: list = []
 
@@ -366,8 +365,7 @@ def test_a_head_not_whole_in_time_is_408_and_its_connection_closed(monkeypatch):
 def test_a_body_not_whole_in_time_is_408(monkeypatch):
     import asyncio
 
-    from staal.supervisor import http_serving
-
+    from staal.supervisor.transport import http_serving
     monkeypatch.setattr(http_serving, "BODY_TIMEOUT_S", 0.05)
 
     async def scenario():

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.servers import Site
 
@@ -18,7 +18,6 @@ def main(order: str, text: str) -> dict:
 """
 REFUSE = """
 from staal import fail
-
 def main(order: str) -> dict:
     fail("validation", "refund exceeds what was paid")
 """

@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.serving import server_env, start, tool, write_manifest
 
 
 def serve_once(manifest) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=60, env=server_env(),
                           cwd=manifest.parent, check=False)
 

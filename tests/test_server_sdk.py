@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.payments import Payments
 from tests.recorder import Recorder
 from tests.servers import WAIT, Closer, Site, sdk_session, stripe_refund_grant, text_of

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.http_servers import HttpServer
 from tests.recorder import Hold, Recorder
 from tests.servers import WAIT, RawServer, Site, Stderr
@@ -56,7 +56,7 @@ def lookup_site(root, service: Recorder) -> Site:
 
 def zygote_of(process: subprocess.Popen) -> psutil.Process:
     (zygote,) = [p for p in psutil.Process(process.pid).children()
-                 if "staal.worker.zygote" in p.cmdline()]
+                 if "staal.worker.processes.zygote" in p.cmdline()]
     return zygote
 
 
@@ -158,7 +158,7 @@ def test_behind_a_provider_verifier_a_stop_signal_to_the_group_or_every_process_
     site.program("lookup.py", LOOKUP)
     with HttpServer(site, new_session=True) as server:
         (verifier,) = [p for p in psutil.Process(server.process.pid).children()
-                       if "staal.worker.verifier" in p.cmdline()]
+                       if "staal.worker.processes.verifier" in p.cmdline()]
         answer = call_while_stopped(server, service, number, target,
                                     headers={"x-api-key": key})
         assert answer.json()["result"]["structuredContent"] == {"result": {"status": 404}}
@@ -172,7 +172,7 @@ def test_a_zygote_signalled_while_its_interpreter_starts_outlives_it_and_exits_w
     """The zygote starts with the stop signals blocked and ignores them
     first thing: a Ctrl-C that reaches it before any of its code runs is
     dropped, not a KeyboardInterrupt in the middle of its imports."""
-    from staal.supervisor.zygote import spawn
+    from staal.supervisor.workers.zygote import spawn
 
     site = Site(tmp_path)
     site.program("lookup.py", LOOKUP)
@@ -201,7 +201,7 @@ def test_ctrl_c_before_the_server_serves_stops_it_at_once_without_a_traceback(
     """While it waits for the journal directory's lock (another server holds
     it), the server is not serving yet: Ctrl-C stops it there and then,
     exit 130, its zygote with it, no traceback."""
-    from staal.supervisor.lockfile import ServerLock
+    from staal.supervisor.app.lockfile import ServerLock
 
     site = lookup_site(tmp_path, service)
     with ServerLock.acquire(site.journals, wait_s=0):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
-from staal.supervisor.ledger import read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.recorder import Recorder
 from tests.servers import (
     INITIALIZE_PARAMS,

@@ -19,9 +19,9 @@ import psutil
 
 from staal.protocol.dispatch import Dispatcher
 from staal.protocol.http import Endpoint, Head
-from staal.supervisor.auth import Guard
-from staal.supervisor.http_serving import McpApp, settings_for
-from staal.supervisor.principal import Principal
+from staal.supervisor.auth.guard import Guard
+from staal.supervisor.auth.principal import Principal
+from staal.supervisor.transport.http_serving import McpApp, settings_for
 from tests.http_servers import HttpServer, modern_headers
 from tests.servers import (
     START_WAIT,
@@ -44,7 +44,7 @@ def files_holding(root: Path, text: str) -> list[Path]:
 
 
 def status_output(site: Site) -> str:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(site.manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(site.manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=True)
     return done.stdout + done.stderr
 
@@ -78,7 +78,7 @@ def still_verifying(pid: int, site: Site) -> bool:
 
 def verifier_of(http: HttpServer) -> psutil.Process:
     (verifier,) = [p for p in psutil.Process(http.process.pid).children()
-                   if "staal.worker.verifier" in p.cmdline()]
+                   if "staal.worker.processes.verifier" in p.cmdline()]
     return verifier
 
 
@@ -171,7 +171,7 @@ def test_the_verifier_holds_no_tools_secret_and_past_its_tripwire_cannot_reach_o
     with HttpServer(site, env=secret, preexec=without_ptrace_capability) as http:
         verifier = verifier_of(http)
         zygote = next(p for p in psutil.Process(http.process.pid).children()
-                      if "staal.worker.zygote" in p.cmdline())
+                      if "staal.worker.processes.zygote" in p.cmdline())
         assert secrets_in_memory(http.process.pid, secret) == {"STRIPE_SECRET_KEY"}  # the scan works
         assert secrets_in_memory(verifier.pid, secret) == set()
         assert "STRIPE_SECRET_KEY" not in verifier.environ()
@@ -240,13 +240,13 @@ def test_an_admitted_requests_credential_headers_are_gone_before_the_mcp_layer_r
 
 def test_check_refuses_a_manifest_whose_verifier_does_not_load_as_serve_would(tmp_path):
     site = verifier_site(Site(tmp_path), new_key(), source="def check(request):\n    return {}\n")
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "check", str(site.manifest)],
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(site.manifest)],
                           capture_output=True, text=True, timeout=START_WAIT, check=False)
     assert done.returncode == 2
     assert f"auth.credential.entry: {tmp_path / 'verify.py'} has no function 'verify'" in done.stderr
     (tmp_path / "good").mkdir()
     good = verifier_site(Site(tmp_path / "good"), new_key())
-    valid = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "check", str(good.manifest)],
+    valid = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(good.manifest)],
                            capture_output=True, text=True, timeout=START_WAIT, check=False)
     assert valid.returncode == 0, valid.stderr
 

@@ -1,5 +1,5 @@
 """How the pool tells a runaway run from a crash when a worker goes silent
-(supervisor/silence.py; issue 24 item 6): read with a fake clock and a fake
+(supervisor/workers/silence.py; issue 24 item 6): read with a fake clock and a fake
 reader of CPU time, then against real processes (one looping in C, one
 stopped)."""
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from staal.supervisor.silence import (
+from staal.supervisor.workers.silence import (
     MIN_WINDOW_S,
     RUNAWAY_SHARE,
     SILENT_S,

@@ -1,12 +1,12 @@
-"""supervisor/status.py's two readings that the console shares: now as a
+"""supervisor/views/status.py's two readings that the console shares: now as a
 reader beside the server takes it, and the in-doubt line of a waiting run."""
 
 from __future__ import annotations
 
-from staal.clock import FixedClock
-from staal.ledger_records import Reserve
-from staal.supervisor.quota import LedgerState
-from staal.supervisor.status import in_doubt, ledger_now_ms
+from staal.records.ledger_records import Reserve
+from staal.runtime.clock import FixedClock
+from staal.supervisor.store.state import LedgerState
+from staal.supervisor.views.status import in_doubt, ledger_now_ms
 
 T0 = 1_700_000_000_000
 RUN_A, RUN_B = "a" * 32, "b" * 32

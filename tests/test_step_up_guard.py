@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from staal.protocol.http import Head
-from staal.supervisor.auth import Guard
-from staal.supervisor.principal import AuthRefusal, Principal
+from staal.supervisor.auth.guard import Guard
+from staal.supervisor.auth.principal import AuthRefusal, Principal
 
 VERIFIER = {"issuer": None, "audience": None}
 BEARER = {"issuer": "https://id.example", "audience": "https://tools.example/mcp"}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from staal.manifest import DEFAULT_LEASE_MS, PostgresStore, SecretRef, load_manifest
+from staal.manifest.check import load_manifest
+from staal.manifest.model import DEFAULT_LEASE_MS, PostgresStore, SecretRef
 from tests.manifests import broken, seed_example, write_manifest, write_programs
 
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from staal.canonical import sha256_hex
-from staal.clock import FixedClock
-from staal.durations import Duration
-from staal.ledger_records import OnceHold
-from staal.manifest import QuotaConfig
+from staal.manifest.durations import Duration
+from staal.manifest.model import QuotaConfig
 from staal.money import Money
-from staal.supervisor.forget import ForgetRefused, forget_in_files, forget_in_store
-from staal.supervisor.ledger import (
+from staal.records.canonical import sha256_hex
+from staal.records.ledger_records import OnceHold
+from staal.runtime.clock import FixedClock
+from staal.supervisor.recovery.forget import ForgetRefused, forget_in_files, forget_in_store
+from staal.supervisor.store.ledger import (
     Admission,
     Different,
     Existing,
@@ -28,8 +28,8 @@ from staal.supervisor.ledger import (
     OverQuota,
     Reserved,
 )
-from staal.supervisor.ledger_postgres import PostgresLedger
-from staal.supervisor.quota import RunEntry
+from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.supervisor.store.state import RunEntry
 from tests.pg_store import PgStore
 
 T0 = 1_700_000_000_000

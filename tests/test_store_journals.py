@@ -18,14 +18,14 @@ import httpx
 import psutil
 import pytest
 
-from staal.appendlog import read_log
-from staal.clock import FixedClock
 from staal.errors import RecordError
-from staal.journal_records import JOURNAL, End, Header, Intent, OutcomeRecord
-from staal.supervisor.files import RunFiles
-from staal.supervisor.journal_rows import JournalRows
-from staal.supervisor.lease import DEFAULT_LEASE
-from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
+from staal.records.appendlog import read_log
+from staal.records.journal_records import JOURNAL, End, Header, Intent, OutcomeRecord
+from staal.runtime.clock import FixedClock
+from staal.supervisor.recovery.lease import DEFAULT_LEASE
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.postgres.journal_rows import JournalRows
+from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
@@ -374,7 +374,7 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
 
 
 def supervisor_resolve(manifest: Path, pg: PgStore, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "resolve", str(manifest),
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "resolve", str(manifest),
                            *args], capture_output=True, text=True, timeout=120, check=False,
                           env=env_for(pg))
 

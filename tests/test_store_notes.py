@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger_postgres import Fenced
-from staal.supervisor.note_rows import NoteRows
-from staal.supervisor.pg_connection import connect
-from staal.supervisor.pg_schema import SCHEMA_VERSION, ensure_schema
-from staal.supervisor.run_notes import FileNotes, StoreNotes
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.notes import FileNotes, StoreNotes
+from staal.supervisor.store.postgres.connection import connect
+from staal.supervisor.store.postgres.ledger import Fenced
+from staal.supervisor.store.postgres.note_rows import NoteRows
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, ensure_schema
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
 from tests.serving import start

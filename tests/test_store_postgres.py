@@ -15,14 +15,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from staal.clock import FixedClock
-from staal.ledger_records import OnceHold
-from staal.supervisor.lease import DEFAULT_LEASE, TRANSITIONS, Lease, LeaseState, LeaseTiming
-from staal.supervisor.ledger import Existing, LedgerBug, OverQuota, Reserved
-from staal.supervisor.ledger_postgres import Fenced, PostgresLedger
-from staal.supervisor.pg_connection import SESSION, connect
-from staal.supervisor.pg_schema import SCHEMA_VERSION, SchemaNewer, StoreError
-from staal.transitions import IllegalTransition, advance
+from staal.records.ledger_records import OnceHold
+from staal.runtime.clock import FixedClock
+from staal.runtime.transitions import IllegalTransition, advance
+from staal.supervisor.recovery.lease import DEFAULT_LEASE, TRANSITIONS, Lease, LeaseState, LeaseTiming
+from staal.supervisor.store.ledger import Existing, LedgerBug, OverQuota, Reserved
+from staal.supervisor.store.postgres.connection import SESSION, connect
+from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, SchemaNewer, StoreError
 from tests.pg_store import CommitCutter, PgStore
 from tests.store_racer import QUOTA_CALLS
 from tests.test_store_contract import HOUR, QUOTA, T0

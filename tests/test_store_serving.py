@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from staal.clock import SYSTEM_CLOCK, FixedClock
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger_postgres import PostgresLedger, instance_name
+from staal.runtime.clock import SYSTEM_CLOCK, FixedClock
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name
 from tests.http_servers import HttpServer
 from tests.pg_store import PgStore
 from tests.recorder import WAIT
@@ -44,7 +44,7 @@ def runs_in(pg: PgStore) -> list[tuple[str, str, str | None]]:
 
 
 def status_of(manifest: Path, pg: PgStore) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False,
                           env=env_for(pg))
     assert done.returncode == 0, done.stderr
@@ -80,7 +80,7 @@ def test_a_server_without_the_dsn_in_its_environment_refuses_to_start_naming_the
         tmp_path: Path, pg_store: PgStore) -> None:
     (tmp_path / "count.py").write_text(COUNT)
     manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "serve", str(manifest)],
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=120, env=server_env(),
                           cwd=tmp_path, check=False)
     assert done.returncode == 2
@@ -115,7 +115,7 @@ def test_a_waiting_run_resolved_with_staal_resolve_is_settled_in_the_store_at_th
     assert status_of(manifest, pg_store)["runs"][0]["state"] == "waiting_for_operator"
     files = RunFiles(tmp_path / "journals", "ticket", run)
     answer = json.dumps({"status": 201, "text": "{}"})
-    resolved = subprocess.run([sys.executable, "-m", "staal.worker.cli", "resolve", "--journal",
+    resolved = subprocess.run([sys.executable, "-m", "staal.worker.commands.cli", "resolve", "--journal",
                                str(files.journal), "--op", "1", "--happened", "yes", "--result",
                                answer], capture_output=True, text=True, timeout=60, check=False)
     assert resolved.returncode == 0, resolved.stderr
@@ -186,7 +186,7 @@ def test_status_on_a_shared_store_shows_the_instances_and_who_owns_each_unfinish
     instances = {i["instance"]: i for i in report["instances"]}
     assert instances[here]["this"] is True and instances[here]["unsettled_runs"] == 1
     assert instances["other-host:/srv/journals"]["this"] is False
-    human = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest)],
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
                            capture_output=True, text=True, timeout=60, check=False,
                            env=env_for(pg_store))
     assert human.returncode == 0, human.stderr
@@ -198,7 +198,7 @@ def test_status_without_the_dsn_variable_says_which_and_prints_no_report(
         tmp_path: Path, pg_store: PgStore) -> None:
     (tmp_path / "count.py").write_text(COUNT)
     manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False,
                           env=server_env())
     assert done.returncode == 2 and done.stdout == ""

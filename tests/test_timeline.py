@@ -1,12 +1,12 @@
-"""supervisor/timeline.py: a run's journal as the console draws it, read
+"""supervisor/views/timeline.py: a run's journal as the console draws it, read
 with the one journal reader; fast, with journals written here."""
 
 from __future__ import annotations
 
-from staal.journal import JournalWriter
-from staal.journal_records import End, Header, Intent, OutcomeRecord, Resolved, Stopped, Value
-from staal.outcomes import Failure
-from staal.supervisor.timeline import timeline
+from staal.records.journal import JournalWriter
+from staal.records.journal_records import End, Header, Intent, OutcomeRecord, Resolved, Stopped, Value
+from staal.records.outcomes import Failure
+from staal.supervisor.views.timeline import timeline
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

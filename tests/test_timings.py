@@ -1,4 +1,4 @@
-"""Durations tallied as histograms in both processes (shared/timings.py),
+"""Durations tallied as histograms in both processes (shared/runtime/timings.py),
 and a worker's tallies as data in its messages (issue 17, metrics)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from staal.errors import RecordError
-from staal.fsio import OsSync
-from staal.messages import MESSAGES, Ended, StoppedMsg, pack, unpack
-from staal.timings import (
+from staal.records.fsio import OsSync
+from staal.records.messages import MESSAGES, Ended, StoppedMsg, pack, unpack
+from staal.runtime.timings import (
     ACTION_BUCKETS_S,
     FSYNC_BUCKETS_S,
     TIMINGS,

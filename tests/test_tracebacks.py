@@ -10,9 +10,9 @@ import json
 import textwrap
 from pathlib import Path
 
-from staal.journal import read_journal
-from staal.outcomes import Frame, format_frames
-from staal.worker.tracebacks import MAX_FRAMES, program_frames
+from staal.records.journal import read_journal
+from staal.records.outcomes import Frame, format_frames
+from staal.worker.runs.tracebacks import MAX_FRAMES, program_frames
 from tests.runs import Workspace
 from tests.servers import RawServer, Site, stripe_refund_grant
 

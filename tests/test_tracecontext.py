@@ -1,5 +1,5 @@
 """The pieces of traces that need no server: reading a W3C traceparent
-(shared/tracecontext.py), where a call's trace context comes from (the
+(shared/runtime/tracecontext.py), where a call's trace context comes from (the
 protocol, both revisions and the HTTP header), `server.traces` in the
 manifest, and which configuration decides the export (export_plan)."""
 
@@ -9,14 +9,14 @@ import orjson
 import pytest
 
 from staal.errors import RecordError
-from staal.manifest import TracesConfig
-from staal.manifest_check import check
-from staal.messages import ActionSpan, Run, RunSpans, pack, unpack
+from staal.manifest.check import check
+from staal.manifest.model import TracesConfig
 from staal.protocol.dispatch import CallTool, Dispatcher
 from staal.protocol.http import Call, Endpoint
 from staal.protocol.revisions import trace_of
-from staal.supervisor.tracing import ExportPlan, export_plan
-from staal.tracecontext import TraceParent, parse_traceparent
+from staal.records.messages import ActionSpan, Run, RunSpans, pack, unpack
+from staal.runtime.tracecontext import TraceParent, parse_traceparent
+from staal.supervisor.telemetry.tracing import ExportPlan, export_plan
 from tests.manifests import broken, seed_example, write_programs
 from tests.test_protocol_http import SETTINGS, body, head, modern_headers
 from tests.test_protocol_support import ENVELOPE, SERVER, descriptor

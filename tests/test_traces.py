@@ -11,9 +11,9 @@ import os
 from opentelemetry.trace import StatusCode
 
 from staal.protocol.results import Done, Failed, Refused, Stopped
-from staal.supervisor.callers import Admitted
-from staal.supervisor.principal import Principal
-from staal.tracecontext import TraceParent
+from staal.runtime.tracecontext import TraceParent
+from staal.supervisor.auth.callers import Admitted
+from staal.supervisor.auth.principal import Principal
 from tests.payments import Payments
 from tests.servers import NET, Closer, Site, stripe_refund_grant
 from tests.traced import CLIENT, Traced, a_call, run_traced

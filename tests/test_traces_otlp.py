@@ -116,7 +116,7 @@ def test_with_nothing_configured_the_server_imports_no_opentelemetry_and_starts_
         assert server.wait_exit() == 0
     imports = [line for line in site.stderr_path.read_text().splitlines()
                if line.startswith("import time:")]
-    assert any(line.endswith("staal.supervisor.server") for line in imports)  # the report works
+    assert any(line.endswith("staal.supervisor.app.server") for line in imports)  # the report works
     assert not [line for line in imports if "opentelemetry" in line]
     assert not server.stderr.events("traces")  # the line a server exporting spans logs at start
 
@@ -160,7 +160,7 @@ trace.set_tracer_provider(provider)
 
 async def main():
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "staal.supervisor.cli", "serve", manifest],
+        command=sys.executable, args=["-m", "staal.supervisor.app.cli", "serve", manifest],
         env={k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
         cwd=os.path.dirname(manifest))
     with trace.get_tracer("agent").start_as_current_span("agent turn"):

@@ -1,15 +1,15 @@
 """What a verifier answered becomes a principal or a refusal in one place
-(supervisor/verdict.py), checked as untrusted data: anything that does not
+(supervisor/auth/verdict.py), checked as untrusted data: anything that does not
 hold together is a failure of the verifier, and refuses the request."""
 
 from __future__ import annotations
 
 import pytest
 
-from staal.messages import Verified
-from staal.outcomes import Failure
-from staal.supervisor.principal import AuthRefusal, Principal
-from staal.supervisor.verdict import VERIFIER_ISSUER, judge, unavailable
+from staal.records.messages import Verified
+from staal.records.outcomes import Failure
+from staal.supervisor.auth.principal import AuthRefusal, Principal
+from staal.supervisor.auth.verdict import VERIFIER_ISSUER, judge, unavailable
 
 KEY = "sk-vrf-0d9f2b71aa"
 

@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from staal.manifest import load_manifest
-from staal.messages import Verify
+from staal.manifest.check import load_manifest
 from staal.protocol.http import Head
-from staal.supervisor.log import Log
-from staal.supervisor.principal import AuthRefusal, Principal
-from staal.supervisor.verdict import VERIFIER_ISSUER
-from staal.supervisor.verifier import ProviderAuthenticator, VerifierRefused
+from staal.records.messages import Verify
+from staal.supervisor.app.log import Log
+from staal.supervisor.auth.principal import AuthRefusal, Principal
+from staal.supervisor.auth.verdict import VERIFIER_ISSUER
+from staal.supervisor.auth.verifier import ProviderAuthenticator, VerifierRefused
 from staal.verifier import VerifierRequest
 from tests.servers import WAIT, Site
 from tests.verifiers import new_key, verifier_site

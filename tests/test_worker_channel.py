@@ -1,4 +1,4 @@
-"""staal.worker.serve.Channel: a worker's one ZeroMQ socket, used by the
+"""staal.worker.processes.serve.Channel: a worker's one ZeroMQ socket, used by the
 thread that serves the run, with heartbeats from its own thread once the
 run began (issue 12 item 3). The supervisor's side is played by a real
 ROUTER on a real ipc endpoint; every wait is a bounded poll."""
@@ -13,8 +13,8 @@ import pytest
 import zmq
 
 from staal.errors import StaalError
-from staal.messages import Check, Ended, Heartbeat, PrintLine, Run, pack, unpack
-from staal.worker.serve import Channel
+from staal.records.messages import Check, Ended, Heartbeat, PrintLine, Run, pack, unpack
+from staal.worker.processes.serve import Channel
 
 BOUND_MS = 20_000  # what a message may take to arrive on a loaded machine
 

@@ -1,7 +1,7 @@
 """When a run's workers keep dying, the server gives up on it the way the
 journal says: an op that may have happened waits for an operator (seed 000
 invariant 5); only a run with nothing in doubt fails as internal. Both
-processes read the journal with the one reader in `staal.journal`, so the
+processes read the journal with the one reader in `staal.records.journal`, so the
 supervisor sees an op in doubt exactly where the worker does, including an
 op an operator answered "did not happen" and that is now being attempted
 again under its new key."""
@@ -16,14 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from staal.ids import new_run_id
-from staal.journal import read_journal
-from staal.journal_records import JOURNAL, Header, Intent, Resolved, Stopped, Value
-from staal.messages import Ended, StoppedMsg
 from staal.money import Money
-from staal.supervisor.files import RunFiles
-from staal.supervisor.ledger import read_ledger
-from staal.supervisor.outcomes import give_up
+from staal.records.journal import read_journal
+from staal.records.journal_records import JOURNAL, Header, Intent, Resolved, Stopped, Value
+from staal.records.messages import Ended, StoppedMsg
+from staal.runtime.ids import new_run_id
+from staal.supervisor.calls.outcomes import give_up
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import read_ledger
 from tests.payments import Payments
 from tests.runs import staal_command
 from tests.servers import RawServer, Site, stripe_refund_grant
@@ -58,7 +58,7 @@ def test_giving_up_during_a_new_attempt_after_did_not_happen_makes_the_run_wait(
 
 
 def test_giving_up_with_nothing_in_doubt_ends_the_run_as_internal_with_the_journals_usage(tmp_path):
-    from staal.journal_records import OutcomeRecord
+    from staal.records.journal_records import OutcomeRecord
 
     charged = (Money("20.00", "USD"),)
     files = journal_of(tmp_path, post(1, 2, "k-1"),
@@ -140,7 +140,7 @@ def test_workers_killed_during_the_new_attempt_leave_the_run_waiting_and_status_
         for n in range(1, 5):
             kill_nth_worker(server, payments, run, n)
         server.stderr.wait_event("recovered", rule="resumed", run=run)
-        status = subprocess.run([sys.executable, "-m", "staal.supervisor.cli", "status",
+        status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
                                  str(site.manifest), "--json"], capture_output=True, text=True, check=False)
         server.close_stdin()
         assert server.wait_exit() == 0
@@ -183,10 +183,10 @@ class Sent:
 
 def failing_after(monkeypatch, records) -> None:
     """The engine writes `records` to the run's journal, then raises."""
-    import staal.worker.serve as serve
+    import staal.worker.processes.serve as serve
 
     def execute(message, configs, prepared, channel, spans=None):
-        from staal.journal import JournalWriter
+        from staal.records.journal import JournalWriter
 
         with JournalWriter.reopen(message.journal) as writer:
             for record in records:
@@ -199,8 +199,8 @@ def failing_after(monkeypatch, records) -> None:
 def serve_run_of(tmp_path, monkeypatch, *records):
     from types import SimpleNamespace
 
-    import staal.worker.serve as serve
-    from staal.messages import Run
+    import staal.worker.processes.serve as serve
+    from staal.records.messages import Run
 
     files = journal_of(tmp_path, post(1, 2, "k-1"), *records[:-1])
     failing_after(monkeypatch, records[-1:])
@@ -212,8 +212,8 @@ def serve_run_of(tmp_path, monkeypatch, *records):
 
 
 def test_an_engine_failure_after_the_end_is_durable_reports_the_journals_end(tmp_path, monkeypatch):
-    from staal.journal_records import End, OutcomeRecord
-    from staal.outcomes import Usage
+    from staal.records.journal_records import End, OutcomeRecord
+    from staal.records.outcomes import Usage
 
     charged = (Money("20.00", "USD"),)
     end = End(outcome="done", time=9, result={"refund": "re_1"},
@@ -227,7 +227,7 @@ def test_an_engine_failure_after_the_end_is_durable_reports_the_journals_end(tmp
 
 
 def test_an_engine_failure_with_an_op_in_doubt_makes_the_run_wait(tmp_path, monkeypatch):
-    from staal.journal_records import Print
+    from staal.records.journal_records import Print
 
     files, reported = serve_run_of(tmp_path, monkeypatch, Print(seq=1, text="sent", time=3))
     assert isinstance(reported, StoppedMsg) and reported.op == 1
@@ -237,7 +237,7 @@ def test_an_engine_failure_with_an_op_in_doubt_makes_the_run_wait(tmp_path, monk
 
 
 def test_giving_up_on_a_journal_that_ended_reports_its_end_and_writes_nothing(tmp_path):
-    from staal.journal_records import End, OutcomeRecord
+    from staal.records.journal_records import End, OutcomeRecord
 
     end = End(outcome="done", time=9, result=1)
     files = journal_of(tmp_path, post(1, 2), OutcomeRecord(op=1, ok=True, time=3), end)

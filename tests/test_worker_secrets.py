@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from staal.manifest import load_manifest
-from staal.messages import Run, pack, unpack
-from staal.supervisor.zygote import worker_environment
+from staal.manifest.check import load_manifest
+from staal.records.messages import Run, pack, unpack
+from staal.supervisor.workers.zygote import worker_environment
 from tests.servers import RawServer, Site, stripe_refund_grant
 
 # Reading another process's memory needs the same user and a dumpable target,
@@ -86,8 +86,7 @@ def main() -> dict:
 # tries to open the memory of each process it is given, and its own.
 PEEKS = """
 import os
-from staal.worker import confine
-
+from staal.worker.confinement import confine
 def main(others: list[int]) -> dict:
     opened = {}
     with confine.broker_section():
@@ -196,7 +195,7 @@ def test_a_worker_holds_only_the_secrets_its_tools_grants_name_and_the_zygote_no
         pay_pid = server.stderr.wait_event("run_started", tool="pay")["pid"]
         zygote = psutil.Process(blind_pid).ppid()
         assert psutil.Process(pay_pid).ppid() == zygote
-        assert "staal.worker.zygote" in psutil.Process(zygote).cmdline()
+        assert "staal.worker.processes.zygote" in psutil.Process(zygote).cmdline()
 
         # The scan finds a secret where one is: the payment worker holds its key.
         assert secrets_in_memory(pay_pid, values) == {"STRIPE_SECRET_KEY"}
@@ -226,7 +225,7 @@ def test_a_program_that_opens_its_own_memory_fails_as_capability_having_read_not
 
 def test_the_zygote_gets_no_secret_and_each_run_exactly_those_its_tools_grants_name(
         tmp_path, monkeypatch):
-    from staal.supervisor.zygote import run_secrets, secret_names
+    from staal.supervisor.workers.zygote import run_secrets, secret_names
 
     site = Site(tmp_path)
     four_tools(site)

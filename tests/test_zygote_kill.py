@@ -1,4 +1,4 @@
-"""staal.worker.zygote: a zygote that stops kills every worker it forked,
+"""staal.worker.processes.zygote: a zygote that stops kills every worker it forked,
 one that has not yet made its own process group included (issue 12 item 3:
 found as a worker left running, its parent gone, after a server stopped at
 start on a loaded machine)."""
@@ -10,7 +10,7 @@ import select
 import subprocess
 import sys
 
-from staal.worker.zygote import Zygote
+from staal.worker.processes.zygote import Zygote
 
 BOUND_S = 20.0
 

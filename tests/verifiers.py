@@ -61,8 +61,7 @@ def peek(pids):
     """Past the tripwire on purpose (it is not a sandbox): what of a tool's
     secret this process can reach: its environment, its own first
     environment block, and other processes' environments and memory."""
-    from staal.worker import confine
-
+    from staal.worker.confinement import confine
     seen = {{"environ": sorted(name for name in os.environ if "SECRET" in name)}}
     with confine.broker_section():
         with open("/proc/self/environ", "rb") as own:

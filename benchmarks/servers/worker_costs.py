@@ -1,7 +1,7 @@
 """What one staal worker costs, step by step, measured by CPU time.
 
 Run by `benchmarks/server.py --worker-costs` (not on its own): this process
-becomes a zygote exactly as `staal.worker.zygote.main` makes one (`preload`
+becomes a zygote exactly as `staal.worker.processes.zygote.main` makes one (`preload`
 of the benchmark's manifest, the tripwire installed, `gc.freeze`), then forks
 children that each do a little more of what a worker does and exit. Each
 child's CPU time (user + system) and minor page faults come from `wait4`'s
@@ -15,7 +15,7 @@ barely moves them. The parent's own CPU per fork is the page-table copy.
        before issue 12 item 3)
     H  B + the heartbeat thread as `serve.Channel` starts it now (a bare
        `_thread` thread), started and joined
-    D  A + one run of the no-op tool (`staal.worker.run.start`, journal in
+    D  A + one run of the no-op tool (`staal.worker.runs.run.start`, journal in
        --journals), as `serve.execute` does it: narrow the tripwire, CPU
        backstop, read the inputs file
     E  C + D: what a worker does, without the messages
@@ -43,17 +43,17 @@ from pathlib import Path
 
 def main() -> None:
     manifest, journals, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    from staal.worker.zygote import preload
+    from staal.worker.processes.zygote import preload
 
     configs, prepared = preload(manifest)
     gc.collect()
     gc.freeze()
     import zmq
 
-    from staal.ids import new_run_id
-    from staal.worker import confine
-    from staal.worker.limits import cpu_backstop
-    from staal.worker.run import RunRequest, note_violation, start, uses_ffi
+    from staal.runtime.ids import new_run_id
+    from staal.worker.confinement import confine
+    from staal.worker.confinement.limits import cpu_backstop
+    from staal.worker.runs.run import RunRequest, note_violation, start, uses_ffi
 
     config = configs["noop"]
     loaded = prepared["noop"]
@@ -96,7 +96,7 @@ def main() -> None:
         assert outcome.outcome == "done", outcome
 
     def rehearsal() -> None:
-        from staal.worker.serve import rehearse
+        from staal.worker.processes.serve import rehearse
 
         rehearse(configs, prepared)
 

@@ -17,7 +17,7 @@ Produced by `python -m tests.crash --report > docs/crash-matrix.md` ({date}); ev
 row is the run's own observation. Each row is one `refund_order` call (a GET of the
 payment intent, then a keyed refund POST), made through the official Python SDK against
 the fake payment service, during which the server or its worker SIGKILLs itself right
-after that step is durable (`shared/killpoints.py`); the server is started again and
+after that step is durable (`shared/runtime/killpoints.py`); the server is started again and
 the call repeated. `tests/crash/test_crash_matrix.py` runs every row in CI, and a row
 passes only if everything it expects is what happened:
 
@@ -63,7 +63,7 @@ NOTES = """
   saved refund: two POSTs, one key, one refund.
 - **supervisor:ended** kills the supervisor after it received the worker's end and
   before it settled: the journal has the end, the ledger no settlement, and the next
-  start settles the run from its end record (`supervisor/recovery.py`).
+  start settles the run from its end record (`supervisor/recovery/at_start.py`).
 - **supervisor:waiting**: the service makes the refund and drops the connection, and
   drops it again on the two retries the capability makes under the same key; the run
   stops in doubt, the waiting record

@@ -26,11 +26,11 @@ from typing import Any
 
 import psutil
 
-from staal.appendlog import read_log
-from staal.journal_records import JOURNAL, End
 from staal.money import Money
-from staal.supervisor.ledger import read_ledger
-from staal.supervisor.pg_view import read_postgres
+from staal.records.appendlog import read_log
+from staal.records.journal_records import JOURNAL, End
+from staal.supervisor.store.ledger import read_ledger
+from staal.supervisor.store.postgres.view import read_postgres
 from tests.payments import Payments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ REFUND_OP = 2
 ANSWERED = "answered"
 CLOSED = "connection closed"  # end of file on stdout from a server that is gone
 
-# Recovery, as the servers log it (supervisor/server.py, supervisor/calls.py).
+# Recovery, as the servers log it (supervisor/app/server.py, supervisor/calls/pipeline.py).
 WORKER_LOST = "worker lost, resumed in a new worker"
 RELEASED = "released: it never started"
 SETTLED = "settled from its end"
@@ -232,7 +232,7 @@ async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "staal.supervisor.cli", "serve", str(manifest_path)],
+        command=sys.executable, args=["-m", "staal.supervisor.app.cli", "serve", str(manifest_path)],
         env=env, cwd=str(manifest_path.parent))
     with open(stderr, "a") as errlog:  # noqa: ASYNC230 - a local file, opened once per server
         try:
@@ -293,7 +293,7 @@ def manifest(workdir: Path, base: str, cell: Cell, postgres: bool = False) -> Pa
         tool["once"] = {"by": ["order"], "keep": "1d"}
     if cell.fault and cell.fault[0] == "close_after":
         # A keyed refund whose answers are lost is sent again for max_wait
-        # (worker/resend.py): waits of 0, 0.2, 0.4 and 0.8 s fit in 3 s, a
+        # (worker/runs/resend.py): waits of 0, 0.2, 0.4 and 0.8 s fit in 3 s, a
         # sixth attempt never does, so five lost answers make the run wait.
         tool["max_wait"] = "3s"
     data: dict[str, Any] = {"server": {"name": "crash", "journals": "journals"}, "tools": [tool]}

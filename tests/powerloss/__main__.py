@@ -24,7 +24,7 @@ anything depends on it) against every state such a loss could leave.
 How it works (`tests/powerloss/`):
 
 - **Recording.** Every change the server, its zygote and its workers make to the journal
-  directory goes through `staal.fsio.FS` (a test fails if one does not:
+  directory goes through `staal.records.fsio.FS` (a test fails if one does not:
   `tests/test_fs_layer.py`). With `STAAL_TEST_FS_RECORD` naming a file, each process
   appends every operation to it as it returns (create, write with its bytes, truncate,
   fsync, rename, unlink, mkdir, directory fsync), in the order they happened; the fake
@@ -71,7 +71,7 @@ NOTES = """
   7). Before the fix the scenario had 121 states, and 64 of them broke that rule (the
   server refused to start on each, so the repeat went unanswered; in 4 of them the
   client had been answered). The sweep now fsyncs each run folder it removed files
-  from before compacting (`supervisor/retention.py`), which leaves 57 states, none
+  from before compacting (`supervisor/recovery/retention.py`), which leaves 57 states, none
   breaking a rule; the regression test checks that no state of the sweep holds a
   journal whose run is not in the ledger.
 

@@ -1,4 +1,4 @@
-"""The disk a power loss leaves, rebuilt from a recording (staal.fsio).
+"""The disk a power loss leaves, rebuilt from a recording (staal.records.fsio).
 
 The model is ALICE's (Pillai et al., OSDI 2014), for an ordered-metadata
 file system such as ext4: a file's bytes are durable up to its last fsync,

@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
-from staal.appendlog import read_log
 from staal.errors import StaalError
-from staal.ledger_records import LEDGER, Release, Reserve, Settle
-from staal.supervisor.files import find_journals
-from staal.supervisor.ledger import LEDGER_FILE, read_ledger
-from staal.supervisor.lockfile import ServerLock
+from staal.records.appendlog import read_log
+from staal.records.ledger_records import LEDGER, Release, Reserve, Settle
+from staal.supervisor.app.lockfile import ServerLock
+from staal.supervisor.store.files import find_journals
+from staal.supervisor.store.ledger import LEDGER_FILE, read_ledger
 from tests.crash.harness import ANSWERED, REFUND_OP
 from tests.powerloss.disk import Disk, State, write_state
 from tests.powerloss.scenarios import Context, Scenario, refund_of

@@ -3,7 +3,7 @@
 Each scenario prepares a journal directory (servers run normally, nothing
 recorded), syncs it, then runs the phase a power loss may cut short with
 `STAAL_TEST_FS_RECORD` set: every file operation of the server, its zygote
-and workers goes to the recording (staal.fsio), the fake payment service
+and workers goes to the recording (staal.records.fsio), the fake payment service
 marks each refund it makes there, and this process marks each answer its
 client received, all in the order they happened.
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from staal.appendlog import AppendLog, read_log
-from staal.fsio import RECORD_VARIABLE
-from staal.ledger_records import LEDGER
-from staal.supervisor.ledger import LEDGER_FILE, read_ledger
+from staal.records.appendlog import AppendLog, read_log
+from staal.records.fsio import RECORD_VARIABLE
+from staal.records.ledger_records import LEDGER
+from staal.supervisor.store.ledger import LEDGER_FILE, read_ledger
 from tests.crash.harness import ANSWERED, CALL, Cell, call, manifest
 from tests.payments import Payments
 
@@ -82,7 +82,7 @@ class Context:
 
 
 def mark(recording: Path, what: str, **fields: Any) -> None:
-    """One line in the recording, in one O_APPEND write, as staal.fsio's are."""
+    """One line in the recording, in one O_APPEND write, as staal.records.fsio's are."""
     line = json.dumps({"pid": os.getpid(), "op": "mark", "what": what, **fields})
     fd = os.open(recording, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

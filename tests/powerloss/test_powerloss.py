@@ -23,7 +23,7 @@ SAMPLE = 8
 
 
 class Ops:
-    """Recorded operations, as staal.fsio's recorder writes them, for a disk
+    """Recorded operations, as staal.records.fsio's recorder writes them, for a disk
     rooted at `root`."""
 
     def __init__(self, root: Path) -> None:

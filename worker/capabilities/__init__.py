@@ -9,14 +9,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 from staal.caps import Capability
-from staal.manifest import SecretRef
+from staal.manifest.model import SecretRef
 from staal.money import Money
 from staal.program import CapabilityRefused
-from staal.worker.broker import GrantState
+from staal.worker.runs.broker import GrantState
 
 if TYPE_CHECKING:
-    from staal.worker.engine import RunContext
-    from staal.worker.run import Services
+    from staal.worker.runs.engine import RunContext
+    from staal.worker.runs.run import Services
 
 # Imported when a run uses the capability, so a run loads only what it needs.
 IMPLEMENTATIONS: dict[str, str] = {

@@ -15,7 +15,7 @@ from typing import Any
 
 from staal.caps import Ffi
 from staal.worker.capabilities import Bound
-from staal.worker.refusal import broker_section
+from staal.worker.runs.refusal import broker_section
 
 
 class FfiCapability(Bound, Ffi):

@@ -6,7 +6,7 @@ followed (a redirect could lead outside `only`); the program sees the 3xx.
 A request that never left (no connection) fails for certain. A POST whose
 answer was lost may have happened: it is in doubt. With `idempotency_key`
 it is sent again under its key until an answer settles it (the engine,
-worker/resend.py); a keyed attempt that never left after one that may have
+worker/runs/resend.py); a keyed attempt that never left after one that may have
 happened says nothing of that one, so it is not a failure there.
 """
 
@@ -20,13 +20,13 @@ import httpx
 import orjson
 
 from staal.caps import HttpGet, HttpPost, Response
-from staal.manifest import NetConfig
+from staal.manifest.model import NetConfig
 from staal.worker.capabilities import Bound, transport
-from staal.worker.engine import ActionSpec, Performed
-from staal.worker.resend import Attempted, InDoubt, NotSent
+from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
 if TYPE_CHECKING:
-    from staal.worker.engine import RunContext
+    from staal.worker.runs.engine import RunContext
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"

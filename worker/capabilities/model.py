@@ -38,10 +38,10 @@ from typing import Any
 import httpx
 
 from staal.caps import Model
-from staal.clock import SYSTEM_CLOCK, Clock
-from staal.manifest import ModelConfig
+from staal.manifest.model import ModelConfig
+from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
-from staal.worker.engine import ActionSpec, Performed
+from staal.worker.runs.engine import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

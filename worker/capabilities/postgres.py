@@ -28,12 +28,12 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from staal.caps import PostgresRead, PostgresWrite
-from staal.manifest import NetConfig
-from staal.redaction import redact
-from staal.runconfig import SCRIPT_NET
+from staal.manifest.model import NetConfig
+from staal.records.runconfig import SCRIPT_NET
+from staal.runtime.redaction import redact
 from staal.worker.capabilities.sql import SqlBound, collect_rows
-from staal.worker.engine import Performed
-from staal.worker.resend import InDoubt
+from staal.worker.runs.engine import Performed
+from staal.worker.runs.resend import InDoubt
 
 # Rows fetched per round trip while streaming a query (libpq 17 and later;
 # older ones fetch row by row).

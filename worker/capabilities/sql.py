@@ -34,7 +34,7 @@ from typing import Any, Literal, NoReturn, Protocol
 import orjson
 
 from staal.worker.capabilities import Bound
-from staal.worker.engine import ActionSpec, Performed
+from staal.worker.runs.engine import ActionSpec, Performed
 
 MAX_ROWS = 10_000
 MAX_RESULT_BYTES = 8 * 1024 * 1024

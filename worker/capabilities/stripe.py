@@ -22,7 +22,7 @@ was made (the connection dropped or timed out, a 5xx, or 409
 `idempotency_key_in_use` while the first request is still being processed)
 is sent again with the same key, with backoff, until an answer settles it,
 while the run's deadline (or max_wait) and the key's window allow: the
-engine does that (worker/resend.py), in the run and on resume. Stripe saves
+engine does that (worker/runs/resend.py), in the run and on resume. Stripe saves
 a 500 its endpoint gave under the key and replays it to every retry
 (`Idempotent-Replayed: true`), so such a refund is in doubt at once, until
 an operator answers; so is a 2xx whose refund object cannot be read. A 401,
@@ -47,13 +47,13 @@ from staal.errors import MoneyError
 from staal.money import Money
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER, HttpAnswer
-from staal.worker.engine import ActionSpec, Performed
-from staal.worker.resend import Attempted, InDoubt, NotSent
+from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
 if TYPE_CHECKING:
-    from staal.worker.broker import GrantState
-    from staal.worker.engine import RunContext
-    from staal.worker.run import Services
+    from staal.worker.runs.broker import GrantState
+    from staal.worker.runs.engine import RunContext
+    from staal.worker.runs.run import Services
 
 CAP = "payments.stripe.refund"
 STRIPE_BASE_URL = "https://api.stripe.com"

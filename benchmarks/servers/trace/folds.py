@@ -34,18 +34,18 @@ def install(experiments: tuple[str, ...], role: str, scratch: str | None) -> set
     `scratch` after their fork."""
     wanted = set()
     if "fold-arguments" in experiments and role == "sup":
-        wanted.add("staal.supervisor.calls")
+        wanted.add("staal.supervisor.calls.pipeline")
     if "journal-ahead" in experiments and role == "zyg":
-        wanted.add("staal.appendlog")
+        wanted.add("staal.records.appendlog")
         if scratch is not None:
             os.register_at_fork(after_in_child=lambda: _make_spare(Path(scratch)))
     return wanted
 
 
 def patch(module: Any, experiments: tuple[str, ...]) -> None:
-    if "fold-arguments" in experiments and module.__name__ == "staal.supervisor.calls":
+    if "fold-arguments" in experiments and module.__name__ == "staal.supervisor.calls.pipeline":
         module.write_inputs = _inputs_unsynced
-    if "journal-ahead" in experiments and module.__name__ == "staal.appendlog":
+    if "journal-ahead" in experiments and module.__name__ == "staal.records.appendlog":
         _create_without_dir_sync(module)
 
 

@@ -53,32 +53,32 @@ _wanted: set[str] = set()
 # module-level function, possibly one imported from elsewhere by name).
 SPANS: dict[str, tuple[str, ...]] = {
     # supervisor
-    "staal.supervisor.cli": ("load_or_exit",),
-    "staal.supervisor.stdio": ("LineWriter.send", "protect_descriptors"),
+    "staal.supervisor.app.cli": ("load_or_exit",),
+    "staal.supervisor.transport.stdio": ("LineWriter.send", "protect_descriptors"),
     "staal.protocol.connection": ("Connection.receive_data", "Connection.answer_call"),
-    "staal.supervisor.server": ("Server.start", "Server.outcome_of", "Server.recover",
+    "staal.supervisor.app.server": ("Server.start", "Server.outcome_of", "Server.recover",
                                 "Server.keep_files", "plan_recovery"),
-    "staal.supervisor.stdio_serving": ("StdioServing.dispatch", "StdioServing.run_call",
+    "staal.supervisor.transport.stdio_serving": ("StdioServing.dispatch", "StdioServing.run_call",
                                        "StdioServing.answer"),
-    "staal.supervisor.calls": ("Calls.call_tool", "Calls.reserve_and_run", "Calls.execute",
+    "staal.supervisor.calls.pipeline": ("Calls.call_tool", "Calls.reserve_and_run", "Calls.execute",
                                "Calls.conclude", "check_arguments", "write_inputs", "append_log",
                                "remove_inputs", "outcome_of_message", "arguments_to_json"),
-    "staal.supervisor.ledger": ("FileLedger.open", "FileLedger.reserve_call", "FileLedger.settle"),
-    "staal.supervisor.group_commit": ("GroupCommit.wait",),
-    "staal.supervisor.lockfile": ("ServerLock.acquire",),
-    "staal.supervisor.waiting": ("Waiting.remove",),
-    "staal.supervisor.log": ("Log.__call__",),
-    "staal.supervisor.pool": ("Pool.start", "Pool.check", "Pool.checkout", "Pool.run", "Pool.fork",
+    "staal.supervisor.store.ledger": ("FileLedger.open", "FileLedger.reserve_call", "FileLedger.settle"),
+    "staal.supervisor.store.group_commit": ("GroupCommit.wait",),
+    "staal.supervisor.app.lockfile": ("ServerLock.acquire",),
+    "staal.supervisor.recovery.waiting": ("Waiting.remove",),
+    "staal.supervisor.app.log": ("Log.__call__",),
+    "staal.supervisor.workers.pool": ("Pool.start", "Pool.check", "Pool.checkout", "Pool.run", "Pool.fork",
                               "unpack", "pack"),
     # zygote and workers
-    "staal.worker.zygote": ("preload", "warm", "Zygote.fork_worker", "Zygote.become_worker"),
-    "staal.worker.serve": ("serve_one", "serve_run", "execute", "checked", "Channel.__init__",
+    "staal.worker.processes.zygote": ("preload", "warm", "Zygote.fork_worker", "Zygote.become_worker"),
+    "staal.worker.processes.serve": ("serve_one", "serve_run", "execute", "checked", "Channel.__init__",
                            "Channel.send", "Channel.finish", "unpack", "pack", "cpu_backstop"),
-    "staal.worker.run": ("start", "_execute", "_bind", "check_arguments", "arguments_hash"),
-    "staal.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
-    "staal.worker.engine": ("RunContext.finish",),
-    "staal.worker.confine": ("narrow_tripwire",),
-    "staal.worker.limits": ("StepCounter.start", "StepCounter.stop"),
+    "staal.worker.runs.run": ("start", "_execute", "_bind", "check_arguments", "arguments_hash"),
+    "staal.records.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
+    "staal.worker.runs.engine": ("RunContext.finish",),
+    "staal.worker.confinement.confine": ("narrow_tripwire",),
+    "staal.worker.confinement.limits": ("StepCounter.start", "StepCounter.stop"),
     "staal.worker.capabilities.http": ("HttpClient.close",),
 }
 # Marked once, with the message's type, so a heartbeat is told from a run's
@@ -153,13 +153,13 @@ def _patch(module: Any) -> None:
     if _tracing:
         for target in SPANS.get(module.__name__, ()):
             _patch_one(module, target)
-        if module.__name__ == "staal.supervisor.stdio" and hasattr(module, "read_chunks"):
+        if module.__name__ == "staal.supervisor.transport.stdio" and hasattr(module, "read_chunks"):
             module.read_chunks = _marking_reader(module.read_chunks)
-    if _fix_exit_race and module.__name__ == "staal.supervisor.pool":
+    if _fix_exit_race and module.__name__ == "staal.supervisor.workers.pool":
         _defer_exits(module)
-    if "defer-fork" in _experiments and module.__name__ == "staal.supervisor.pool":
+    if "defer-fork" in _experiments and module.__name__ == "staal.supervisor.workers.pool":
         _defer_forks(module)
-    if "no-rehearsal" in _experiments and module.__name__ == "staal.worker.serve":
+    if "no-rehearsal" in _experiments and module.__name__ == "staal.worker.processes.serve":
         # An idle worker rehearses nothing: less CPU per worker, and the
         # first touches of the engine's pages on the run's path instead.
         module.rehearse = lambda configs, prepared: None
@@ -343,7 +343,7 @@ def install(path: str | None, fix_exit_race: bool = False,
     go to `scratch`)."""
     global _role, _tracing, _fix_exit_race, _wanted, _experiments
     argv = " ".join(sys.orig_argv)
-    _role = ("zyg" if "staal.worker.zygote" in argv
+    _role = ("zyg" if "staal.worker.processes.zygote" in argv
              else "sup" if "staal-supervisor" in argv or "staal.supervisor" in argv else "other")
     _tracing = path is not None
     _fix_exit_race = fix_exit_race
@@ -354,9 +354,9 @@ def install(path: str | None, fix_exit_race: bool = False,
         import h11  # noqa: F401
         import httpcore  # noqa: F401
     if fix_exit_race or "defer-fork" in _experiments:
-        _wanted.add("staal.supervisor.pool")
+        _wanted.add("staal.supervisor.workers.pool")
     if "no-rehearsal" in _experiments:
-        _wanted.add("staal.worker.serve")
+        _wanted.add("staal.worker.processes.serve")
     _wanted |= folds.install(_experiments, _role, scratch)
     if _wanted:
         sys.meta_path.insert(0, _Hook())

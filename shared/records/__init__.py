@@ -1,0 +1,1 @@
+"""Durable records both processes read and write: journals, ledger events, messages."""

@@ -1,0 +1,1 @@
+"""What both processes share at run time: clocks, ids, transitions, limits, inputs."""

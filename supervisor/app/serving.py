@@ -1,0 +1,165 @@
+"""`staal-supervisor serve`, without the command-line library: an MCP
+client starts this command and waits for each start, so it skips typer's
+imports (about a tenth of a second) and starts the zygote as soon as the
+manifest is read, overlapping its start-up with the supervisor's."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from staal.errors import ManifestError
+from staal.manifest.check import load_manifest
+from staal.manifest.model import Manifest
+
+if TYPE_CHECKING:
+    from staal.supervisor.app.log import Log
+    from staal.supervisor.workers.zygote import Spawned
+
+EXIT_MANIFEST = 2
+EXIT_INTERRUPTED = 130  # a shell's code for a command ended by SIGINT
+
+
+def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Manifest | None:
+    """The manifest, or None after reporting every problem in it. Problems
+    and warnings go to `log` (the server's structured log) when given, else
+    to stderr as text."""
+    try:
+        loaded = load_manifest(manifest)
+    except ManifestError as exc:
+        if log is not None:
+            log("manifest_refused", level="error", manifest=str(Path(manifest).resolve()),
+                problems=list(exc.problems))
+        else:
+            print(exc.message, file=sys.stderr)
+        return None
+    for warning in loaded.warnings():
+        if log is not None:
+            log("manifest_warning", level="warning", message=warning)
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
+    return loaded
+
+
+def run_serve(manifest: Path, log_format: str, http: str | None = None,
+              insecure_no_auth: bool = False) -> int:
+    """`serve`: over stdio, or over Streamable HTTP at `http` (HOST:PORT)."""
+    from staal.supervisor.app.log import Log
+    from staal.supervisor.transport.stdio import protect_descriptors
+
+    # Before anything else, and before the manifest is read (seed 000 section 3).
+    stdio = protect_descriptors()
+    if log_format not in ("json", "text"):
+        print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
+        return 2
+    log = Log(log_format)
+    loaded = read_manifest(manifest, log)
+    if loaded is None:
+        return EXIT_MANIFEST
+    if http is not None:
+        return _serve_http(loaded, http, insecure_no_auth, log)
+    from staal.supervisor.workers.zygote import spawn_early
+
+    early = spawn_early(loaded)  # its start-up overlaps the rest of ours
+    import asyncio
+
+    from staal.supervisor.app.server import serve
+    from staal.supervisor.transport.stdio_serving import over_stdio
+
+    try:
+        return asyncio.run(serve(loaded, over_stdio(stdio), log, early))
+    except KeyboardInterrupt:
+        return interrupted(log, early)
+
+
+def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool, log: Log) -> int:
+    """Listen first (a port taken or an address refused stops here; the
+    listening URL is then known, the resource a token's audience names),
+    then start as stdio does, in a uvloop event loop."""
+    import asyncio
+
+    import uvloop
+
+    from staal.errors import StaalError
+    from staal.supervisor.app.server import serve
+    from staal.supervisor.auth.guard import authenticator_for
+    from staal.supervisor.auth.resource import with_resource
+    from staal.supervisor.transport.http_serving import Address, HttpRefused, listen, over_http
+    from staal.supervisor.transport.not_ready import answering_not_ready
+    from staal.supervisor.workers.zygote import spawn_early
+
+    try:
+        address = Address.parse(http)
+        if not address.loopback and not insecure_no_auth and loaded.auth is None:
+            raise HttpRefused(
+                f"--http {http}: listening beyond this machine needs authentication, which this "
+                "manifest does not configure (its auth section); listen on a loopback address "
+                "(127.0.0.1), or pass --insecure-no-auth to serve anyone who can reach it")
+        sock = listen(address)
+    except StaalError as exc:
+        log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        return 2
+    try:  # the URL clients use is known once it listens: the resource tokens are for
+        loaded = with_resource(loaded, sock.getsockname()[:2])
+        authenticator = None if loaded.auth is None else authenticator_for(loaded, log)
+    except StaalError as exc:
+        sock.close()
+        log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+        return 2
+    early = spawn_early(loaded)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        try:
+            return runner.run(serve(loaded, over_http(sock, authenticator), log, early,
+                                    while_starting=lambda: answering_not_ready(sock)))
+        except StaalError as exc:  # an authenticator that could not start: a verifier that did not load
+            log("startup_failed", level="error", kind=exc.kind, message=exc.message)
+            return 2
+        except KeyboardInterrupt:
+            return interrupted(log, early)
+
+
+def interrupted(log: Callable[..., None], early: Spawned) -> int:
+    """Ctrl-C before the server was serving: asyncio's own SIGINT handling
+    (the server's, `terminated`, is installed once it serves) cancelled the
+    start. Stopped at once, as SIGTERM stops it then; the zygote dies with
+    this process (it asked the kernel to)."""
+    log("interrupted", level="warning",
+        message="SIGINT before the server was serving: it stopped without serving anything")
+    shutil.rmtree(early.runtime_dir, ignore_errors=True)
+    return EXIT_INTERRUPTED
+
+
+def serve_from_argv(argv: list[str]) -> int | None:
+    """The exit code of `serve ...`, or None for any other command line
+    (which typer then handles, help and errors included)."""
+    import argparse
+
+    if argv[:1] != ["serve"] or {"-h", "--help"} & set(argv):
+        return None
+    parser = argparse.ArgumentParser(prog="staal-supervisor serve", add_help=False)
+    parser.add_argument("manifest", type=Path)
+    parser.add_argument("--log-format", default="json")
+    parser.add_argument("--http", default=None)
+    parser.add_argument("--insecure-no-auth", action="store_true")
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit:
+        return None  # let typer explain what is wrong
+    return run_serve(args.manifest, args.log_format, args.http, args.insecure_no_auth)
+
+
+def main() -> None:
+    """The `staal-supervisor` console script."""
+    from staal.runtime.private_memory import forget_first_environment, keep_memory_private
+
+    keep_memory_private()  # it holds every tool's secrets: in its environment since its exec
+    forget_first_environment()  # and /proc/<pid>/environ would show them, dumpable or not
+    code = serve_from_argv(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from staal.supervisor.app.cli import app
+
+    app()

@@ -1,0 +1,48 @@
+"""What the server holds of each tool once the start-up check passed: its
+manifest entry, the argument rules and schema the check returned (the
+supervisor never imports a program), and the worst case a run of it holds
+in the ledger until it settles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from staal.manifest.model import Tool
+from staal.money import Money
+from staal.supervisor.store.state import Admission
+
+
+@dataclass
+class ToolRuntime:
+    tool: Tool
+    inputs: dict[str, Any]
+    schema: dict[str, Any]
+    worst_case: tuple[Money, ...]
+    running: int = 0
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return tuple(self.tool.grants)
+
+
+def worst_case(tool: Tool, grants: str | None = None) -> tuple[Money, ...]:
+    """One run's worst-case spend, per currency: over the money grants of
+    its grant set, max, or each times uses (seed 000 section 6)."""
+    totals: dict[str, Money] = {}
+    walked = (inner for grant in tool.grant_set(grants).values() for inner in grant.walk())
+    for grant in walked:
+        if not grant.spec.money:
+            continue
+        worst = grant.worst_case()
+        if worst is not None:
+            totals[worst.currency] = totals.get(worst.currency, Money.zero(worst.currency)) + worst
+    return tuple(totals[c] for c in sorted(totals))
+
+
+def money_held(runtime: ToolRuntime, admission: Admission | None) -> tuple[Money, ...]:
+    """What a run holds until it settles: the worst case of its grant set."""
+    if admission is None or admission.grants is None:
+        return runtime.worst_case
+    return worst_case(runtime.tool, admission.grants)

@@ -1,0 +1,1 @@
+"""Who is asking: bearer tokens, the provider verifier, principals, caller profiles, step-up."""

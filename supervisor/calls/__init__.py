@@ -1,0 +1,1 @@
+"""A tool call's seven steps, from the request to the answer, and what it holds while in flight."""

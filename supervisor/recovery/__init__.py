@@ -1,0 +1,1 @@
+"""Runs that outlived a process: recovery at start, the lease, retention, resolving and forgetting."""

@@ -1,0 +1,195 @@
+"""`staal-supervisor forget MANIFEST --run RUN`: an operator releases an
+ended run's `once` key (issue 24 item 9), so that the next identical call
+starts a new run: after the program that failed is fixed, say, instead of
+answering the stale failure for the key's whole `keep`.
+
+The release is a ledger event, `forget` (shared/records/ledger_records.py), durable
+before the command answers; replay at start and compaction keep it
+(supervisor/store/state.py), so no restart brings the key back. The run itself
+stays settled: its journal is kept for `server.keep` days as any run's,
+`staal_run_status` still answers its outcome, and what it spent still
+counts against its quota. Only an ended run's key is released: a running
+or waiting run still acts under it.
+
+Where it is written, as `staal-supervisor resolve` does:
+- PostgreSQL: from any machine with the DSN, while instances serve, in one
+  transaction holding the ledger's head row (as every ledger write does, so
+  no reserve decides in between); each instance applies the event when it
+  catches up, before its next decision.
+- The file store: its ledger is one server's, held in that server's memory
+  (seed 000 section 6), so the command takes the journal directory's server
+  lock as a server would, and is refused while a server holds it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg.types.json import Jsonb
+
+from staal.errors import StaalError
+from staal.manifest.model import ServerConfig
+from staal.records.ledger_records import Forget
+from staal.runtime.clock import SYSTEM_CLOCK, Clock
+from staal.runtime.ids import is_run_id
+from staal.supervisor.app.lockfile import ServerLock, ServerLockHeld
+from staal.supervisor.app.log import log_file_line
+from staal.supervisor.store.choice import dsn_of
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import LEDGER_FILE, FileLedger, Stamper, checked_encoding, warn_on_stderr
+from staal.supervisor.store.notes import FileNotes
+from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
+from staal.supervisor.store.postgres.ledger import apply_stored
+from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, StoreError, check_version
+from staal.supervisor.store.state import LedgerState, RunEntry
+from staal.supervisor.views.journal_view import when
+
+
+class ForgetRefused(StaalError):
+    """The run's key cannot be forgotten: nothing was written."""
+
+    kind = "forget_refused"
+
+
+# A server starting meanwhile may hold the lock a moment; one serving holds it.
+LOCK_WAIT_S = 1.0
+# The run's own log line (for people; the ledger event is the record).
+LOG_EVENT = "once_forgotten"
+
+_RUNNING = "running"
+_INTERRUPTED = "interrupted (the server resumes it at its next start)"
+
+
+def forget_run(server: ServerConfig, run: str, clock: Clock = SYSTEM_CLOCK,
+               environ: Mapping[str, str] = os.environ) -> str:
+    """Release `run`'s once key in the manifest's store; what was done, for
+    the operator. `ForgetRefused` (nothing written) when it cannot be."""
+    if not is_run_id(run):
+        raise ForgetRefused(f"--run: {run!r} is not a run id (32 hexadecimal digits, as "
+                            "calls and status show them)")
+    if server.store is None:
+        entry = forget_in_files(server.journals, run, clock)
+        seen = "the server sees it when it next starts"
+    else:
+        entry = forget_in_store(dsn_of(server, environ), run, clock)
+        seen = "every instance sees it at its next call"
+    return (f"run {run} ({entry.tool}, ended {entry.outcome} at {when(entry.ended_ms)}): its "
+            f"once key is forgotten; the next identical call starts a new run ({seen}). Its "
+            "journal is kept as any run's, and what it spent still counts against its quota")
+
+
+def refusal(entry: RunEntry | None, run: str, waiting: Mapping[str, Any] | None, now_ms: int,
+            unfinished: str = _RUNNING) -> str | None:
+    """Why `run`'s key cannot be forgotten at `now_ms`, or None. `waiting`
+    is its waiting record; `unfinished` names the state of a run that has
+    not ended and waits for no one."""
+    only = "only an ended run's once key can be forgotten"
+    if entry is None:
+        return (f"run {run} is not in the ledger: no such run, or it was dropped from it "
+                "long after it ended")
+    if entry.state == "unsettled" and waiting is not None:
+        return (f"run {run} is waiting for an operator (op {waiting.get('op')} in doubt), not "
+                f"ended: {only}; answer it first ({waiting.get('resolve')})")
+    if entry.state == "unsettled":
+        return f"run {run} is {unfinished}, not ended: {only}"
+    if entry.state == "released":
+        return f"run {run} never started (its reservation was released): it holds no once key"
+    if entry.once is None:
+        return (f"run {run} has no once key (its tool {entry.tool} has no `once`): there is "
+                "no key to forget")
+    if entry.forgotten_ms is not None:
+        return f"run {run}'s once key was forgotten already, at {when(entry.forgotten_ms)}"
+    if not entry.holds_key(now_ms):
+        return (f"run {run}'s once key is held no more: its keep ended; the next identical "
+                "call starts a new run already")
+    return None
+
+
+def forget_in_files(journals: Path, run: str, clock: Clock = SYSTEM_CLOCK) -> RunEntry:
+    """The file store: holding the server lock, the forget event appended to
+    `<journals>/server.ledger` and fsync'd, and a line in the run's log."""
+    path = journals / LEDGER_FILE
+    if not path.is_file():
+        raise ForgetRefused(f"run {run} is not in the ledger: {path} does not exist")
+    try:
+        lock = ServerLock.acquire(journals, LOCK_WAIT_S)
+    except ServerLockHeld as exc:
+        raise ForgetRefused(
+            f"{exc.message}. The file store's ledger is that server's alone: stop it, forget "
+            "the run, then start it again") from None
+    with lock, FileLedger.open(path, clock) as ledger:
+        entry = ledger.run(run)
+        files = RunFiles(journals, entry.tool if entry else "", run)
+        waiting = FileNotes(journals).waiting(files) if entry else None
+        problem = refusal(entry, run, waiting, ledger.now_ms(), _INTERRUPTED)
+        if problem is not None:
+            raise ForgetRefused(problem)
+        forgotten = ledger.forget(run)
+        FileNotes(journals).log(files, log_file_line(LOG_EVENT, by="staal-supervisor forget"))
+    return forgotten
+
+
+def forget_in_store(dsn: str, run: str, clock: Clock = SYSTEM_CLOCK) -> RunEntry:
+    """The PostgreSQL store: the forget event committed in one transaction
+    holding the head row, the key's row and a line of the run's log with it."""
+    try:
+        with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
+            return _forget_row(cur, run, clock)
+    except psycopg.errors.UndefinedTable:
+        raise ForgetRefused(f"run {run} is not in the ledger: the PostgreSQL store holds no "
+                            "staal ledger yet") from None
+    except psycopg.Error as exc:
+        raise StoreError(f"the PostgreSQL store failed: {reason(exc, secrets_of(dsn))}") from None
+
+
+def _forget_row(cur: psycopg.Cursor[Any], run: str, clock: Clock) -> RunEntry:
+    _check_schema(cur)
+    cur.execute("SELECT last_ms FROM staal_head FOR UPDATE")
+    last_ms = int(one_row(cur)[0])
+    state = _run_state(cur, run)
+    state.last_ms = max(state.last_ms, last_ms)
+    now = Stamper(clock, warn_on_stderr, "in the PostgreSQL store").stamp(state.last_ms)
+    problem = refusal(state.run(run), run, waiting_in(cur, run), now)
+    if problem is not None:
+        raise ForgetRefused(problem)
+    event = Forget(run=run, time=now)
+    entry = state.apply(event)
+    cur.execute("INSERT INTO staal_forgets (run, forgotten_ms, seq, event) "
+                "VALUES (%s, %s, nextval('staal_event_seq'), %s)",
+                (run, now, Jsonb(checked_encoding(event))))
+    cur.execute("UPDATE staal_head SET last_ms = %s", (now,))
+    cur.execute("DELETE FROM staal_once WHERE run = %s", (run,))  # it holds the key no more
+    log_in(cur, run, [orjson.loads(log_file_line(LOG_EVENT, by="staal-supervisor forget"))])
+    return entry
+
+
+def _check_schema(cur: psycopg.Cursor[Any]) -> None:
+    """An older schema has no forgets table, and instances of an older staal,
+    which serve on it, would not see a forget: refused until an instance of
+    this version has upgraded it at its start."""
+    cur.execute("SELECT version FROM staal_schema")
+    found = int(one_row(cur)[0])
+    check_version(found)
+    if found < SCHEMA_VERSION:
+        raise ForgetRefused(
+            f"the PostgreSQL store's schema is version {found}; forget needs version "
+            f"{SCHEMA_VERSION}: start an instance of this staal first (it upgrades the schema "
+            "at start, keeping every row)")
+
+
+def _run_state(cur: psycopg.Cursor[Any], run: str) -> LedgerState:
+    """A ledger state of the run's own events, in ledger order."""
+    cur.execute("SELECT seq, event FROM staal_runs WHERE run = %(run)s "
+                "UNION ALL SELECT seq, event FROM staal_ends WHERE run = %(run)s "
+                "UNION ALL SELECT seq, event FROM staal_forgets WHERE run = %(run)s "
+                "ORDER BY seq", {"run": run})
+    state = LedgerState()
+    for seq, data in cur.fetchall():
+        apply_stored(state, seq, data)  # as a serving instance reads them
+    return state

@@ -1,0 +1,124 @@
+"""`staal-supervisor resolve`: an operator's answer for an op in doubt, on
+the shared PostgreSQL store, from any machine with the DSN (issue 15).
+
+The answer is checked against the run's journal rows by the same rules as
+`staal resolve --journal` (worker/commands/resolve.py) and committed as the run's
+next row. It is not fenced by an instance (an operator is none): the
+journal's state is the condition instead. The run must be reserved and not
+ended, and the new row takes the line after the last one read in the same
+transaction, whose primary key refuses it if the run's owner appended
+meanwhile. The owner (or an instance that takes the run over) restores its
+copy from the rows and resumes the run after its next renewal of its lease
+(settling in place, supervisor/app/server.py), or at its next start. The run's
+waiting record goes in the same transaction.
+
+The answer is checked by the worker's own `staal resolve` (which knows each
+capability's result shape; the supervisor never imports worker code), run
+on a private copy of the rows with no DSN in its environment; the record
+it appends to the copy is the one committed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from staal.errors import StaalError
+from staal.manifest.model import ServerConfig
+from staal.records.appendlog import read_log
+from staal.records.canonical import canonical_json
+from staal.records.fsio import FS
+from staal.records.journal_records import JOURNAL, Resolved
+from staal.supervisor.store.choice import dsn_of
+from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
+from staal.supervisor.store.postgres.note_rows import drop_waiting
+from staal.supervisor.store.postgres.schema import StoreError
+
+
+class ResolveRefused(StaalError):
+    """The answer does not fit the run or its journal: nothing was written."""
+
+    kind = "resolve_refused"
+
+
+RESOLVE_TIMEOUT_S = 60
+
+
+def resolve_in_store(server: ServerConfig, run: str, op: int, happened: bool,
+                     result_text: str | None, environ: Mapping[str, str] = os.environ) -> str:
+    """Commit the answer; what was recorded, for the operator."""
+    if server.store is None:
+        raise ResolveRefused("server.store is the file store: resolve on the server's machine "
+                             "with staal resolve --journal PATH")
+    dsn = dsn_of(server, environ)
+    try:
+        with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
+            owner = _answer(cur, run, op, happened, result_text)
+    except psycopg.errors.UniqueViolation:
+        raise ResolveRefused(f"run {run}: its journal changed while the answer was checked "
+                             "(its instance is resuming it); look again and resolve then") from None
+    except psycopg.Error as exc:
+        raise StoreError(f"the PostgreSQL store failed: {reason(exc, secrets_of(dsn))}") from None
+    said = "happened" if happened else "did not happen"
+    return (f"op {op} of run {run} recorded as {said} in the shared store; instance {owner}, "
+            "which owns the run, resumes it within a renewal of its lease if it is serving, "
+            "else at its next start (or another instance, if it takes the run over)")
+
+
+def _answer(cur: psycopg.Cursor[Any], run: str, op: int, happened: bool,
+            result_text: str | None) -> str:
+    cur.execute("SELECT r.owner, e.run FROM staal_runs r LEFT JOIN staal_ends e USING (run) "
+                "WHERE r.run = %s FOR SHARE OF r", (run,))
+    found = cur.fetchone()
+    if found is None:
+        raise ResolveRefused(f"run {run} is not in the shared store's ledger")
+    if found[1] is not None:
+        raise ResolveRefused(f"run {run} has ended; nothing is in doubt")
+    cur.execute("SELECT record FROM staal_journal WHERE run = %s ORDER BY line", (run,))
+    rows = [row[0] for row in cur.fetchall()]
+    if not rows:
+        raise ResolveRefused(f"run {run} has no journal: it never started")
+    record = _checked_answer(run, rows, op, happened, result_text)
+    cur.execute("INSERT INTO staal_journal (run, line, record) VALUES (%s, %s, %s)",
+                (run, len(rows) + 1, Jsonb(record)))
+    drop_waiting(cur, run)  # answered: if it stops again, at a later op, that is a new record
+    return str(found[0])
+
+
+def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: bool,
+                    result_text: str | None) -> dict[str, Any]:
+    """The Resolved record `staal resolve` appends to a copy of the rows."""
+    with tempfile.TemporaryDirectory(prefix="staal-resolve-") as folder:
+        copy = Path(folder) / f"{run}.journal"
+        fd = FS.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            FS.write(fd, b"".join(canonical_json(row) + b"\n" for row in rows))
+        finally:
+            os.close(fd)
+        command = [sys.executable, "-m", "staal.worker.commands.cli", "resolve", "--journal", str(copy),
+                   "--op", str(op), "--happened", "yes" if happened else "no"]
+        if result_text is not None:
+            command += ["--result", result_text]
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              timeout=RESOLVE_TIMEOUT_S, env=_without_secrets())
+        if done.returncode != 0:
+            said = " ".join(done.stderr.replace(str(copy), f"run {run}").split())
+            raise ResolveRefused(said or f"staal resolve exited with {done.returncode}")
+        written: list[dict[str, Any]] = list(read_log(copy).records)
+    if len(written) != len(rows) + 1 or not isinstance(JOURNAL.decode(written[-1]), Resolved):
+        raise ResolveRefused(f"run {run}: staal resolve did not append one answer")
+    return written[-1]
+
+
+def _without_secrets() -> dict[str, str]:
+    """The checker's environment: enough to run Python, no DSN or other secret."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
+    return {name: os.environ[name] for name in keep if name in os.environ}

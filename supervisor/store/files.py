@@ -1,0 +1,116 @@
+"""Where a run's files live under the journal directory, and writing the
+ones the supervisor owns (seed 000 section 7).
+
+    <journals>/server.ledger, server.lock
+    <journals>/<tool>/<first two of run id>/<run id>.journal      (the worker writes it)
+    <journals>/<tool>/<first two of run id>/<run id>.inputs.json  (kept while resumable)
+    <journals>/<tool>/<first two of run id>/<run id>.log.jsonl
+    <journals>/waiting/<run id>.json                               (a run waiting for an operator)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from staal.records.fsio import FS, OS_SYNC, Syncer, make_private_dir
+from staal.runtime.ids import is_run_id
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    journals: Path
+    tool: str
+    run: str
+
+    @property
+    def folder(self) -> Path:
+        return self.journals / self.tool / self.run[:2]
+
+    @property
+    def journal(self) -> Path:
+        return self.folder / f"{self.run}.journal"
+
+    @property
+    def inputs(self) -> Path:
+        return self.folder / f"{self.run}.inputs.json"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"{self.run}.log.jsonl"
+
+    @property
+    def waiting(self) -> Path:
+        return self.journals / "waiting" / f"{self.run}.json"
+
+
+def find_journals(journals: Path) -> dict[str, tuple[str, Path]]:
+    """Every journal under `journals`: run id -> (tool, path)."""
+    found: dict[str, tuple[str, Path]] = {}
+    if not journals.is_dir():
+        return found
+    for tool_dir in sorted(p for p in journals.iterdir() if p.is_dir() and p.name != "waiting"):
+        for path in sorted(tool_dir.glob("??/*.journal")):
+            run = path.stem
+            if is_run_id(run) and path.parent.name == run[:2]:
+                found[run] = (tool_dir.name, path)
+    return found
+
+
+def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:
+    """Create `path` holding `data`, 0600, file and directory fsync'd.
+    False if the file already exists (it is kept as first written)."""
+    make_private_dir(path.parent, syncer)
+    try:
+        fd = FS.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+        FS.write(fd, data)
+        syncer.sync_file(fd)
+    finally:
+        os.close(fd)
+    syncer.sync_dir(path.parent)
+    return True
+
+
+def write_inputs(files: RunFiles, arguments: dict[str, Any]) -> None:
+    write_durably(files.inputs, orjson.dumps(arguments))
+
+
+def remove_inputs(files: RunFiles) -> None:
+    try:
+        FS.unlink(files.inputs)
+    except FileNotFoundError:
+        pass
+
+
+def append_log(files: RunFiles, line: bytes) -> None:
+    """A run's own log: for people, not authoritative, so not fsync'd."""
+    make_private_dir(files.folder)
+    fd = FS.open(files.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        FS.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def make_run_folders(journals: Path, tools: list[str], syncer: Syncer = OS_SYNC) -> None:
+    """Every `<tool>/<xx>` folder a run id can name, made once at start, so
+    no call pays for a new directory (and its parent's fsync)."""
+    for tool in tools:
+        base = make_private_dir(journals / tool, syncer)
+        made = False
+        for first in range(256):
+            folder = base / f"{first:02x}"
+            if not folder.is_dir():
+                FS.mkdir(folder, 0o700)
+                os.chmod(folder, 0o700)
+                made = True
+        if made:
+            syncer.sync_dir(base)

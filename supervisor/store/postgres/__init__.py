@@ -1,0 +1,1 @@
+"""The PostgreSQL store (the only package here that imports psycopg)."""

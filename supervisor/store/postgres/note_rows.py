@@ -1,0 +1,134 @@
+"""Waiting records and run logs as rows of the PostgreSQL store (issue 15,
+schema version 3): the one writer and the one reader of `staal_waiting` and
+`staal_logs`, on the journal rows' connection (supervisor/store/postgres/journal_rows.py).
+
+A waiting record is written fenced, like a journal append: only the run's
+owner under its current token writes it, and a run has one, kept as first
+written (its primary key; a second insert does nothing), so an instance
+that takes a waiting run over and sees it stop again keeps the first
+instance's record and notifies no one again. A run's end is one statement,
+a transaction by itself: its log lines written, its waiting record and its
+kept arguments gone, in the one round trip the arguments' removal took
+alone before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
+from staal.supervisor.store.postgres.journal_rows import JournalRows
+from staal.supervisor.store.postgres.schema import StoreError
+
+# The log lines go after the run's last (a run stopped, resumed and ended
+# writes twice); a retry after a lost answer finds its last line there.
+_LOG = ("INSERT INTO staal_logs (run, line, entry) "
+        "SELECT %(run)s, (SELECT coalesce(max(line), 0) FROM staal_logs WHERE run = %(run)s) "
+        "+ n, entry FROM jsonb_array_elements(%(entries)s) WITH ORDINALITY AS t(entry, n) "
+        "WHERE NOT (%(again)s AND EXISTS (SELECT 1 FROM staal_logs WHERE run = %(run)s "
+        "AND entry = %(last)s))")
+_END = ("WITH inputs AS (DELETE FROM staal_inputs WHERE run = %(run)s), "
+        "waiting AS (DELETE FROM staal_waiting WHERE run = %(run)s) " + _LOG)
+
+
+class NoteRows:
+    """The waiting records and logs of runs, on `rows`' connection."""
+
+    def __init__(self, rows: JournalRows) -> None:
+        self.rows = rows
+
+    @property
+    def instance(self) -> str:
+        return self.rows.instance
+
+    def wait(self, run: str, record: Mapping[str, Any]) -> bool:
+        """Keep the run's waiting record, fenced; False if it has one already
+        (kept as first written). `Fenced` if the run is not this instance's."""
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> bool:
+            self.rows.check_owned(cur, run, "write the waiting record of")
+            cur.execute("INSERT INTO staal_waiting (run, instance, record) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (run) DO NOTHING", (run, self.instance, Jsonb(dict(record))))
+            if cur.rowcount == 1:
+                return True
+            # A retry whose first try committed wrote this very record.
+            return again and _record_of(cur, run) == dict(record)
+
+        return self.rows.run(attempt)
+
+    def waiting(self, run: str) -> dict[str, Any] | None:
+        """The run's waiting record (None: it waits for no one)."""
+        return self.rows.run(lambda cur, again: _record_of(cur, run), alone=True)
+
+    def all_waiting(self) -> dict[str, dict[str, Any]]:
+        """Every run's waiting record, whichever instance wrote it."""
+        return self.rows.run(lambda cur, again: _all_of(cur), alone=True)
+
+    def unwait(self, run: str) -> None:
+        """The run waits no more (it was settled)."""
+        self.rows.run(lambda cur, again: drop_waiting(cur, run), alone=True)
+
+    def log(self, run: str, entries: list[dict[str, Any]]) -> None:
+        """Append lines to the run's log."""
+        self.rows.run(lambda cur, again: _write(cur, _LOG, run, entries, again), alone=True)
+
+    def end(self, run: str, entries: list[dict[str, Any]]) -> None:
+        """The run ended: its last log lines written, its waiting record and
+        kept arguments removed, in one statement."""
+        self.rows.run(lambda cur, again: _write(cur, _END, run, entries, again), alone=True)
+
+    def logged(self, run: str) -> list[dict[str, Any]]:
+        """The run's log lines in order."""
+        def query(cur: psycopg.Cursor[Any], again: bool) -> list[dict[str, Any]]:
+            cur.execute("SELECT entry FROM staal_logs WHERE run = %s ORDER BY line", (run,))
+            return [row[0] for row in cur.fetchall()]
+
+        return self.rows.run(query, alone=True)
+
+
+def _write(cur: psycopg.Cursor[Any], sql: str, run: str, entries: list[dict[str, Any]],
+           again: bool) -> None:
+    cur.execute(sql, {"run": run, "entries": Jsonb(entries), "again": again,
+                      "last": Jsonb(entries[-1] if entries else None)})
+
+
+def drop_waiting(cur: psycopg.Cursor[Any], run: str) -> None:
+    """In the caller's transaction: the run waits no more (settled, or an
+    operator answered it: `staal-supervisor resolve`)."""
+    cur.execute("DELETE FROM staal_waiting WHERE run = %s", (run,))
+
+
+def waiting_in(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
+    """In the caller's transaction: the run's waiting record (an operator's
+    forget, which refuses a waiting run)."""
+    return _record_of(cur, run)
+
+
+def log_in(cur: psycopg.Cursor[Any], run: str, entries: list[dict[str, Any]]) -> None:
+    """In the caller's transaction: lines appended to the run's log."""
+    _write(cur, _LOG, run, entries, False)
+
+
+def _record_of(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
+    cur.execute("SELECT record FROM staal_waiting WHERE run = %s", (run,))
+    row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _all_of(cur: psycopg.Cursor[Any]) -> dict[str, dict[str, Any]]:
+    cur.execute("SELECT run, record FROM staal_waiting")
+    return {str(run): record for run, record in cur.fetchall()}
+
+
+def read_all_waiting(dsn: str) -> dict[str, dict[str, Any]]:
+    """Every waiting record in the store, read on a connection of its own
+    (status and the console, beside the servers)."""
+    try:
+        with connect(dsn) as conn, conn.cursor() as cur:
+            return _all_of(cur)
+    except psycopg.Error as exc:
+        raise StoreError(f"the PostgreSQL store failed to read the waiting records: "
+                         f"{reason(exc, secrets_of(dsn))}") from None

@@ -1,0 +1,162 @@
+"""The PostgreSQL store's schema (issue 15), versioned in `staal_schema`.
+
+At start the schema is created or upgraded in one transaction under a
+transaction-level advisory lock, so instances starting together never race
+on DDL and a crash mid-upgrade leaves the old version whole (PostgreSQL's
+DDL is transactional). A schema newer than this server refuses to start,
+naming both versions: an older server could break invariants a newer one's
+rows rely on.
+
+The guarantees are the schema's, not only the code's (seed 000 section 6):
+one reserve per run (`staal_runs` primary key), at most one settle or
+release per run and none without a reserve (`staal_ends` primary key and
+foreign key), at most one forget per run and none before its end
+(`staal_forgets`), one holder per once key (`staal_once` primary key, the key
+already the caller's own), every event's place in the ledger's order unique
+(`seq`). Instances, their fencing tokens and each run's owner are in from
+the first version, so leases and takeover (issue 15 item 3) add no column
+that existing rows lack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import staal
+from staal.errors import StaalError
+
+SCHEMA_VERSION = 4
+
+# Migration i takes the schema from version i to i + 1.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE staal_head (
+            one boolean PRIMARY KEY DEFAULT true CHECK (one),
+            last_ms bigint NOT NULL DEFAULT 0 CHECK (last_ms >= 0),
+            generation bigint NOT NULL DEFAULT 0)""",
+        "INSERT INTO staal_head DEFAULT VALUES",
+        "CREATE SEQUENCE staal_event_seq",
+        "CREATE SEQUENCE staal_fence_seq",
+        """CREATE TABLE staal_instances (
+            instance text PRIMARY KEY,
+            fence bigint NOT NULL UNIQUE,
+            started_ms bigint NOT NULL,
+            lease_until_ms bigint,
+            version text NOT NULL)""",
+        """CREATE TABLE staal_runs (
+            run text PRIMARY KEY,
+            tool text NOT NULL,
+            reserved_ms bigint NOT NULL,
+            seq bigint NOT NULL UNIQUE,
+            event jsonb NOT NULL,
+            owner text NOT NULL REFERENCES staal_instances,
+            fence bigint NOT NULL)""",
+        """CREATE TABLE staal_ends (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            kind text NOT NULL CHECK (kind IN ('settle', 'release')),
+            ended_ms bigint NOT NULL,
+            seq bigint NOT NULL UNIQUE,
+            event jsonb NOT NULL)""",
+        """CREATE TABLE staal_once (
+            tool text NOT NULL,
+            key text NOT NULL,
+            run text NOT NULL UNIQUE REFERENCES staal_runs ON DELETE CASCADE,
+            PRIMARY KEY (tool, key))""",
+    ),
+    (
+        # Version 2: run journals as rows (supervisor/store/postgres/journal_rows.py), one
+        # per record in line order, and kept arguments; both go with their run.
+        """CREATE TABLE staal_journal (
+            run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
+            line integer NOT NULL CHECK (line >= 1),
+            record jsonb NOT NULL,
+            PRIMARY KEY (run, line))""",
+        # A run's kept arguments, while it may be resumed (by any instance).
+        """CREATE TABLE staal_inputs (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            arguments jsonb NOT NULL)""",
+    ),
+    (
+        # Version 3: waiting records and run logs as rows (supervisor/store/notes.py),
+        # shared by every instance; both go with their run. A run has one
+        # waiting record, kept as first written (the primary key: a second
+        # insert does nothing), naming the instance that wrote it.
+        """CREATE TABLE staal_waiting (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            instance text NOT NULL,
+            record jsonb NOT NULL)""",
+        # A run's log, one row per line in order: for people, not authoritative.
+        """CREATE TABLE staal_logs (
+            run text NOT NULL REFERENCES staal_runs ON DELETE CASCADE,
+            line integer NOT NULL CHECK (line >= 1),
+            entry jsonb NOT NULL,
+            PRIMARY KEY (run, line))""",
+    ),
+    (
+        # Version 4: an operator's forget of an ended run's once key
+        # (supervisor/recovery/forget.py), at most one per run and only after its
+        # settle (the key: a settle's run); it goes with its run.
+        """CREATE TABLE staal_forgets (
+            run text PRIMARY KEY REFERENCES staal_ends ON DELETE CASCADE,
+            forgotten_ms bigint NOT NULL,
+            seq bigint NOT NULL UNIQUE,
+            event jsonb NOT NULL)""",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+# The ledger's events after `seq`, in commit order, with each reserve's owner:
+# the ledger's catch-up and the read-only view read them alike.
+EVENTS_SINCE = """
+    SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
+    UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
+    UNION ALL SELECT seq, event, NULL FROM staal_forgets WHERE seq > %(seq)s
+    ORDER BY seq"""
+
+
+class StoreError(StaalError):
+    """The PostgreSQL store cannot be used as configured, or a statement on
+    it failed; its message never holds the DSN."""
+
+    kind = "store"
+
+
+class SchemaNewer(StoreError):
+    kind = "schema_newer"
+
+
+def lock_key(purpose: str) -> str:
+    """SQL for an advisory lock key, one per purpose and per schema (so two
+    stores in one database never wait on each other)."""
+    return f"hashtext('staal:{purpose}:' || current_schema())"
+
+
+def ensure_schema(cur: Any) -> int:
+    """Create or upgrade the schema to `SCHEMA_VERSION` in the caller's open
+    transaction; the version found before. Raises `SchemaNewer` for a newer
+    one, `StoreError` when the search path names no schema to create in."""
+    cur.execute("SELECT current_schema()")
+    if cur.fetchone()[0] is None:
+        raise StoreError("the PostgreSQL store's search_path names no existing schema to "
+                         "create staal's tables in; create it, or set search_path in the DSN")
+    cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('schema')})")
+    cur.execute("""CREATE TABLE IF NOT EXISTS staal_schema (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        version integer NOT NULL CHECK (version >= 0))""")
+    cur.execute("INSERT INTO staal_schema (version) VALUES (0) ON CONFLICT (one) DO NOTHING")
+    cur.execute("SELECT version FROM staal_schema")
+    found: int = cur.fetchone()[0]
+    check_version(found)
+    for steps in MIGRATIONS[found:]:
+        for statement in steps:
+            cur.execute(statement)
+    cur.execute("UPDATE staal_schema SET version = %s", (SCHEMA_VERSION,))
+    return found
+
+
+def check_version(found: int) -> None:
+    if found > SCHEMA_VERSION:
+        raise SchemaNewer(
+            f"the PostgreSQL store's schema is version {found}, newer than version "
+            f"{SCHEMA_VERSION}, the newest this server (staal {staal.__version__}) knows: "
+            "upgrade staal on this instance, or point server.store at another database")

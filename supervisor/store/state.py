@@ -1,0 +1,478 @@
+"""What the ledger holds, in memory (runs, their once keys and quota use),
+and the answers it gives.
+
+Pure state with no I/O (seed 000 section 6). `LedgerState.apply` is the one
+place an event changes it, and it enforces the ledger's invariants: each run
+has exactly one reserve, first, at most one settle or release after it and,
+once settled with a once key, at most one forget (an operator's: the key is
+released), and the ledger's time never goes backwards. The file ledger builds a state by
+applying every event it reads, and checks each event it is about to write
+the same way, so what is written is what a restart reads back.
+
+Windows are closed: a reservation made at `r` counts in a window of `w` ms
+ending at `now` while `now - w <= r`, and ages out at `r + w + 1`. A once
+key held by a settled run is held while `now < end + keep`, unless an
+operator forgot it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from staal.errors import StaalError
+from staal.manifest.model import QuotaConfig, Tool
+from staal.money import Money
+from staal.records.canonical import arguments_hash, canonical_json, once_key, sha256_hex
+from staal.records.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
+from staal.records.outcomes import Outcome
+
+RunState = Literal["unsettled", "settled", "released"]
+QuotaKind = Literal["calls", "money"]
+# Whose limit: the tool's own quota, the caller's quota on the tool, or the
+# caller's rate over all its calls.
+QuotaScope = Literal["tool", "caller", "rate"]
+
+
+class LedgerBug(StaalError):
+    """An event the ledger refuses to commit: a second reserve, settle or
+    release for a run, or a settle or release for a run it does not hold.
+    Writing it would break the ledger's invariants, so nothing is written."""
+
+    kind = "bug"
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One run as the ledger knows it: its reserve and how it ended, if it has."""
+
+    run: str
+    tool: str
+    reserved_ms: int
+    calls: int
+    money: tuple[Money, ...] = ()
+    once: OnceHold | None = None
+    state: RunState = "unsettled"
+    ended_ms: int | None = None
+    outcome: Outcome | None = None
+    charged: tuple[Money, ...] = ()
+    caller: str | None = None
+    profile: str | None = None
+    grants: str | None = None
+    # When an operator released its once key (a forget event); None: never.
+    forgotten_ms: int | None = None
+
+    @property
+    def unsettled(self) -> bool:
+        return self.state == "unsettled"
+
+    def holds_key(self, now_ms: int) -> bool:
+        """Whether this run still holds its once key at `now_ms`: while it is
+        unsettled, and after it settles for `keep` (None: for ever) unless
+        an operator forgot it. A released run never started and holds nothing."""
+        if self.once is None or self.state == "released" or self.forgotten_ms is not None:
+            return False
+        if self.state == "unsettled" or self.once.keep_ms is None:
+            return True
+        assert self.ended_ms is not None
+        return now_ms < self.ended_ms + self.once.keep_ms
+
+    def calls_used(self) -> int:
+        """The calls this run counts against its tool's quota."""
+        return 0 if self.state == "released" else self.calls
+
+    def money_used(self, currency: str) -> int:
+        """Minor units of `currency` this run counts: its worst case until it
+        settles, then what it actually charged; nothing once released."""
+        if self.state == "released":
+            return 0
+        amounts = self.charged if self.state == "settled" else self.money
+        return sum(m.minor for m in amounts if m.currency == currency)
+
+
+@dataclass(frozen=True, slots=True)
+class OverQuota:
+    """A reservation refused: `which` quota it would exceed, its `limit`, what
+    the window already holds (`in_use`), what this call asked for (`needed`)
+    and when enough ages out for it to fit (None: it never fits, because the
+    call alone asks for more than the limit)."""
+
+    which: QuotaKind
+    limit: int | Money
+    in_use: int | Money
+    needed: int | Money
+    frees_at_ms: int | None
+    scope: QuotaScope = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    """A tool's use of its quota over the window ending at `now_ms`, for status.
+
+    `money_held` is what unsettled runs hold (their worst case), `money_charged`
+    what settled runs spent, each in the quota's currency (None without a
+    money limit). `*_frees_at_ms` is when the next bit of that use ages out.
+    """
+
+    tool: str
+    window_ms: int
+    now_ms: int
+    calls: int
+    calls_limit: int | None
+    calls_frees_at_ms: int | None
+    money_held: Money | None
+    money_charged: Money | None
+    money_limit: Money | None
+    money_frees_at_ms: int | None
+    unsettled: int
+
+    @property
+    def money(self) -> Money | None:
+        if self.money_held is None or self.money_charged is None:
+            return None
+        return self.money_held + self.money_charged
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A new run, durable in the ledger: it may start."""
+
+    run: str
+    time: int
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """The call's once key is held by `entry`, with the same arguments:
+    answer from that run; nothing new runs."""
+
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Different:
+    """The call's once key is held by `entry`, with different arguments: a
+    different operation pretending to be the same one; refused."""
+
+    entry: RunEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The runs compaction kept and the ones whose events it dropped."""
+
+    kept: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+# What a call's once identity is: the key, the arguments hash and how long
+# the key is kept after the run ends (None: for ever); the shape the reserve
+# event records.
+OnceRequest = OnceHold
+
+
+def once_request(tool: Tool, arguments: Mapping[str, Any],
+                 caller: str | None = None) -> OnceRequest | None:
+    """A call's once identity, from the arguments as the runtime read them
+    (defaults filled in), or None for a tool without once. The key is the
+    caller's own (`caller`: its identity's SHA-256): the same order from two
+    callers is two operations; None (the local client) keys as version 1 did."""
+    if tool.once is None:
+        return None
+    keep = tool.once.keep
+    key = once_key(tool.name, arguments, tool.once.by)
+    if caller is not None:
+        key = sha256_hex(canonical_json([caller, key]))
+    return OnceHold(key=key, args=arguments_hash(arguments),
+                    keep_ms=None if keep is None else keep.ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A caller's share of a reservation (issue 14): who it is (the SHA-256
+    of its identity), its profile and the grant set the run runs with, which
+    the reserve records; its quota on the tool and its rate, which it must fit."""
+
+    caller: str
+    profile: str | None = None
+    grants: str | None = None
+    quota: QuotaConfig | None = None
+    rate: QuotaConfig | None = None
+
+
+ReserveResult = Reserved | Existing | Different | OverQuota
+FilesKept = Collection[str] | Callable[[RunEntry], bool]
+
+
+@dataclass
+class LedgerState:
+    """Every run the ledger holds, indexed for once lookups and windows."""
+
+    last_ms: int = 0
+    events: int = 0
+    _runs: dict[str, RunEntry] = field(default_factory=dict)
+    # Where each run's events came in the ledger: (reserve, end, forget) positions.
+    _order: dict[str, tuple[int, int | None, int | None]] = field(default_factory=dict)
+    # (tool, once key) -> the latest run reserved with that key.
+    _keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Window key -> its runs' reserve times and ids, in ledger order (so
+    # sorted). A tool's key is its name; a caller's `("caller", hash)`; a
+    # caller's on one tool `("caller", hash, tool)`.
+    _times: dict[WindowKey, list[int]] = field(default_factory=dict)
+    _ids: dict[WindowKey, list[str]] = field(default_factory=dict)
+
+    # -- changing it ------------------------------------------------------
+
+    def apply(self, event: Event) -> RunEntry:
+        """Apply one event, or raise `LedgerBug` (nothing changed) if it
+        breaks an invariant."""
+        self.check(event)
+        if isinstance(event, Reserve):
+            entry = RunEntry(event.run, event.tool, event.time, event.calls, event.money,
+                             event.once, caller=event.caller, profile=event.profile,
+                             grants=event.grants)
+            self._order[event.run] = (self.events, None, None)
+            for key in window_keys(event.tool, event.caller):
+                self._times.setdefault(key, []).append(event.time)
+                self._ids.setdefault(key, []).append(event.run)
+            if event.once is not None:
+                self._keys[(event.tool, event.once.key)] = event.run
+        elif isinstance(event, Forget):
+            entry = replace(self._runs[event.run], forgotten_ms=event.time)
+            self._order[event.run] = (*self._order[event.run][:2], self.events)
+        else:
+            entry = _ended(self._runs[event.run], event)
+            self._order[event.run] = (self._order[event.run][0], self.events, None)
+        self._runs[event.run] = entry
+        self.last_ms = event.time
+        self.events += 1
+        return entry
+
+    def check(self, event: Event) -> None:
+        if event.time < self.last_ms:
+            raise LedgerBug(
+                f"event time {event.time} is before the ledger's last time {self.last_ms}: "
+                "ledger time never goes backwards")
+        entry = self._runs.get(event.run)
+        name = event.TYPE
+        if isinstance(event, Reserve):
+            if entry is not None:
+                raise LedgerBug(f"a second reserve for run {event.run}")
+            return
+        if entry is None:
+            raise LedgerBug(f"a {name} for run {event.run}, which has no reserve")
+        if isinstance(event, Forget):
+            _check_forget(entry)
+        elif entry.state != "unsettled":
+            raise LedgerBug(
+                f"a {name} for run {event.run}, which was already {entry.state}")
+
+    # -- reading it -------------------------------------------------------
+
+    def run(self, run_id: str) -> RunEntry | None:
+        return self._runs.get(run_id)
+
+    def runs(self) -> tuple[RunEntry, ...]:
+        """Every run, in the order of their reserves."""
+        return tuple(self._runs.values())
+
+    def unsettled(self) -> tuple[RunEntry, ...]:
+        return tuple(e for e in self._runs.values() if e.state == "unsettled")
+
+    def once_holder(self, tool: str, key: str, now_ms: int) -> RunEntry | None:
+        """The run holding `tool`'s once `key` at `now_ms`, if one does."""
+        run_id = self._keys.get((tool, key))
+        entry = self._runs.get(run_id) if run_id is not None else None
+        return entry if entry is not None and entry.holds_key(now_ms) else None
+
+    def in_window(self, key: WindowKey, window_ms: int, now_ms: int) -> list[RunEntry]:
+        """The runs of `key` (a tool's name, or a caller's key: `window_keys`)
+        reserved at or after `now_ms - window_ms`, oldest first."""
+        times = self._times.get(key, [])
+        start = bisect.bisect_left(times, now_ms - window_ms)
+        return [self._runs[r] for r in self._ids[key][start:]] if times else []
+
+    def over_quota(self, key: WindowKey, quota: QuotaConfig, calls: int, money: tuple[Money, ...],
+                   now_ms: int, scope: QuotaScope = "tool") -> OverQuota | None:
+        """Why reserving `calls` and `money` now would exceed `quota` over
+        the runs of `key`, or None."""
+        window = quota.window.ms
+        entries = self.in_window(key, window, now_ms)
+        if quota.calls is not None:
+            used = [(e.reserved_ms, e.calls_used()) for e in entries]
+            refused = _refusal(used, calls, quota.calls, window)
+            if refused is not None:
+                return OverQuota("calls", quota.calls, refused[0], calls, refused[1], scope)
+        if quota.money is not None:
+            currency = quota.money.currency
+            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
+            need = sum(m.minor for m in money if m.currency == currency)
+            refused = _refusal(used, need, quota.money.minor, window)
+            if refused is not None:
+                return OverQuota("money", quota.money, Money.from_minor(refused[0], currency),
+                                 Money.from_minor(need, currency), refused[1], scope)
+        return None
+
+    def over_admission(self, tool: str, admission: Admission, calls: int,
+                       money: tuple[Money, ...], now_ms: int) -> OverQuota | None:
+        """Why the caller's own limits refuse this reservation: its rate
+        over all its calls, then its quota on this tool; or None."""
+        if admission.rate is not None:
+            refused = self.over_quota(caller_key(admission.caller), admission.rate, calls, (),
+                                      now_ms, "rate")
+            if refused is not None:
+                return refused
+        if admission.quota is not None:
+            return self.over_quota(caller_key(admission.caller, tool), admission.quota, calls,
+                                   money, now_ms, "caller")
+        return None
+
+    def quota_use(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> QuotaUse:
+        tool = key if isinstance(key, str) else key[-1]
+        window = quota.window.ms
+        entries = self.in_window(key, window, now_ms)
+        calls = [(e.reserved_ms, e.calls_used()) for e in entries]
+        held = charged = None
+        money_frees = None
+        if quota.money is not None:
+            currency = quota.money.currency
+            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
+            held = _sum_money((e.money_used(currency) for e in entries if e.unsettled), currency)
+            charged = _sum_money((e.money_used(currency) for e in entries if not e.unsettled),
+                                 currency)
+            money_frees = _next_frees(used, window)
+        return QuotaUse(
+            tool=tool, window_ms=window, now_ms=now_ms,
+            calls=sum(n for _, n in calls), calls_limit=quota.calls,
+            calls_frees_at_ms=_next_frees(calls, window),
+            money_held=held, money_charged=charged, money_limit=quota.money,
+            money_frees_at_ms=money_frees,
+            unsettled=sum(1 for e in entries if e.unsettled),
+        )
+
+    # -- compaction ---------------------------------------------------------
+
+    def keeps(self, entry: RunEntry, files_kept: FilesKept, windows: Mapping[str, int],
+              now_ms: int) -> bool:
+        """Whether compaction keeps `entry` (seed 000 section 6): unsettled, its
+        files still kept, reserved within its tool's window, or holding an
+        unexpired once key. Released runs never started and hold nothing."""
+        if entry.state == "released":
+            return False
+        if entry.state == "unsettled" or entry.holds_key(now_ms):
+            return True
+        window = windows.get(entry.tool)
+        if window is not None and now_ms - window <= entry.reserved_ms:
+            return True
+        return files_kept(entry) if callable(files_kept) else entry.run in files_kept
+
+    def events_of(self, run_ids: Iterable[str]) -> list[Event]:
+        """Every event of these runs, in the order the ledger holds them (a
+        forgotten run's forget too, so a compacted ledger never holds its
+        key again)."""
+        placed: list[tuple[int, Event]] = []
+        for run_id in run_ids:
+            entry = self._runs[run_id]
+            reserve_at, end_at, forget_at = self._order[run_id]
+            placed.append((reserve_at, _reserve_of(entry)))
+            if end_at is not None:
+                placed.append((end_at, _end_of(entry)))
+            if forget_at is not None and entry.forgotten_ms is not None:
+                placed.append((forget_at, Forget(run=run_id, time=entry.forgotten_ms)))
+        placed.sort(key=lambda p: p[0])
+        return [event for _, event in placed]
+
+
+Event = Reserve | Settle | Release | Forget
+
+
+def decode_event(data: object) -> Event:
+    """A ledger event from its JSON form. LEDGER decodes only these types
+    (a `RecordError` for anything else); its Family does not say so to the
+    type checker."""
+    event = LEDGER.decode(data)
+    assert isinstance(event, Reserve | Settle | Release | Forget)
+    return event
+
+
+def _check_forget(entry: RunEntry) -> None:
+    """Only a settled run's once key can be forgotten, once: an unsettled
+    run still acts on it, a released one never held it."""
+    if entry.state != "settled":
+        raise LedgerBug(f"a forget for run {entry.run}, which is {entry.state}, not settled")
+    if entry.once is None:
+        raise LedgerBug(f"a forget for run {entry.run}, which holds no once key")
+    if entry.forgotten_ms is not None:
+        raise LedgerBug(f"a second forget for run {entry.run}")
+
+
+def _ended(entry: RunEntry, event: Settle | Release) -> RunEntry:
+    if isinstance(event, Settle):
+        return replace(entry, state="settled", ended_ms=event.time, outcome=event.outcome,
+                       charged=event.charged)
+    return replace(entry, state="released", ended_ms=event.time)
+
+
+def _reserve_of(entry: RunEntry) -> Reserve:
+    return Reserve(run=entry.run, tool=entry.tool, time=entry.reserved_ms, calls=entry.calls,
+                   money=entry.money, once=entry.once, caller=entry.caller,
+                   profile=entry.profile, grants=entry.grants)
+
+
+WindowKey = str | tuple[str, ...]
+
+
+def caller_key(caller: str, tool: str | None = None) -> WindowKey:
+    """The window key of a caller's runs, or of its runs of one tool."""
+    return ("caller", caller) if tool is None else ("caller", caller, tool)
+
+
+def window_keys(tool: str, caller: str | None) -> tuple[WindowKey, ...]:
+    """Every window a run counts in: its tool's, and its caller's (all its
+    calls, and its calls of that tool)."""
+    if caller is None:
+        return (tool,)
+    return (tool, caller_key(caller), caller_key(caller, tool))
+
+
+def _end_of(entry: RunEntry) -> Settle | Release:
+    assert entry.ended_ms is not None
+    if entry.state == "released":
+        return Release(run=entry.run, time=entry.ended_ms)
+    assert entry.outcome is not None
+    return Settle(run=entry.run, time=entry.ended_ms, outcome=entry.outcome,
+                  charged=entry.charged)
+
+
+def _sum_money(minors: Iterable[int], currency: str) -> Money:
+    return Money.from_minor(sum(minors), currency)
+
+
+def _refusal(used: list[tuple[int, int]], need: int, limit: int,
+             window_ms: int) -> tuple[int, int | None] | None:
+    """(in use, when it frees) if `need` more would pass `limit`, else None.
+
+    `used` is (reserve time, amount), oldest first: the oldest use ages out
+    first, so walk it until enough has gone for `need` to fit."""
+    in_use = sum(amount for _, amount in used)
+    excess = in_use + need - limit
+    if excess <= 0:
+        return None
+    if need > limit:
+        return in_use, None
+    freed = 0
+    for reserved_ms, amount in used:
+        freed += amount
+        if freed >= excess:
+            return in_use, reserved_ms + window_ms + 1
+    return in_use, None  # only when the limit itself is negative
+
+
+def _next_frees(used: list[tuple[int, int]], window_ms: int) -> int | None:
+    for reserved_ms, amount in used:
+        if amount > 0:
+            return reserved_ms + window_ms + 1
+    return None

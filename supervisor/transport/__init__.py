@@ -1,0 +1,1 @@
+"""How calls arrive: stdio, Streamable HTTP, the listeners and the connection gate, readiness."""

@@ -1,0 +1,437 @@
+"""Serving over Streamable HTTP (issue 13): uvicorn (uvloop, httptools) in
+the supervisor's own event loop, and a thin ASGI application in front of
+the sans-I/O endpoint (protocol/http.py), which decides every status,
+header and body. A tool call goes through the same pipeline as over stdio
+(`Server.outcome_of`); only how its answer is written differs.
+
+What a request may hold is bounded before anything runs: the head in size
+and time, and a connection waiting for one apart from requests in progress
+(`http_connections.py`); the body in size (413) and read time (408);
+calls in progress as on stdio (`Server.busy`). A 2026-07-28 call that asked
+for progress is answered with an event stream: the progress message naming
+its run, keep-alive comments while it runs, then the result; closing that
+stream is the client's cancellation (before the run starts nothing is
+reserved or run; after, the run carries on to its end). A 2025-11-25 client
+cancels with notifications/cancelled instead, matched to its own calls by
+its address and request id; a disconnect is not a cancellation there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import uvicorn
+
+from staal.errors import StaalError
+from staal.manifest.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
+from staal.protocol.dispatch import Dispatcher
+from staal.protocol.http import (
+    Call,
+    Cancel,
+    Endpoint,
+    Head,
+    HttpCall,
+    HttpResponse,
+    HttpSettings,
+    Read,
+)
+from staal.protocol.http_auth import without_headers
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.readiness import is_readiness_check, readiness_answer
+from staal.protocol.results import CallOutcome
+from staal.protocol.revisions import LEGACY
+from staal.protocol.tools import ToolDescriptor
+from staal.runtime.killpoints import kill_point
+from staal.supervisor.app.server import Server, Transport
+from staal.supervisor.auth.callers import LOCAL, Admitted
+from staal.supervisor.auth.guard import Guard
+from staal.supervisor.auth.principal import Authenticator, Lifecycle
+from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.transport.http_connections import gated_protocol
+from staal.supervisor.transport.listeners import InLoopUvicorn, bind
+from staal.supervisor.transport.not_ready import answering_not_ready
+
+# The end of a cancelled 2025-11-25 call's POST: accepted, with no answer in it.
+NOTHING_MORE = HttpResponse(202, (("content-length", "0"),))
+BODY_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15.0
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class HttpRefused(StaalError):
+    """`--http` asked for something the server will not do."""
+
+    kind = "http"
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        """HOST:PORT, or [IPv6]:PORT; port 0 picks a free one."""
+        address = split_host_port(text)
+        if address is None:
+            raise HttpRefused(f"--http {text!r}: expected HOST:PORT, such as 127.0.0.1:8080")
+        return cls(*address)
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+def settings_for(path: str, origins: tuple[str, ...], public_url: str | None,
+                 bound: tuple[str, int]) -> HttpSettings:
+    """What the endpoint accepts: the Host values this server answers for
+    (its listening address, its loopback names, the public URL's host) and
+    the Origins allowed (those listed, and this server's own)."""
+    host, port = bound[0], bound[1]
+    names = {host}
+    if Address(host, port).loopback:
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    hosts = {_with_port(name, port) for name in names}
+    own = {f"http://{h}" for h in hosts}
+    if host in EVERY_INTERFACE:
+        # Every interface: the names clients use are not known here, so only
+        # the public URL's is checked (none without one).
+        hosts = set()
+    if public_url is not None:
+        public = urlsplit(public_url)
+        hosts.add(public.netloc.lower())
+        own.add(f"{public.scheme}://{public.netloc}".lower())
+    return HttpSettings(path=path, hosts=frozenset(hosts),
+                        origins=frozenset({o.lower().rstrip("/") for o in origins} | own))
+
+
+def _with_port(name: str, port: int) -> str:
+    name = f"[{name}]" if ":" in name and not name.startswith("[") else name
+    return name if port == 80 else f"{name}:{port}"
+
+
+# -- the ASGI application --------------------------------------------------------------
+
+
+LegacyKey = tuple[str, str | None, RequestId]
+
+
+class McpApp:
+    """`endpoints`: one per caller profile (by name; None: every tool), each
+    listing and calling only that profile's tools; `guard`: the `auth`
+    check every request passes first (None: no `auth` section)."""
+
+    def __init__(self, server: Server, endpoints: dict[str | None, Endpoint],
+                 guard: Guard | None = None) -> None:
+        self.server = server
+        self.endpoints = endpoints
+        self.endpoint = next(iter(endpoints.values()))
+        self.guard = guard
+        self.in_progress = 0
+        # 2025-11-25 calls in flight, for notifications/cancelled: by the
+        # client's address, its caller identity and the call's id (no
+        # session tells clients apart).
+        self.legacy: dict[LegacyKey, CallState] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        head = Head.of(scope["method"], scope["path"],
+                       ((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]))
+        if is_readiness_check(head):  # a balancer's: before any credential or Host is asked for
+            await respond(send, readiness_answer(head, self.server.readiness.ready))
+            return
+        passed = await self.admit(head)
+        if isinstance(passed, HttpResponse):
+            await respond(send, passed)
+            return
+        head, admitted = passed
+        endpoint = self.endpoints[admitted.profile_name]
+        body = await read_body(receive, self.endpoint.settings.max_body)
+        if body is None:
+            return  # the client went away before its message was whole
+        if isinstance(body, HttpResponse):
+            await respond(send, body)
+            return
+        reply = endpoint.message(head, body)
+        client = (scope.get("client") or ("?", 0))[0]
+        if isinstance(reply, Cancel):
+            state = self.legacy.get((client, admitted.identity, reply.request_id))
+            if state is not None:
+                state.cancelled = True
+            await respond(send, reply.response)
+        elif isinstance(reply, Call):
+            await self.call(reply.http, (client, admitted.identity, reply.http.call.request_id),
+                            admitted, receive, send)
+        elif isinstance(reply, Read):
+            await self.read(reply, endpoint, admitted, send)
+        else:
+            await respond(send, reply)
+
+    async def admit(self, head: Head) -> tuple[Head, Admitted] | HttpResponse:
+        """The head the MCP layer sees (no credential header) and who sent
+        it, or the response that ends the request: the resource's metadata,
+        a refusal by the head alone, or a 401 or 403 of the guard."""
+        if self.guard is not None:
+            metadata = self.guard.metadata(head)
+            if metadata is not None:
+                return metadata
+        refused = self.endpoint.head(head)
+        if refused is not None:
+            return refused
+        if self.guard is None:
+            return without_headers(head, ()), LOCAL
+        passed = await self.guard.check(head)
+        if isinstance(passed, HttpResponse):
+            return passed
+        return passed.head, passed.admitted
+
+    async def call(self, http: HttpCall, key: LegacyKey, admitted: Admitted, receive: Receive,
+                   send: Send) -> None:
+        busy = self.server.busy(self.in_progress, http.call.name)
+        if busy is not None:
+            answer = http.answer(busy)
+            if isinstance(answer, HttpResponse):  # a call not yet streamed is answered as JSON
+                await respond(send, answer)
+            return
+        self.in_progress += 1
+        try:
+            with self._registered(http, key) as state:
+                await CallExchange(self.server, http, state, admitted, receive, send).run()
+        finally:
+            self.in_progress -= 1
+
+    async def read(self, reply: Read, endpoint: Endpoint, admitted: Admitted, send: Send) -> None:
+        """A resources/read, within the bound on calls in progress (it may be a run)."""
+        busy = self.server.busy(self.in_progress)
+        if busy is not None:
+            await respond(send, endpoint.read_response(reply.read,
+                                                       RpcError(INTERNAL_ERROR, busy.message)))
+            return
+        self.in_progress += 1
+        try:
+            answer = await self.server.read_resource(reply.read, admitted, CallState())
+            await respond(send, endpoint.read_response(reply.read, answer))
+        finally:
+            self.in_progress -= 1
+
+    @contextlib.contextmanager
+    def _registered(self, http: HttpCall, key: LegacyKey) -> Iterator[CallState]:
+        state = CallState()
+        legacy = http.call.revision == LEGACY and key not in self.legacy
+        if legacy:
+            self.legacy[key] = state
+        try:
+            yield state
+        finally:
+            if legacy:
+                del self.legacy[key]
+
+
+class CallExchange:
+    """One tool call's HTTP exchange: its answer as JSON, or as an event
+    stream (head, progress, keep-alives, result); the client closing it is
+    watched throughout."""
+
+    def __init__(self, server: Server, http: HttpCall, state: CallState, admitted: Admitted,
+                 receive: Receive, send: Send) -> None:
+        self.server = server
+        self.http = http
+        self.state = state
+        self.admitted = admitted
+        self.receive = receive
+        self.send = send
+        self.outgoing: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def run(self) -> None:
+        call = self.http.call
+        watcher = asyncio.ensure_future(self._watch())
+        streaming = self.http.streams
+        if streaming:
+            await start(self.send, self.http.open_stream())
+            self.state.progress = lambda value, text: self._queue(self.http.progress(text, value))
+        pumping = asyncio.ensure_future(self._pump()) if streaming else None
+        try:
+            outcome = await self.server.outcome_of(call, self.state, self.admitted)
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
+            outcome = self.server.internal_failure(call, self.state, exc)
+        try:
+            await self._answer(outcome, pumping)
+            kill_point("supervisor", "answer")
+        finally:
+            watcher.cancel()
+
+    async def _answer(self, outcome: CallOutcome | None, pumping: asyncio.Task[None] | None) -> None:
+        cancelled = self.http.call.revision == LEGACY and self.state.cancelled
+        if outcome is None or cancelled:
+            # Cancelled: no JSON-RPC answer is sent for the request (if its run
+            # started, it carried on to its end; its outcome is in its journal).
+            if pumping is not None:
+                pumping.cancel()
+            if cancelled:  # a 2025-11-25 client still waits for its POST to end
+                await respond(self.send, NOTHING_MORE)
+            return
+        try:
+            answer = self.http.answer(outcome)
+        except Exception as exc:  # noqa: BLE001 - the log is all that is left
+            self.server.answer_failed(self.http.call, self.state, exc)
+            answer = None
+        if pumping is not None:
+            pumping.cancel()
+            while not self.outgoing.empty():
+                await body_part(self.send, self.outgoing.get_nowait(), more=True)
+            await body_part(self.send, answer if isinstance(answer, bytes) else b"", more=False)
+        elif isinstance(answer, HttpResponse):
+            await respond(self.send, answer)
+
+    def _queue(self, chunk: bytes | None) -> None:
+        if chunk is not None:
+            self.outgoing.put_nowait(chunk)
+
+    async def _pump(self) -> None:
+        """Progress as it comes, and a keep-alive comment when none has for a while."""
+        while True:
+            chunk: bytes | None
+            try:
+                chunk = await asyncio.wait_for(self.outgoing.get(), KEEPALIVE_S)
+            except TimeoutError:
+                chunk = self.http.keepalive()
+            if chunk is None:
+                return
+            await body_part(self.send, chunk, more=True)
+
+    async def _watch(self) -> None:
+        """The client closing the request: a 2026-07-28 call's cancellation
+        (the run, if started, still carries on to its end)."""
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                break
+        if self.http.call.revision != LEGACY:
+            self.state.cancelled = True
+        self.http.close()
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | HttpResponse | None:
+    """The whole body; a 413 past `limit` (what is past it is never kept),
+    a 408 if it is not whole in BODY_TIMEOUT_S, None if the client went away."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return HttpResponse(413, (("content-type", "application/json"),),
+                                        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,'
+                                        b'"message":"the message is larger than the limit; it '
+                                        b'was not read"}}')
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+    except TimeoutError:
+        return HttpResponse(408, (("connection", "close"),))
+
+
+async def start(send: Send, response: HttpResponse) -> None:
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]})
+
+
+async def body_part(send: Send, data: bytes, more: bool) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def respond(send: Send, response: HttpResponse) -> None:
+    await start(send, response)
+    await body_part(send, response.body, more=False)
+
+
+# -- the HTTP server -------------------------------------------------------------------
+
+
+def listen(address: Address) -> socket.socket:
+    try:
+        return bind(address.host, address.port)
+    except OSError as exc:
+        raise HttpRefused(f"--http {address.host}:{address.port}: cannot listen there: "
+                          f"{exc.strerror or exc}") from None
+
+
+def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, Endpoint]:
+    """One endpoint per caller profile, listing only the profile's tools (a
+    tool outside it is unknown to it, so its existence is not revealed);
+    None's lists every tool (no `callers` section, or no `auth`)."""
+    def endpoint(tools: list[ToolDescriptor]) -> Endpoint:
+        return Endpoint(Dispatcher(server.server_info, tools,
+                                   resources=server.resource_catalogue), settings)
+
+    endpoints: dict[str | None, Endpoint] = {None: endpoint(server.descriptors)}
+    for caller in server.manifest.callers or ():
+        endpoints[caller.name] = endpoint([d for d in server.descriptors if d.name in caller.tools])
+    return endpoints
+
+
+async def serve_http(server: Server, sock: socket.socket,
+                     authenticator: Authenticator | None = None) -> None:
+    """Serve the MCP endpoint on `sock` until the server is stopping, then
+    stop accepting, answer every call in flight, and return."""
+    http = server.manifest.server.http
+    settings = settings_for(http.path, http.origins, http.public_url, sock.getsockname()[:2])
+    guard = None if authenticator is None else Guard(server.manifest, authenticator, server.log)
+    if isinstance(authenticator, Lifecycle):
+        await authenticator.start()
+    try:
+        await _serve_app(server, sock, McpApp(server, endpoints_for(server, settings), guard))
+    finally:
+        if isinstance(authenticator, Lifecycle):
+            await authenticator.close()
+
+
+async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
+    http = server.manifest.server.http
+    # Requests in progress (a whole head each), not connections: a socket
+    # waiting for a request has bounds of its own (http_connections.py).
+    requests = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
+    config = uvicorn.Config(app, loop="none", http=gated_protocol(requests), lifespan="off",
+                            log_config=None, access_log=False, server_header=False,
+                            proxy_headers=False, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=None, limit_concurrency=None)
+    uv = InLoopUvicorn(config)
+    host, port = sock.getsockname()[:2]
+    server.log("serving_http", url=listening_url(host, port, http.path))
+    async with contextlib.AsyncExitStack() as draining:
+        stop = asyncio.ensure_future(_stop_when(server, uv, sock, draining))
+        try:
+            await uv.serve(sockets=[sock])
+        finally:
+            stop.cancel()
+
+
+async def _stop_when(server: Server, uv: uvicorn.Server, sock: socket.socket,
+                     draining: contextlib.AsyncExitStack) -> None:
+    """Once stopping: uvicorn closes its listener and answers the calls in
+    flight, while the socket answers anything new as not ready (not_ready.py)
+    until serving has ended."""
+    await server.stopping.wait()
+    await draining.enter_async_context(answering_not_ready(sock))
+    uv.should_exit = True
+
+
+def over_http(sock: socket.socket, authenticator: Authenticator | None = None) -> Transport:
+    async def serve(server: Server) -> None:
+        await serve_http(server, sock, authenticator)
+
+    return serve

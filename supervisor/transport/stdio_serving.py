@@ -1,0 +1,151 @@
+"""Serving over stdio (seed 000 section 3): read the protocol stream until
+it ends or SIGTERM or SIGINT, answer every call in flight, then let the server close.
+
+A thread reads the protocol descriptor into the event loop; the connection
+(protocol/connection.py) turns lines into events; every outgoing line is
+written whole under one lock (`LineWriter`), and a write that fails for
+good (the client is gone) stops the reading while running runs end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from staal.protocol.connection import Cancel, Connection, Event, Send
+from staal.protocol.dispatch import CallTool
+from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.resources import ReadAnswer, ReadResource
+from staal.protocol.results import CallOutcome
+from staal.runtime.killpoints import kill_point
+from staal.supervisor.app.server import Server, Transport
+from staal.supervisor.auth.callers import LOCAL
+from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.transport.stdio import LineWriter, Stdio, read_chunks
+
+
+class StdioServing:
+    def __init__(self, server: Server, stdio: Stdio) -> None:
+        self.server = server
+        self.stdio = stdio
+        self.writer = LineWriter(stdio.writer, self._client_gone)
+        self.connection = Connection(server.server_info, server.descriptors,
+                                     resources=server.resource_catalogue)
+        self.tasks: dict[RequestId, asyncio.Task[None]] = {}
+        self.states: dict[RequestId, CallState] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self) -> None:
+        loop = self.loop = asyncio.get_running_loop()
+        stopping = self.server.stopping
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        def arrived(data: bytes | None) -> None:  # in the reading thread
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+
+        read_chunks(self.stdio.reader, arrived)
+        while not stopping.is_set():
+            getter = asyncio.ensure_future(chunks.get())
+            stopper = asyncio.ensure_future(stopping.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                break
+            data = getter.result()
+            if data is None:
+                break
+            for event in self.connection.receive_data(data):
+                self.dispatch(event)
+        if self.tasks:
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    def dispatch(self, event: Event) -> None:
+        if isinstance(event, Send):
+            self.send(event.message)
+        elif isinstance(event, CallTool):
+            self.start_call(event)
+        elif isinstance(event, ReadResource):
+            self.start_read(event)
+        elif isinstance(event, Cancel):
+            state = self.states.get(event.request_id)
+            if state is not None:
+                state.cancelled = True
+
+    def start_call(self, call: CallTool) -> None:
+        busy = self.server.busy(len(self.tasks), call.name)
+        if busy is not None:
+            self.answer(call, busy)
+            return
+        state = CallState(progress=lambda value, text: self._progress(call, value, text))
+        self.states[call.request_id] = state
+        self.tasks[call.request_id] = asyncio.ensure_future(self.run_call(call, state))
+
+    def start_read(self, read: ReadResource) -> None:
+        """A read counts against the bound on calls in progress: it may be a run."""
+        busy = self.server.busy(len(self.tasks))
+        if busy is not None:
+            self._answer_read(read, RpcError(INTERNAL_ERROR, busy.message))
+            return
+        state = CallState()
+        self.states[read.request_id] = state
+        self.tasks[read.request_id] = asyncio.ensure_future(self.run_read(read, state))
+
+    async def run_read(self, read: ReadResource, state: CallState) -> None:
+        try:
+            # stdio has no principal: the local client sees the server's own runs.
+            self._answer_read(read, await self.server.read_resource(read, LOCAL, state))
+        finally:
+            self.tasks.pop(read.request_id, None)
+            self.states.pop(read.request_id, None)
+
+    def _answer_read(self, read: ReadResource, answer: ReadAnswer) -> None:
+        message = self.connection.answer_read(read, answer)
+        if message is not None:
+            self.send(message)
+
+    async def run_call(self, call: CallTool, state: CallState) -> None:
+        try:
+            outcome = await self.server.outcome_of(call, state)
+            if outcome is not None:
+                self.answer(call, outcome)
+                kill_point("supervisor", "answer")
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task
+            failure = self.server.internal_failure(call, state, exc)
+            if call in self.connection.in_flight():  # else answered already: the log has it
+                try:
+                    self.answer(call, failure)
+                except Exception as again:  # noqa: BLE001 - the log is all that is left
+                    self.server.answer_failed(call, state, again)
+        finally:
+            self.tasks.pop(call.request_id, None)
+            self.states.pop(call.request_id, None)
+
+    def answer(self, call: CallTool, outcome: CallOutcome) -> None:
+        message = self.connection.answer_call(call, outcome)
+        if message is not None:
+            self.send(message)
+
+    def _progress(self, call: CallTool, value: int, text: str) -> None:
+        message = self.connection.progress(call, text, value)
+        if message is not None:
+            self.send(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.writer.send(orjson.dumps(message) + b"\n")
+
+    def _client_gone(self, error: OSError) -> None:
+        self.server.log("client_gone", level="warning", error=str(error))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.server.stopping.set)
+
+
+def over_stdio(stdio: Stdio) -> Transport:
+    """The stdio transport for `serve`."""
+
+    async def serve(server: Server) -> None:
+        await StdioServing(server, stdio).serve()
+
+    return serve

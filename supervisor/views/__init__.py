@@ -1,0 +1,1 @@
+"""What people see of runs: status, the console, timelines, caller resources, disclosure."""

@@ -1,0 +1,492 @@
+"""The supervisor's workers: a zygote that forks them, a ZeroMQ ROUTER they
+connect to, and `ahead` of them kept ready (DESIGN.md section 6).
+
+The pool accounts for every fork it asks for: asked (no report yet), then
+each worker by pid, from the zygote's report that it was forked, through its
+states (poolstate.py), to its exit, which the zygote reports for every
+child, one that dies before its first heartbeat included. Whenever fewer
+than `ahead` are on their way or ready, more are asked for at once (so a
+call's replacement is forked on the other core while the call runs); while
+workers keep dying unused, only after a backoff, so a loop killing them
+cannot make the pool spin.
+
+The zygote is watched too. One that dies is started again, after a backoff
+while they keep dying; one that stops answering (fork requests with no
+report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S) is killed
+and so replaced. Only the first zygote, before it ever said ready, is not:
+a program that kills it on import stops the server at start.
+
+A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
+serving, START_WAIT_S before) in the line of idle workers and waiting calls
+(worker_line.py) and gets `NoWorker` when none came. A worker
+that exits (or stops sending heartbeats) before its run ended is reported to
+whoever waits on it as `WorkerLost`, with how it ended; one killed for its
+silence while it burned CPU is marked a runaway (silence.py), so its run
+ends as `budget` instead of being resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import subprocess
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from staal.errors import StaalError
+from staal.records.messages import (
+    Check,
+    Checked,
+    Ended,
+    Heartbeat,
+    JournalAck,
+    JournalAppend,
+    Run,
+    StoppedMsg,
+    pack,
+    unpack,
+)
+from staal.records.record import Record
+from staal.runtime.transitions import advance
+from staal.supervisor.workers.exits import describe_exit, wait_status
+from staal.supervisor.workers.line import WorkerLine
+from staal.supervisor.workers.pool_states import (
+    HAS_ZYGOTE,
+    POOL_TRANSITIONS,
+    SUPPLY,
+    UNUSED,
+    WATCHED,
+    Backoff,
+    PoolState,
+    Worker,
+    WorkerLost,
+    WorkerState,
+    ZygoteGone,
+)
+from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
+from staal.supervisor.workers.zygote import Spawned, spawn
+
+# A journal record's commit: None when durable, else why it was refused.
+OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
+END_GRACE_S = 5.0
+# How long a checkout waits for a worker: before serving, the zygote's own
+# start on a loaded machine; while serving, what a call may wait before it
+# is told the truth (far less than a client's patience).
+START_WAIT_S = 60.0
+CALL_WAIT_S = 10.0
+# A fork takes a millisecond: a zygote that owes an answer this long is stuck.
+ZYGOTE_SILENT_S = 3.0
+ZYGOTE_BOOT_S = 60.0
+WATCH_S = 1.0
+
+
+class Pool:
+    def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
+                 ahead: int = 2, log: Callable[..., None] | None = None,
+                 early: Spawned | None = None) -> None:
+        self.manifest = manifest
+        self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
+        self.early = early
+        self.env = env
+        self.ahead = ahead
+        self.log = log or (lambda *a, **k: None)
+        self.context = zmq.asyncio.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.state = PoolState.NEW
+        self.serving = False  # set by the server once it serves: the calls' wait applies
+        self.zygote: subprocess.Popen[bytes] | None = None
+        self.zygote_exit = ""
+        self.workers: dict[bytes, Worker] = {}
+        self.line = WorkerLine()  # idle workers and the calls waiting for one
+        self.asked = 0  # forks asked of this zygote that it has not reported yet
+        # Heartbeats that overtook the zygote's report of their fork, by when.
+        self.heard_early: dict[bytes, float] = {}
+        self.fork_backoff = Backoff(first=0.05, cap=1.0, quiet=5.0)
+        self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
+        self.fork_at = 0.0  # no fork is asked before this (monotonic)
+        self.unused_deaths = 0  # since workers were last ready
+        self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
+        self.silence = SilenceWatch()  # why a silent worker is silent
+        self.answer_due: float | None = None  # the zygote owes a report by then
+        self.boot_due = math.inf
+        self.timers: set[asyncio.TimerHandle] = set()
+        self.fork_timer: asyncio.TimerHandle | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.reports: asyncio.Task[None] | None = None
+
+    # -- the pool's life ---------------------------------------------------
+
+    def _move(self, event: str) -> None:
+        self.state = advance(POOL_TRANSITIONS, self.state, event)
+        if self.state in (PoolState.FAILED, PoolState.CLOSED):
+            self.line.close(ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
+                                       if self.state is PoolState.FAILED
+                                       else "the worker pool is closed"))
+
+    async def start(self) -> None:
+        self.router.bind(self.endpoint)
+        self._spawn()
+        self.tasks = [self._task(self._receive()), self._task(self._watch())]
+
+    def _task(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        """A task of the pool's own; a bug that ends one is logged, not lost."""
+        task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            self.log("pool_failed", level="error", error=f"{type(error).__name__}: {error}",
+                     traceback="".join(traceback.format_exception(error)))
+
+    def _later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        def fire() -> None:
+            self.timers.discard(handle)
+            callback()
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self.timers.add(handle)
+        return handle
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """Start a zygote (the first time, the one started early) and ask it
+        for the workers the pool lacks; the zygote started."""
+        spawned, self.early = self.early, None
+        if spawned is None:
+            spawned = spawn(self.manifest, self.endpoint, self.env)
+        self.zygote = spawned.process
+        self.asked = 0
+        self.answer_due = None
+        self.boot_due = time.monotonic() + ZYGOTE_BOOT_S
+        self.heard_early.clear()
+        self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
+        self._replenish()
+        return spawned.process
+
+    def _respawn(self) -> None:
+        if self.state is not PoolState.REPLACING:
+            return  # closed meanwhile
+        self._move("spawn")
+        try:
+            zygote = self._spawn()
+        except OSError as exc:
+            self._zygote_died(f"could not be started: {exc}")
+            return
+        self.log("zygote_started", pid=zygote.pid)
+
+    def _zygote_up(self) -> None:
+        self._move("up")
+        self.boot_due = math.inf
+        self._owed()
+
+    def _zygote_died(self, how: str) -> None:
+        self.zygote_exit = how
+        self._move("died")
+        self.asked, self.answer_due, self.boot_due = 0, None, math.inf
+        # Its workers die with it (they ask the kernel to), unreported.
+        for worker in list(self.workers.values()):
+            if worker.state is not WorkerState.DRAINING:
+                self._gone(worker, f"died with the zygote, which {how}", strike=False)
+        if self.state is PoolState.CLOSED:
+            return
+        self.log("zygote_exited", level="error", how=how)
+        if self.state is PoolState.REPLACING:
+            delay = self.zygote_backoff.strike(time.monotonic())
+            self.log("zygote_replacing", retry_in_s=delay)
+            self._later(delay, self._respawn)
+
+    def _kill_zygote(self, why: str) -> None:
+        assert self.zygote is not None  # only a zygote that was started is overdue
+        self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
+        self.answer_due, self.boot_due = None, math.inf
+        try:
+            self.zygote.kill()  # its report pipe then ends, and it is replaced
+        except OSError:
+            pass
+
+    async def close(self) -> None:
+        self._move("close")
+        for handle in self.timers:
+            handle.cancel()
+        if self.zygote is not None and self.zygote.stdin is not None:
+            try:
+                self.zygote.stdin.close()
+            except OSError:
+                pass
+        # Closing the zygote's stdin makes it kill every worker it forked;
+        # the server closes only after every call in flight was answered.
+        for task in [*self.tasks, *([self.reports] if self.reports else [])]:
+            task.cancel()
+        if self.zygote is not None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.zygote.wait), 5)
+            except TimeoutError:
+                self.zygote.kill()
+        self.router.close()
+        self.context.term()
+
+    # -- keeping `ahead` workers on their way ----------------------------------
+
+    def _replenish(self) -> None:
+        """Ask for as many forks as keep `ahead` workers on their way or
+        ready; while workers keep dying unused, not before the backoff says."""
+        if self.state not in HAS_ZYGOTE:
+            return
+        missing = self.ahead - self.asked - sum(w.state in SUPPLY for w in self.workers.values())
+        if missing <= 0:
+            return
+        wait = self.fork_at - time.monotonic()
+        if wait > 0:
+            if self.fork_timer is None:
+                self.fork_timer = self._later(wait, self._fork_due)
+            return
+        # HAS_ZYGOTE: one was started, with a pipe for its stdin (zygote.spawn).
+        assert self.zygote is not None and self.zygote.stdin is not None
+        try:
+            self.zygote.stdin.write(f"fork {missing}\n".encode())
+            self.zygote.stdin.flush()
+        except OSError as exc:
+            # It is dead: the end of its report pipe says so next.
+            self.log("zygote_unwritable", level="warning", error=str(exc))
+            return
+        self.asked += missing
+        self._owed()
+
+    def _fork_due(self) -> None:
+        self.fork_timer = None
+        self._replenish()
+
+    def _owed(self) -> None:
+        """The zygote answered something: it owes the rest of what was asked
+        within ZYGOTE_SILENT_S from now, if anything."""
+        if self.state is PoolState.UP and self.asked > 0:
+            self.answer_due = time.monotonic() + ZYGOTE_SILENT_S
+        else:
+            self.answer_due = None
+
+    # -- handing out workers ------------------------------------------------
+
+    async def checkout(self, wait_s: float | None = None) -> Worker:
+        """A ready worker, lent for one run (`run`, or `give_back` if the
+        call ends before its run starts); the pool forks its replacement at
+        once. `NoWorker` if none is ready within the wait."""
+        if wait_s is None:
+            wait_s = CALL_WAIT_S if self.serving else START_WAIT_S
+        worker = await self.line.take(wait_s)
+        worker.move("lend")
+        self._replenish()
+        return worker
+
+    def give_back(self, worker: Worker) -> None:
+        """A lent worker whose call ended before its run was sent goes back
+        to the idle line; for any other this does nothing."""
+        if worker.state is WorkerState.LENT:
+            worker.move("give_back")
+            self.line.offer(worker)
+
+    async def check(self, tool: str) -> Checked:
+        worker = await self.line.take(START_WAIT_S)
+        worker.move("check")
+        try:
+            check = Check(manifest=str(self.manifest), tool=tool)
+            await self.router.send_multipart([worker.identity, pack(check)])
+            while True:
+                message = await self._next(worker)
+                if isinstance(message, Checked):
+                    return message
+        finally:
+            if worker.state is WorkerState.CHECKING:
+                worker.move("checked")
+                self.line.offer(worker)
+
+    async def run(self, worker: Worker, message: Run,
+                  on_message: Callable[[Record], None],
+                  on_journal: OnJournal | None = None) -> Ended | StoppedMsg:
+        """Send the run and wait for its end; every other message (started,
+        print) goes to `on_message`, a journal record to `on_journal`, whose
+        answer (None: committed; else why not) the worker waits for.
+        `WorkerLost` if the worker dies first."""
+        if worker.state is WorkerState.GONE:
+            raise WorkerLost(worker.pid, worker.how)  # it died while lent
+        worker.move("run")
+        worker.run = message.run
+        worker.last_seen = time.monotonic()
+        await self.router.send_multipart([worker.identity, pack(message)])
+        while True:
+            reply = await self._next(worker)
+            if isinstance(reply, (Ended, StoppedMsg)):
+                if worker.move("end") is WorkerState.GONE:
+                    self.workers.pop(worker.identity, None)  # kept for this message
+                return reply
+            if isinstance(reply, JournalAppend):
+                refused = "no journal store" if on_journal is None else await on_journal(reply)
+                await self.router.send_multipart(
+                    [worker.identity, pack(JournalAck(run=reply.run, refused=refused))])
+                continue
+            on_message(reply)
+
+    async def _next(self, worker: Worker) -> Record:
+        item = await worker.inbox.get()
+        if isinstance(item, WorkerLost):
+            raise item
+        return item
+
+    # -- what arrives ----------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:
+            identity, frame = await self.router.recv_multipart()
+            try:
+                message = unpack(frame)
+            except StaalError as exc:
+                self.log("bad_worker_message", level="error", error=exc.message)
+                continue
+            worker = self.workers.get(identity)
+            if worker is None:
+                if isinstance(message, Heartbeat):
+                    self.heard_early[identity] = time.monotonic()
+                continue
+            worker.last_seen = time.monotonic()
+            if isinstance(message, Heartbeat):
+                if worker.state is WorkerState.STARTING:
+                    self._heard(worker)
+                continue
+            worker.inbox.put_nowait(message)
+
+    def _heard(self, worker: Worker) -> None:
+        worker.move("heard")
+        if self.unused_deaths:
+            self.log("workers_ready_again", unused_deaths=self.unused_deaths)
+            self.unused_deaths = 0
+        self.line.offer(worker)
+
+    async def _reports(self, fd: int, zygote: subprocess.Popen[bytes]) -> None:
+        """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
+        and "exit PID STATUS"; then its own end."""
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
+        while line := await reader.readline():
+            verb, _, rest = line.decode().strip().partition(" ")
+            if verb == "ready":
+                self._zygote_up()
+                continue
+            if verb == "forked":
+                self._forked(int(rest))
+            elif verb == "unforked":
+                self.asked = max(0, self.asked - 1)
+                self._died_unused(f"could not be forked (errno {rest})", None)
+            elif verb == "exit":
+                pid_text, _, status = rest.partition(" ")
+                self._exited(int(pid_text), int(status))
+            self._owed()
+        code = await asyncio.to_thread(zygote.wait)
+        self._zygote_died(describe_exit(wait_status(code)))
+
+    def _forked(self, pid: int) -> None:
+        self.asked = max(0, self.asked - 1)
+        worker = Worker(pid=pid, identity=f"w{pid}".encode())
+        self.workers[worker.identity] = worker
+        if self.heard_early.pop(worker.identity, None) is not None:
+            self._heard(worker)
+
+    def _exited(self, pid: int, status: int) -> None:
+        worker = self.workers.get(f"w{pid}".encode())
+        if worker is not None:
+            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
+
+    def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
+              status: int | None = None) -> None:
+        """A worker exited: whoever waits on it learns how, and the pool
+        forks what it now lacks."""
+        was = worker.state
+        if was is WorkerState.DRAINING:
+            return
+        self.silence.forget(worker.pid)
+        if not clean and self.state is not PoolState.CLOSED:
+            self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
+        if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
+            # Keep routing to it for a while: its run's end is on its way.
+            self._later(END_GRACE_S, lambda: self._end_overdue(worker, how))
+            return
+        worker.how = how
+        self.workers.pop(worker.identity, None)
+        self.line.withdraw(worker)
+        if was in WATCHED:
+            worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
+        if was in UNUSED and strike and self.state is not PoolState.CLOSED:
+            self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+        self._replenish()
+
+    def _died_unused(self, what: str, pid: int | None) -> None:
+        """A fork that did no good: the next waits for the backoff."""
+        now = time.monotonic()
+        delay = self.fork_backoff.strike(now)
+        self.fork_at = max(self.fork_at, now + delay)
+        self.unused_deaths += 1
+        self.log("worker_died_unused", level="warning", pid=pid, how=what, retry_in_s=delay)
+        self._replenish()
+
+    def _end_overdue(self, worker: Worker, how: str) -> None:
+        if worker.state is WorkerState.DRAINING:
+            self.silence.forget(worker.pid)
+            worker.move("overdue")
+            worker.how = how
+            self.workers.pop(worker.identity, None)
+            worker.inbox.put_nowait(WorkerLost(worker.pid, f"{how} without reporting its run's end"))
+
+    # -- the watch ---------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Once a second: a zygote that stopped answering is killed (and so
+        replaced), and so is the process group of a worker that stopped
+        sending heartbeats (stuck inside C code holding the interpreter, say;
+        a running one that burned CPU meanwhile is a runaway: silence.py)."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            now = time.monotonic()
+            if self.state in (PoolState.NEW, PoolState.BOOTING) and now > self.boot_due:
+                self._kill_zygote(f"it did not start within {ZYGOTE_BOOT_S:g} s")
+            elif self.state is PoolState.UP and self.answer_due is not None and now > self.answer_due:
+                self._kill_zygote(f"it answered no fork request for {ZYGOTE_SILENT_S:g} s")
+            for worker in list(self.workers.values()):
+                if worker.state is not WorkerState.DRAINING and not worker.killed:
+                    verdict = self.silence.look(worker.pid, worker.last_seen)
+                    if verdict is not None:
+                        self._kill_silent(worker, verdict)
+            for identity, when in list(self.heard_early.items()):
+                if now - when > SILENT_S:
+                    del self.heard_early[identity]  # a worker of a zygote that is gone
+
+    def _kill_silent(self, worker: Worker, verdict: Verdict) -> None:
+        """Kill a worker silent for SILENT_S. One running a run that burned
+        CPU meanwhile is a runaway: its run ends as budget (run_crashes.py).
+        The mark lives in memory until the run's journal has its end: a
+        supervisor that dies in between leaves a journal without an end,
+        which the next start resumes once, and that resume, computing the
+        same way, is killed as a runaway again."""
+        worker.runaway = (verdict.silence is Silence.RUNAWAY
+                          and worker.state is WorkerState.RUNNING)
+        share = None if verdict.cpu_share is None else round(verdict.cpu_share, 2)
+        self.log("worker_stuck", level="warning", pid=worker.pid, run=worker.run,
+                 state=worker.state.value, silence=verdict.silence.value, cpu_share=share,
+                 runaway=worker.runaway)
+        self._kill(worker)
+
+    def _kill(self, worker: Worker) -> None:
+        worker.killed = True
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            self._gone(worker, "vanished without a report")
+        except PermissionError:
+            pass

@@ -1,0 +1,139 @@
+"""The worker pool's lifecycles as data (supervisor/workers/pool.py runs them): the
+pool's, which is its zygote's, and each worker's, from the zygote's report
+that it was forked to its exit. A move a table does not hold raises
+`IllegalTransition`; the pool never guesses where a worker stands.
+
+And the pool's errors; `Backoff` (shared/runtime/backoff.py) paces forks whose
+workers die unused and zygotes that die.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from staal.errors import StaalError
+from staal.records.record import Record
+from staal.runtime.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
+from staal.runtime.transitions import advance
+
+
+class PoolError(StaalError):
+    """Every error of the worker pool."""
+
+    kind = "pool"
+
+
+class NoWorker(PoolError):
+    """No worker was ready within the wait."""
+
+    kind = "no_worker"
+
+
+class ZygoteGone(NoWorker):
+    """No worker will come: the first zygote died before it was up, or the
+    pool is closed."""
+
+    kind = "zygote_gone"
+
+
+class WorkerLost(PoolError):
+    """A worker ended before its run did."""
+
+    kind = "worker_lost"
+
+    def __init__(self, pid: int, how: str, status: int | None = None,
+                 runaway: bool = False) -> None:
+        super().__init__(f"worker {pid} {how}")
+        self.pid = pid
+        self.how = how
+        # The wait status the zygote reported, when it died (None: it went
+        # silent, or died with the zygote); staal.runtime.budgets.own_limit reads it.
+        self.status = status
+        # The pool killed it for computing while silent (supervisor/workers/silence.py).
+        self.runaway = runaway
+
+
+class PoolState(Enum):
+    NEW = "new"              # the first zygote is starting: nothing has proved the programs load
+    BOOTING = "booting"      # a replacement zygote is starting
+    UP = "up"                # the zygote said it is ready and answers fork requests
+    REPLACING = "replacing"  # the zygote is gone; a new one starts after a backoff
+    FAILED = "failed"        # the first zygote died before it was up: no worker will come
+    CLOSED = "closed"
+
+
+POOL_TRANSITIONS: Mapping[tuple[PoolState, str], PoolState] = {
+    (PoolState.NEW, "up"): PoolState.UP,
+    # A zygote that never came up once is a program that kills it on import
+    # (or a broken install): starting it again would only repeat that.
+    (PoolState.NEW, "died"): PoolState.FAILED,
+    (PoolState.BOOTING, "up"): PoolState.UP,
+    (PoolState.BOOTING, "died"): PoolState.REPLACING,
+    (PoolState.UP, "died"): PoolState.REPLACING,
+    (PoolState.REPLACING, "spawn"): PoolState.BOOTING,
+    **{(state, "close"): PoolState.CLOSED for state in PoolState},
+    (PoolState.CLOSED, "died"): PoolState.CLOSED,
+}
+
+# The pool states in which a zygote is there to ask for forks.
+HAS_ZYGOTE = frozenset({PoolState.NEW, PoolState.BOOTING, PoolState.UP})
+
+
+class WorkerState(Enum):
+    STARTING = "starting"    # forked; no heartbeat yet
+    IDLE = "idle"            # said it is ready; waits for a check or a run
+    CHECKING = "checking"    # answering a start-up check
+    LENT = "lent"            # taken by a call that has not sent its run yet
+    RUNNING = "running"
+    DRAINING = "draining"    # exited cleanly; its run's end is still on its way
+    ENDED = "ended"          # its run's end arrived; it exits next
+    GONE = "gone"
+
+
+# Workers on their way to serve a call: what keeps the pool `ahead`.
+SUPPLY = frozenset({WorkerState.STARTING, WorkerState.IDLE, WorkerState.CHECKING})
+# A worker that dies in one of these served no run: a fork that did no good.
+UNUSED = frozenset({*SUPPLY, WorkerState.LENT})
+# Someone waits on the worker's inbox and must learn that it died.
+WATCHED = frozenset({WorkerState.CHECKING, WorkerState.RUNNING})
+
+WORKER_TRANSITIONS: Mapping[tuple[WorkerState, str], WorkerState] = {
+    (WorkerState.STARTING, "heard"): WorkerState.IDLE,
+    (WorkerState.IDLE, "check"): WorkerState.CHECKING,
+    (WorkerState.CHECKING, "checked"): WorkerState.IDLE,
+    (WorkerState.IDLE, "lend"): WorkerState.LENT,
+    (WorkerState.LENT, "give_back"): WorkerState.IDLE,
+    (WorkerState.LENT, "run"): WorkerState.RUNNING,
+    (WorkerState.RUNNING, "end"): WorkerState.ENDED,
+    # A worker exits cleanly just after sending its run's end, and the
+    # zygote's report of the exit can overtake that message.
+    (WorkerState.RUNNING, "exit_clean"): WorkerState.DRAINING,
+    (WorkerState.DRAINING, "end"): WorkerState.GONE,
+    (WorkerState.DRAINING, "overdue"): WorkerState.GONE,
+    **{(state, "exit"): WorkerState.GONE
+       for state in WorkerState if state not in (WorkerState.DRAINING, WorkerState.GONE)},
+    **{(state, "exit_clean"): WorkerState.GONE
+       for state in WorkerState if state not in (WorkerState.RUNNING, WorkerState.DRAINING,
+                                                 WorkerState.GONE)},
+}
+
+
+@dataclass(eq=False)
+class Worker:
+    pid: int
+    identity: bytes
+    state: WorkerState = WorkerState.STARTING
+    inbox: asyncio.Queue[Record | WorkerLost] = field(default_factory=asyncio.Queue)
+    run: str | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    how: str = ""            # how it ended, once it did
+    killed: bool = False     # the pool killed it for its silence
+    runaway: bool = False    # ... while it burned CPU in its run: its run ends as budget
+
+    def move(self, event: str) -> WorkerState:
+        self.state = advance(WORKER_TRANSITIONS, self.state, event)
+        return self.state

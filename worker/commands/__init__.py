@@ -1,0 +1,1 @@
+"""`staal`, the run engine's command line, and its sub-commands."""

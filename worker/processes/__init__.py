@@ -1,0 +1,1 @@
+"""The long- and short-lived processes of the worker side: zygote, worker, verifier."""

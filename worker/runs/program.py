@@ -1,0 +1,204 @@
+"""Loading a program and reading its entry function (DESIGN.md section 3).
+
+The entry function's parameters are the tool's inputs and its capabilities:
+a parameter annotated with a `staal.caps` class is a capability and needs a
+grant of the same name and capability; every other parameter is an input,
+described as data (`staal.runtime.inputs`) so the supervisor can check arguments
+without importing the program. Every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from staal.caps import Capability
+from staal.manifest.model import Grant
+from staal.worker.runs.annotations import (
+    BadDefault,
+    UnsupportedType,
+    describe,
+    describe_default,
+    type_name,
+)
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    path: Path
+    entry: str
+    # The inputs description (`staal.runtime.inputs`): {"inputs": [...]}.
+    inputs: dict[str, Any]
+    # Capability parameters: name -> capability name.
+    capabilities: dict[str, str]
+    problems: tuple[str, ...] = ()
+    function: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def program_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import the program file as a module of its own, with its folder on
+    the path so it can import modules beside it."""
+    path = Path(path).resolve()
+    name = "staal_program_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded  # preloaded by the zygote, or inspected before this run
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def inspect_program(path: Path, entry: str, grants: Mapping[str, Grant] | None = None) -> ProgramInfo:
+    """Import the program and read its entry function; with `grants`, also
+    check each capability parameter against its grant and each grant
+    against a parameter."""
+    problems: list[str] = []
+    empty = ProgramInfo(path, entry, {"inputs": []}, {}, ())
+    try:
+        module = load_module(path)
+    except SyntaxError as exc:
+        return _failed(empty, f"program: line {exc.lineno}: {exc.msg}")
+    except BaseException as exc:  # noqa: BLE001 - the program's own import-time code failed
+        return _failed(empty, f"program: importing it failed: {type(exc).__name__}: {exc}")
+    function = getattr(module, entry, None)
+    if function is None or not callable(function):
+        return _failed(empty, f"entry: the program has no function '{entry}'")
+    inputs, capabilities = _parameters(function, problems)
+    if grants is not None:
+        problems.extend(_grant_problems(entry, inputs, capabilities, grants))
+    return ProgramInfo(path, entry, {"inputs": inputs}, capabilities, tuple(problems), function)
+
+
+def _failed(info: ProgramInfo, problem: str) -> ProgramInfo:
+    return ProgramInfo(info.path, info.entry, info.inputs, {}, (problem,))
+
+
+def _hints(function: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The function's annotations, evaluated, and a problem for each one
+    that cannot be (a name that is not defined, say): the problem of its
+    own parameter, while the others are still read, so every problem is
+    reported at once."""
+    try:
+        return typing.get_type_hints(function, include_extras=True), {}
+    except Exception:  # noqa: BLE001 - find which annotation, below
+        pass
+    hints: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+    for name, raw in getattr(function, "__annotations__", {}).items():
+        def probe() -> None: ...
+        probe.__annotations__ = {name: raw}
+        try:
+            hints.update(typing.get_type_hints(probe, globalns=function.__globals__,
+                                               include_extras=True))
+        except Exception as exc:  # noqa: BLE001 - whatever evaluating it raised
+            shown = raw if isinstance(raw, str) else type_name(raw)
+            problems[name] = (f"{name}: its annotation {shown!r} cannot be evaluated: "
+                              f"{type(exc).__name__}: {exc}")
+    return hints, problems
+
+
+def _parameters(function: Callable[..., Any], problems: list[str],
+                ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    hints, unreadable = _hints(function)
+    inputs: list[dict[str, Any]] = []
+    capabilities: dict[str, str] = {}
+    for param in inspect.signature(function).parameters.values():
+        name = param.name
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(f"{name}: *args and **kwargs cannot be inputs; name each one")
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            problems.append(f"{name}: a positional-only parameter cannot be an input")
+            continue
+        if name in unreadable:
+            problems.append(unreadable.pop(name))
+            continue
+        annotation = hints.get(name, inspect.Parameter.empty)
+        if isinstance(annotation, type) and issubclass(annotation, Capability):
+            _capability(name, annotation, param, capabilities, problems)
+            continue
+        _input(name, annotation, param, inputs, problems)
+    problems.extend(unreadable.values())  # the return annotation's
+    return inputs, capabilities
+
+
+def _capability(name: str, annotation: type[Capability], param: inspect.Parameter,
+                capabilities: dict[str, str], problems: list[str]) -> None:
+    if not annotation.CAP:
+        problems.append(f"{name}: annotate it with a capability class, e.g. staal.caps.HttpGet")
+        return
+    if param.default is not inspect.Parameter.empty:
+        problems.append(f"{name}: a capability parameter has no default; the grant provides it")
+        return
+    capabilities[name] = annotation.CAP
+
+
+def _input(name: str, annotation: Any, param: inspect.Parameter, inputs: list[dict[str, Any]],
+           problems: list[str]) -> None:
+    if annotation is inspect.Parameter.empty:
+        problems.append(f"{name}: has no type annotation (use staal.Json for any JSON value)")
+        return
+    try:
+        desc = describe(annotation)
+    except UnsupportedType as exc:
+        problems.append(f"{name}: {exc}")
+        return
+    item: dict[str, Any] = {"name": name, "type": desc}
+    if param.default is not inspect.Parameter.empty:
+        try:
+            item["default"] = describe_default(desc, param.default)
+        except BadDefault as exc:
+            problems.append(f"{name}: {exc.message}")
+            return
+    inputs.append(item)
+
+
+def _grant_problems(entry: str, inputs: list[dict[str, Any]], capabilities: dict[str, str],
+                    grants: Mapping[str, Grant]) -> list[str]:
+    from staal.manifest.catalogue import CATALOGUE
+
+    problems = []
+    for name, cap in capabilities.items():
+        grant = grants.get(name)
+        class_name = CATALOGUE[cap].class_name
+        if grant is None:
+            problems.append(f"{name}: a {class_name} parameter needs a grant named '{name}' "
+                            f"of '{cap}'")
+        elif grant.cap != cap:
+            problems.append(f"grants.{name}: is '{grant.cap}', but parameter '{name}' is a "
+                            f"{class_name} ('{cap}')")
+    input_names = {item["name"] for item in inputs}
+    for name in grants:
+        if name in capabilities:
+            continue
+        if name in input_names:
+            problems.append(f"grants.{name}: '{name}' is an input of {entry}(), not a capability")
+        else:
+            problems.append(f"grants.{name}: names no parameter of {entry}()")
+    return problems
