@@ -2,7 +2,7 @@
 p50 through the balancer with 1, 2 and 3 `serve --http` instances on this
 machine, and one instance reached directly (what the balancer costs).
 
-The deployment is the tests' own (`tests/fleet.py`, `tests/haproxy.py`):
+The deployment is the tests' own (`tests/helpers/fleet.py`, `tests/helpers/haproxy.py`):
 Debian's HAProxy in HTTP mode, round robin, no stickiness, health checks;
 each instance a real `staal-supervisor serve --http` process on
 `servers/staal_manifest.json` (the no-op tool only, `max_concurrent_runs`
@@ -52,8 +52,8 @@ from server_http import load
 # The deployment is the tests' harness: the project root goes on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fleet import Fleet, ManifestWriter
-from tests.servers import Site
+from tests.helpers.fleet import Fleet, ManifestWriter
+from tests.helpers.servers import Site
 
 DEPLOYMENTS = ("direct", "1", "2", "3")  # "direct": one instance, no balancer
 MAX_RUNS = 64
@@ -164,7 +164,7 @@ def report(cells: dict[tuple[str, str], Cell], args: argparse.Namespace,
 def haproxy_version() -> str:
     import subprocess
 
-    from tests.haproxy import haproxy
+    from tests.helpers.haproxy import haproxy
 
     said = subprocess.run([str(haproxy()), "-v"], capture_output=True, text=True, check=True)
     return said.stdout.splitlines()[0].split(" - ")[0]

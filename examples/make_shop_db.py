@@ -4,7 +4,7 @@
 
 writes the database to OUT (default: shop.db beside this file), replacing
 it whole: built in a temporary file next to it, then renamed over it.
-tests/test_examples.py checks that the committed shop.db holds exactly what
+tests/docs/test_examples.py checks that the committed shop.db holds exactly what
 shop.sql says; after editing shop.sql, run this and commit both.
 """
 

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import services
-from tests.authorization import AuthorizationServer
-from tests.payments import payments  # noqa: F401  (the fixture, for every test module)
-from tests.pg_store import pg_store  # noqa: F401  (the fixture: a PostgreSQL store of its own)
-from tests.recorder import Recorder
+from tests.helpers import services
+from tests.helpers.authorization import AuthorizationServer
+from tests.helpers.payments import payments  # noqa: F401  (the fixture, for every test module)
+from tests.helpers.pg_store import pg_store  # noqa: F401  (the fixture: a PostgreSQL store of its own)
+from tests.helpers.recorder import Recorder
 
 # Hypothesis's per-example deadline is a timing assertion: on a loaded
 # machine one example can take 500 ms that takes 10 ms alone, which says
@@ -42,7 +42,7 @@ def authorization() -> Iterator[AuthorizationServer]:
 @pytest.fixture(scope="session")
 def postgres_dsn() -> str:
     """The PostgreSQL server the tests use, started if it is the local one
-    and not running (tests/services.py); a test fails, never skips, when
+    and not running (tests/helpers/services.py); a test fails, never skips, when
     there is none."""
     try:
         return services.postgres_dsn()

@@ -20,7 +20,7 @@ The names, each right after the step it names is durable:
 tests/crash runs a call through each of these (docs/crash-matrix.md is its
 report). The ledger's compaction has its own, `compact.written`,
 `compact.synced`, `compact.renamed` and `compact.done`, which
-tests/test_ledger.py kills at.
+tests/supervisor/store/test_ledger.py kills at.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ RUNAWAY_SHARE of a core in between, and is not stopped now, is a runaway
 computation; any other silent one is idle, and its death a crash.
 
 The watch takes a clock and a reader of a process's CPU time, so the rule is
-tested with fakes (tests/test_silence.py).
+tested with fakes (tests/supervisor/workers/test_silence.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from staal.records.appendlog import read_log
 from staal.records.journal_records import JOURNAL, End
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.store.postgres.view import read_postgres
-from tests.payments import Payments
+from tests.helpers.payments import Payments
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = (ROOT / "examples" / "refund.py").read_text()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.crash.harness import CELLS, Cell, run_cell
-from tests.pg_store import PgStore
+from tests.helpers.pg_store import PgStore
 
 SUPERVISOR_CELLS = [c for c in CELLS if c.process == "supervisor"]
 WORKER_CELLS = [c for c in CELLS if c.process == "worker"]

@@ -1,4 +1,4 @@
-// A real OAuth 2 authorization server for the tests (tests/authorization.py):
+// A real OAuth 2 authorization server for the tests (tests/helpers/authorization.py):
 // oauth2-mock-server on a free loopback port, one RS256 key, issuing access
 // tokens by client credentials, authorization code + PKCE and refresh token,
 // to clients registered in advance (any client id) or dynamically.

@@ -1,5 +1,5 @@
 // One MCP session over Streamable HTTP with a TypeScript client's own OAuth
-// provider, as tests/test_oauth_typescript.py runs it:
+// provider, as tests/clients/test_oauth_typescript.py runs it:
 //
 //   node oauth_session.mjs < plan.json
 //

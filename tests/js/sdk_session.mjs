@@ -1,5 +1,5 @@
 // One MCP session with a TypeScript SDK client against a stdio server, as
-// tests/test_client_typescript.py runs it:
+// tests/clients/test_client_typescript.py runs it:
 //
 //   node sdk_session.mjs < plan.json
 //

@@ -25,7 +25,7 @@ How it works (`tests/powerloss/`):
 
 - **Recording.** Every change the server, its zygote and its workers make to the journal
   directory goes through `staal.records.fsio.FS` (a test fails if one does not:
-  `tests/test_fs_layer.py`). With `STAAL_TEST_FS_RECORD` naming a file, each process
+  `tests/shared/records/test_fs_layer.py`). With `STAAL_TEST_FS_RECORD` naming a file, each process
   appends every operation to it as it returns (create, write with its bytes, truncate,
   fsync, rename, unlink, mkdir, directory fsync), in the order they happened; the fake
   payment service marks there each refund request it receives and each refund it

@@ -26,7 +26,7 @@ from staal.records.fsio import RECORD_VARIABLE
 from staal.records.ledger_records import LEDGER
 from staal.supervisor.store.ledger import LEDGER_FILE, read_ledger
 from tests.crash.harness import ANSWERED, CALL, Cell, call, manifest
-from tests.payments import Payments
+from tests.helpers.payments import Payments
 
 DAY_MS = 24 * 3600 * 1000
 INTENT_AMOUNT = 5000
