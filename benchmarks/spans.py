@@ -29,8 +29,8 @@ from pathlib import Path
 from engine import staal_gets
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from staal.protocol.dispatch import CallTool
-from staal.protocol.results import Done
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.results import Done
 from staal.records.messages import Ended, pack
 from staal.runtime.tracecontext import TraceParent
 from staal.supervisor.telemetry.tracing import OtelTracing

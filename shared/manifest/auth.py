@@ -50,7 +50,7 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
               "EdDSA")
 # RFC 9110 section 5.6.2: a header name is a token.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# Headers the transport itself reads (protocol/http.py): named a credential,
+# Headers the transport itself reads (protocol/http/endpoint.py): named a credential,
 # one would be taken from the endpoint before it could judge the request.
 TRANSPORT_HEADERS = frozenset({
     "host", "origin", "accept", "content-type", "content-length", "transfer-encoding",

@@ -1,7 +1,7 @@
 """Cutting known values out of text: a run's secrets out of what it writes
 (worker/runs/engine.py) and of a database's errors (worker/capabilities/postgres.py),
 a request's credential values out of what the server logs of it
-(protocol/credentials.py). One rule for all: every non-empty
+(protocol/http/credentials.py). One rule for all: every non-empty
 value, wherever it occurs, longest first so a value that holds another is
 cut out whole."""
 

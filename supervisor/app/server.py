@@ -26,24 +26,22 @@ import staal
 from staal.errors import StaalError
 from staal.manifest.model import RUN_STATUS_TOOL, Manifest
 from staal.manifest.resources import is_hidden_tool
-from staal.protocol.cursors import CursorSigner
-from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
-from staal.protocol.resources import Collection, ReadAnswer, ReadResource, ResourceCatalogue
-from staal.protocol.results import CallOutcome, Failed, Refused
-from staal.protocol.revisions import ServerInfo
-from staal.protocol.tools import describe_tool
+from staal.protocol.mcp.cursors import CursorSigner
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RpcError
+from staal.protocol.mcp.resources import Collection, ReadAnswer, ReadResource, ResourceCatalogue
+from staal.protocol.mcp.results import CallOutcome, Failed, Refused
+from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tools import describe_tool
 from staal.records.fsio import make_private_dir
 from staal.records.journal import discard_unstarted
 from staal.runtime.clock import SYSTEM_CLOCK
-from staal.supervisor.app.lockfile import ServerLock
-from staal.supervisor.app.log import Log
 from staal.supervisor.app.startup import check_tools
-from staal.supervisor.app.tool_runtime import ToolRuntime
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import Holder
 from staal.supervisor.calls.outcomes import charged_of
 from staal.supervisor.calls.pipeline import Calls, CallState
+from staal.supervisor.calls.tool_runtime import ToolRuntime
 from staal.supervisor.recovery.at_start import RecoveryPlan, plan_recovery, plan_taken
 from staal.supervisor.recovery.lease import Lease, LeaseState, LeaseTiming
 from staal.supervisor.recovery.retention import DAY_S, sweep
@@ -51,6 +49,8 @@ from staal.supervisor.recovery.waiting import Waiting
 from staal.supervisor.store.choice import describe_store, open_journals, open_ledger, open_notes
 from staal.supervisor.store.files import RunFiles, make_run_folders
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
+from staal.supervisor.store.lockfile import ServerLock
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.telemetry.tracing import Tracing, tracing_for
 from staal.supervisor.transport.readiness import ReadyState

@@ -16,7 +16,7 @@ from staal.manifest.check import load_manifest
 from staal.manifest.model import Manifest
 
 if TYPE_CHECKING:
-    from staal.supervisor.app.log import Log
+    from staal.supervisor.telemetry.log import Log
     from staal.supervisor.workers.zygote import Spawned
 
 EXIT_MANIFEST = 2
@@ -47,7 +47,7 @@ def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Man
 def run_serve(manifest: Path, log_format: str, http: str | None = None,
               insecure_no_auth: bool = False) -> int:
     """`serve`: over stdio, or over Streamable HTTP at `http` (HOST:PORT)."""
-    from staal.supervisor.app.log import Log
+    from staal.supervisor.telemetry.log import Log
     from staal.supervisor.transport.stdio import protect_descriptors
 
     # Before anything else, and before the manifest is read (seed 000 section 3).

@@ -27,8 +27,8 @@ import httpx
 import jwt
 
 from staal.manifest.model import AuthConfig
-from staal.protocol.http import Head
-from staal.protocol.http_auth import Malformed, bearer_of
+from staal.protocol.http.auth import Malformed, bearer_of
+from staal.protocol.http.messages import Head
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 
 SKEW_S = 60

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from staal.manifest.model import AuthConfig, Manifest
-from staal.protocol.http import Head, HttpResponse
-from staal.protocol.http_auth import ProtectedResource, challenge, denied, without_headers
-from staal.protocol.step_up import Asker, When, least_scopes, step_up_scopes
+from staal.protocol.http.auth import ProtectedResource, challenge, denied, without_headers
+from staal.protocol.http.messages import Head, HttpResponse
+from staal.protocol.http.step_up import Asker, When, least_scopes, step_up_scopes
 from staal.supervisor.auth.callers import Admitted, admit
 from staal.supervisor.auth.principal import Authenticator, AuthRefusal, Principal
 
@@ -97,7 +97,7 @@ class Guard:
 
     def step_up(self, principal: Principal) -> HttpResponse:
         """A valid credential this request needs more scopes for: the 403
-        names every scope that, held, admits it (protocol/step_up.py). One
+        names every scope that, held, admits it (protocol/http/step_up.py). One
         that no scope could admit is told so without a challenge: RFC 6750
         defines `insufficient_scope` as a token lacking privileges another
         token could carry, and MCP clients answer it by re-authorizing for

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from staal.protocol.http import Head
+from staal.protocol.http.messages import Head
 from staal.records.canonical import canonical_json, sha256_hex
 
 __all__ = ["AuthRefusal", "Authenticator", "Lifecycle", "Principal"]

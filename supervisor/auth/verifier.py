@@ -43,8 +43,8 @@ import zmq.asyncio
 
 from staal.errors import StaalError
 from staal.manifest.model import CredentialConfig, Manifest
-from staal.protocol.credentials import credential_values, only_credentials
-from staal.protocol.http import Head
+from staal.protocol.http.credentials import credential_values, only_credentials
+from staal.protocol.http.messages import Head
 from staal.records.messages import Verified, VerifierReady, Verify, pack, unpack
 from staal.records.outcomes import Failure
 from staal.runtime.redaction import redact

@@ -8,7 +8,7 @@ from typing import Any
 
 from staal.errors import LogDamaged
 from staal.money import Money
-from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
+from staal.protocol.mcp.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
 from staal.records.journal import close_unfinished, journal_started
 from staal.records.journal_records import End
 from staal.records.messages import Ended, StoppedMsg, report_of

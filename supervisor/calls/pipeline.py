@@ -25,8 +25,8 @@ from typing import Any
 
 from staal.errors import StaalError
 from staal.manifest.model import Manifest, Tool
-from staal.protocol.dispatch import CallTool
-from staal.protocol.results import CallOutcome, Failed, Refused, RunStatus, Stopped
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.records.journal import discard_unstarted
 from staal.records.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.records.messages import Progress as ProgressMsg
@@ -34,8 +34,6 @@ from staal.records.record import Record
 from staal.records.runconfig import config_key
 from staal.runtime.inputs import InputError, arguments_to_json, check_arguments
 from staal.runtime.killpoints import kill_point
-from staal.supervisor.app.log import Log, log_file_line
-from staal.supervisor.app.tool_runtime import ToolRuntime, money_held
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.outcomes import (
@@ -47,7 +45,9 @@ from staal.supervisor.calls.outcomes import (
 from staal.supervisor.calls.quota_text import quota_text
 from staal.supervisor.calls.run_crashes import Progress, RunCrashes
 from staal.supervisor.calls.run_logs import RunLogs, failure_fields
+from staal.supervisor.calls.tool_runtime import ToolRuntime, money_held
 from staal.supervisor.recovery.waiting import Waiting
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.store.ledger import (
@@ -62,7 +62,7 @@ from staal.supervisor.store.ledger import (
     RunEntry,
     once_request,
 )
-from staal.supervisor.store.postgres.schema import StoreError
+from staal.supervisor.telemetry.log import Log, log_file_line
 from staal.supervisor.telemetry.metrics import NO_METRICS, Observer
 from staal.supervisor.telemetry.tracing import NO_TRACING, Tracing
 from staal.supervisor.workers.pool import Pool

@@ -17,10 +17,10 @@ from staal.manifest.model import Manifest, Tool
 from staal.records.messages import Ended, JournalAppend, StoppedMsg
 from staal.records.runconfig import Limits, from_tool
 from staal.runtime.budgets import message_of, own_limit
-from staal.supervisor.app.log import Log
 from staal.supervisor.calls.outcomes import give_up, over_limit
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import RunJournals
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.workers.pool_states import NoWorker, Worker, WorkerLost
 from staal.supervisor.workers.silence import SILENT_S
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from staal.records.journal_records import End
 from staal.records.outcomes import Failure
-from staal.supervisor.app.log import log_file_line
 from staal.supervisor.store.files import RunFiles
+from staal.supervisor.telemetry.log import log_file_line
 
 
 @dataclass

@@ -37,17 +37,18 @@ from staal.manifest.model import ServerConfig
 from staal.records.ledger_records import Forget
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import is_run_id
-from staal.supervisor.app.lockfile import ServerLock, ServerLockHeld
-from staal.supervisor.app.log import log_file_line
 from staal.supervisor.store.choice import dsn_of
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LEDGER_FILE, FileLedger, Stamper, checked_encoding, warn_on_stderr
+from staal.supervisor.store.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
 from staal.supervisor.store.postgres.ledger import apply_stored
 from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
-from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, StoreError, check_version
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
 from staal.supervisor.store.state import LedgerState, RunEntry
+from staal.supervisor.telemetry.log import log_file_line
 from staal.supervisor.views.journal_view import when
 
 

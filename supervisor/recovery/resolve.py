@@ -38,9 +38,9 @@ from staal.records.canonical import canonical_json
 from staal.records.fsio import FS
 from staal.records.journal_records import JOURNAL, Resolved
 from staal.supervisor.store.choice import dsn_of
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
 from staal.supervisor.store.postgres.note_rows import drop_waiting
-from staal.supervisor.store.postgres.schema import StoreError
 
 
 class ResolveRefused(StaalError):

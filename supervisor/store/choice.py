@@ -13,6 +13,7 @@ from typing import Any
 from staal.manifest.model import ServerConfig
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import LeaseTiming
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals, StoreJournals
 from staal.supervisor.store.ledger import (
     LEDGER_FILE,
@@ -27,7 +28,6 @@ from staal.supervisor.store.notes import FileNotes, RunNotes, StoreNotes
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name
 from staal.supervisor.store.postgres.note_rows import NoteRows, read_all_waiting
-from staal.supervisor.store.postgres.schema import StoreError
 from staal.supervisor.store.postgres.view import SharedView, read_postgres
 
 __all__ = ["SharedView", "StoreError", "describe_store", "open_journals", "open_ledger",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from staal.manifest.model import RUN_STATUS_TOOL, Manifest
-from staal.protocol.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
+from staal.protocol.mcp.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
 from staal.runtime.timings import ACTION_BUCKETS_S, FSYNC_BUCKETS_S, Histogram, TallyMismatch, Timings
 
 OUTCOMES = ("done", "failed", "error", "waiting", "refused", "answered", "cancelled")

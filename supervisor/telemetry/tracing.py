@@ -31,11 +31,11 @@ from urllib.parse import urlsplit
 
 import staal
 from staal.manifest.model import TracesConfig
-from staal.protocol.dispatch import CallTool
-from staal.protocol.results import CallOutcome, Errored, Failed, Refused, Stopped
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.results import CallOutcome, Errored, Failed, Refused, Stopped
 from staal.records.messages import ActionSpan, RunSpans
 from staal.runtime.tracecontext import TraceParent, parse_traceparent
-from staal.supervisor.app.log import Log
+from staal.supervisor.telemetry.log import Log
 
 if TYPE_CHECKING:  # the SDK is imported only when traces are exported
     from opentelemetry.context import Context

@@ -30,7 +30,7 @@ from typing import ClassVar
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from staal.protocol.http import HttpResponse, closing_response
+from staal.protocol.http.messages import HttpResponse, closing_response
 
 FIRST_BYTE_S = 5.0
 HEAD_TIMEOUT_S = 10.0

@@ -1,6 +1,6 @@
 """Serving over Streamable HTTP (issue 13): uvicorn (uvloop, httptools) in
 the supervisor's own event loop, and a thin ASGI application in front of
-the sans-I/O endpoint (protocol/http.py), which decides every status,
+the sans-I/O endpoint (protocol/http/endpoint.py), which decides every status,
 header and body. A tool call goes through the same pipeline as over stdio
 (`Server.outcome_of`); only how its answer is written differs.
 
@@ -30,23 +30,16 @@ import uvicorn
 
 from staal.errors import StaalError
 from staal.manifest.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import (
-    Call,
-    Cancel,
-    Endpoint,
-    Head,
-    HttpCall,
-    HttpResponse,
-    HttpSettings,
-    Read,
-)
-from staal.protocol.http_auth import without_headers
-from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
-from staal.protocol.readiness import is_readiness_check, readiness_answer
-from staal.protocol.results import CallOutcome
-from staal.protocol.revisions import LEGACY
-from staal.protocol.tools import ToolDescriptor
+from staal.protocol.http.auth import without_headers
+from staal.protocol.http.call import HttpCall
+from staal.protocol.http.endpoint import Call, Cancel, Endpoint, HttpSettings, Read
+from staal.protocol.http.messages import Head, HttpResponse
+from staal.protocol.http.readiness import is_readiness_check, readiness_answer
+from staal.protocol.mcp.dispatch import Dispatcher
+from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.mcp.results import CallOutcome
+from staal.protocol.mcp.revisions import LEGACY
+from staal.protocol.mcp.tools import ToolDescriptor
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.app.server import Server, Transport
 from staal.supervisor.auth.callers import LOCAL, Admitted

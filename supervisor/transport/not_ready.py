@@ -3,7 +3,7 @@ while the server starts (recovery may take a while) and while it drains
 after SIGTERM or SIGINT (uvicorn has closed its listener; calls in flight
 are still being answered). A load balancer's `GET /ready` gets 503 `not
 ready` then, and any other request 503 with Retry-After
-(protocol/readiness.py), instead of a connection that hangs until the
+(protocol/http/readiness.py), instead of a connection that hangs until the
 check times out (starting: the socket listens, so the kernel accepts) or is
 refused (draining).
 
@@ -25,7 +25,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import cast
 
-from staal.protocol.readiness import not_serving_answer
+from staal.protocol.http.readiness import not_serving_answer
 from staal.supervisor.transport.http_connections import (
     FIRST_BYTE_S,
     HEAD_TIMEOUT_S,

@@ -1,6 +1,6 @@
 """Whether this instance should be sent calls (issue 24 item 5), as a
 state machine with its transitions as data; a load balancer reads it at
-`GET /ready` (protocol/readiness.py).
+`GET /ready` (protocol/http/readiness.py).
 
 Ready only while serving: not while starting, not while draining
 (SIGTERM: calls in flight are answered, nothing new is taken; in both the

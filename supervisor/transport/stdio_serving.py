@@ -2,7 +2,7 @@
 it ends or SIGTERM or SIGINT, answer every call in flight, then let the server close.
 
 A thread reads the protocol descriptor into the event loop; the connection
-(protocol/connection.py) turns lines into events; every outgoing line is
+(protocol/mcp/connection.py) turns lines into events; every outgoing line is
 written whole under one lock (`LineWriter`), and a write that fails for
 good (the client is gone) stops the reading while running runs end.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from staal.protocol.connection import Cancel, Connection, Event, Send
-from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
-from staal.protocol.resources import ReadAnswer, ReadResource
-from staal.protocol.results import CallOutcome
+from staal.protocol.mcp.connection import Cancel, Connection, Event, Send
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.mcp.resources import ReadAnswer, ReadResource
+from staal.protocol.mcp.results import CallOutcome
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.app.server import Server, Transport
 from staal.supervisor.auth.callers import LOCAL

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from staal.protocol.results import internal_error_text
+from staal.protocol.mcp.results import internal_error_text
 from staal.records.canonical import canonical_json, sha256_hex
 from staal.records.journal_records import End, OutcomeRecord, Print
 from staal.records.outcomes import format_frames

@@ -20,9 +20,9 @@ from typing import Any
 from staal.errors import LogDamaged, StaalError
 from staal.manifest.model import ResourceDecl
 from staal.manifest.resources import ENTRY_INPUTS
-from staal.protocol.dispatch import CallTool
-from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
-from staal.protocol.resources import (
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RpcError
+from staal.protocol.mcp.resources import (
     ENDED_TTL_MS,
     JOURNAL_PAGE,
     Contents,
@@ -36,7 +36,7 @@ from staal.protocol.resources import (
     RunsPage,
     unknown_resource,
 )
-from staal.protocol.results import CallOutcome, Done, Refused, shape_run_status
+from staal.protocol.mcp.results import CallOutcome, Done, Refused, shape_run_status
 from staal.records.fsio import FS
 from staal.records.journal import read_journal
 from staal.supervisor.auth.callers import Admitted

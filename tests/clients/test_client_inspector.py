@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
+from staal.protocol.mcp.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY, SERVER_INFO_KEY
 from tests.clients.test_client_typescript import (
     INSTALL,
     JS,

@@ -20,10 +20,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import jsonrpc_message_adapter
 
 from staal.manifest.model import RUN_STATUS_TOOL
-from staal.protocol.connection import CallTool, Cancel, Connection, Send
-from staal.protocol.framing import encode_line
-from staal.protocol.results import Done, Failed, RunStatus
-from staal.protocol.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY
+from staal.protocol.mcp.connection import CallTool, Cancel, Connection, Send
+from staal.protocol.mcp.framing import encode_line
+from staal.protocol.mcp.results import Done, Failed, RunStatus
+from staal.protocol.mcp.revisions import LEGACY, MODERN, PROTOCOL_VERSION_KEY
 from tests.protocol.test_support import RUN, SERVER, descriptor
 
 

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from staal.protocol.resources import ENDED_TTL_MS
+from staal.protocol.mcp.resources import ENDED_TTL_MS
 from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.http_servers import HttpServer
 from tests.helpers.resource_sites import (

@@ -34,7 +34,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from staal.supervisor.store.ledger import read_ledger
 from tests.clients.test_client_typescript import JS, node, require_node_modules
 from tests.helpers.fleet import Fleet, ManifestWriter, fleet

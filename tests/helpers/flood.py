@@ -26,7 +26,7 @@ import httpx
 import orjson
 import psycopg
 
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.helpers.haproxy import INSTANCE_HEADER
 from tests.helpers.http_servers import ACCEPT, modern_headers
 from tests.helpers.payments import Payments

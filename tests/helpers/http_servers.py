@@ -18,7 +18,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.helpers.servers import START_WAIT, WAIT, Site, Stderr, modern_meta, server_env, supervisor_command
 
 ACCEPT = "application/json, text/event-stream"

@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio
 
-from staal.protocol.revisions import (
+from staal.protocol.mcp.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
     LEGACY,

@@ -16,14 +16,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from staal.manifest.check import load_manifest
-from staal.protocol.dispatch import CallTool
-from staal.protocol.results import CallOutcome
-from staal.protocol.revisions import MODERN
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.results import CallOutcome
+from staal.protocol.mcp.revisions import MODERN
 from staal.runtime.tracecontext import TraceParent
-from staal.supervisor.app.log import Log
 from staal.supervisor.app.server import Server, serve
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.tracing import tracing_for
 
 CLIENT = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")

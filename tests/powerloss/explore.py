@@ -24,9 +24,9 @@ import httpx
 from staal.errors import StaalError
 from staal.records.appendlog import read_log
 from staal.records.ledger_records import LEDGER, Release, Reserve, Settle
-from staal.supervisor.app.lockfile import ServerLock
 from staal.supervisor.store.files import find_journals
 from staal.supervisor.store.ledger import LEDGER_FILE, read_ledger
+from staal.supervisor.store.lockfile import ServerLock
 from tests.crash.harness import ANSWERED, REFUND_OP
 from tests.powerloss.disk import Disk, State, write_state
 from tests.powerloss.scenarios import Context, Scenario, refund_of

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.helpers.fleet import ManifestWriter, fleet
 from tests.helpers.flood import (
     KINDS,

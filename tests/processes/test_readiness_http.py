@@ -11,7 +11,7 @@ import threading
 
 import httpx
 
-from staal.supervisor.app.lockfile import ServerLock
+from staal.supervisor.store.lockfile import ServerLock
 from tests.helpers.authorization import AUDIENCE
 from tests.helpers.http_servers import HttpServer
 from tests.helpers.pg_cluster import free_port

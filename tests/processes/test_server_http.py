@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.http_servers import ACCEPT, HttpServer, modern_headers
 from tests.helpers.servers import WAIT, Site

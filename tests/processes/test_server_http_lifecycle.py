@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import Endpoint
-from staal.protocol.results import Done
+from staal.protocol.http.endpoint import Endpoint
+from staal.protocol.mcp.dispatch import Dispatcher
+from staal.protocol.mcp.results import Done
 from staal.supervisor.app.server import Server
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.telemetry.metrics import NO_METRICS

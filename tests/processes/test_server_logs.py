@@ -160,11 +160,11 @@ def test_a_run_id_is_logged_when_its_run_starts(tmp_path):
 
 
 def test_a_log_line_s_time_is_the_utc_clock_to_the_millisecond_from_one_second_to_the_next():
-    """The formatted second is kept between lines (supervisor/app/log.py `_now`):
+    """The formatted second is kept between lines (supervisor/telemetry/log.py `_now`):
     a line's time is still the clock's, read between two readings of it."""
     import datetime
 
-    from staal.supervisor.app.log import _now
+    from staal.supervisor.telemetry.log import _now
 
     seconds = set()
     while len(seconds) < 2:  # across at least one change of second

@@ -201,7 +201,7 @@ def test_ctrl_c_before_the_server_serves_stops_it_at_once_without_a_traceback(
     """While it waits for the journal directory's lock (another server holds
     it), the server is not serving yet: Ctrl-C stops it there and then,
     exit 130, its zygote with it, no traceback."""
-    from staal.supervisor.app.lockfile import ServerLock
+    from staal.supervisor.store.lockfile import ServerLock
 
     site = lookup_site(tmp_path, service)
     with ServerLock.acquire(site.journals, wait_s=0):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
+from staal.protocol.mcp.revisions import LEGACY, MODERN, SERVER_INFO_KEY
 from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.recorder import Recorder
 from tests.helpers.servers import (

@@ -17,8 +17,9 @@ from typing import Any
 
 import psutil
 
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import Endpoint, Head
+from staal.protocol.http.endpoint import Endpoint
+from staal.protocol.http.messages import Head
+from staal.protocol.mcp.dispatch import Dispatcher
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Principal
 from staal.supervisor.transport.http_serving import McpApp, settings_for

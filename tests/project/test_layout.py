@@ -238,3 +238,174 @@ def test_a_worker_may_not_import_opentelemetry(tmp_path):
     found = imports_of(program, "staal.worker.runs.spans", False)
     assert {m.split(".")[0] for m in found if refused(m, "worker")} == {"opentelemetry"}
     assert not [m for m in found if refused(m, "supervisor")]
+
+
+# The rules inside the packages (issue 25): which sub-package may import
+# which, so the folders keep meaning what docs/architecture.md says.
+
+
+def staal_modules() -> dict[str, Path]:
+    """Every module of the four packages, by import name."""
+    return {module_name(path): path for folder in PACKAGES for path in sources(folder)}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the staal modules it imports anywhere in its text (at the
+    top, in a function, under TYPE_CHECKING: each is a dependency a reader
+    has to hold in mind)."""
+    modules = staal_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = imports_of(path, name, path.name == "__init__.py")
+        graph[name] = {m for m in found if m in modules and m != name
+                       and not name.startswith(m + ".")}  # a package's own parent is not a choice
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            component.append(v)
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_modules_of_staal_import_each_other_even_inside_a_function():
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_three_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# importer prefix -> (module prefixes it may not import, why)
+DENIED_INSIDE = {
+    "staal.supervisor.transport": (
+        ("staal.supervisor.store", "staal.supervisor.workers", "staal.supervisor.recovery"),
+        "how a call arrives knows nothing of where runs are kept or who runs them"),
+    "staal.supervisor.store": (
+        ("staal.supervisor.app", "staal.supervisor.transport", "staal.supervisor.calls",
+         "staal.supervisor.views", "staal.supervisor.auth", "staal.supervisor.workers",
+         "staal.supervisor.telemetry"),
+        "the store is below everything that uses it"),
+    "staal.supervisor.views": (
+        ("staal.supervisor.app", "staal.supervisor.transport", "staal.supervisor.calls",
+         "staal.supervisor.workers"),
+        "a view reads records; it does not reach into the serving parts"),
+    "staal.supervisor.auth": (
+        ("staal.supervisor.app", "staal.supervisor.calls", "staal.supervisor.views",
+         "staal.supervisor.transport"),
+        "who is asking is decided before, and apart from, what they ask"),
+    "staal.worker.runs": (("staal.worker.commands", "staal.worker.processes"),
+                          "a run does not know which process or command runs it"),
+    "staal.worker.capabilities": (("staal.worker.commands", "staal.worker.processes"),
+                                  "a capability does not know which process or command runs it"),
+    "staal.worker.confinement": (("staal.worker.commands", "staal.worker.capabilities"),
+                                 "confinement is beneath the capabilities it confines"),
+}
+# Only these may import psycopg: the store's own package and the capability.
+PSYCOPG_OWNERS = ("staal.supervisor.store.postgres", "staal.worker.capabilities.postgres",
+                  "staal.worker.capabilities.sql")
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def sub_package_violations() -> list[str]:
+    wrong = []
+    for name, path in staal_modules().items():
+        found = imports_of(path, name, path.name == "__init__.py")
+        for importer, (denied, why) in DENIED_INSIDE.items():
+            if under(name, importer):
+                wrong += [f"{name} imports {m}: {why}" for m in sorted(found)
+                          if any(under(m, d) for d in denied)]
+        if any(m.split(".")[0] == "psycopg" for m in found) and not any(
+                under(name, owner_) for owner_ in PSYCOPG_OWNERS):
+            wrong.append(f"{name} imports psycopg: only {', '.join(PSYCOPG_OWNERS)} may")
+    return wrong
+
+
+def test_each_sub_package_imports_only_what_its_layer_allows():
+    assert sub_package_violations() == []
+
+
+def test_only_the_postgres_store_and_capability_import_psycopg(tmp_path):
+    assert not [w for w in sub_package_violations() if "psycopg" in w]
+    module = tmp_path / "x.py"
+    module.write_text("import psycopg\n")
+    assert imports_of(module, "staal.supervisor.recovery.x") == {"psycopg"}
+
+
+def test_the_composition_root_is_imported_by_nothing_but_itself_and_the_entry_points():
+    importers = {name for name, deps in module_graph().items()
+                 if any(under(m, "staal.supervisor.app") for m in deps)}
+    assert sorted(m for m in importers if not under(m, "staal.supervisor.app")) == []
+
+
+MAX_MODULES = 12
+MAX_LINES = 400
+
+
+def test_no_package_holds_more_than_twelve_modules():
+    crowded = {}
+    for folder in PACKAGES:
+        for package in sorted({p.parent for p in sources(folder)}):
+            count = len([p for p in package.glob("*.py") if p.name != "__init__.py"])
+            if (count > MAX_MODULES and folder != "shared") or count > MAX_MODULES + 2:
+                crowded[str(package.relative_to(ROOT))] = count
+    assert crowded == {}
+
+
+def test_no_module_is_over_four_hundred_lines():
+    long = {str(path.relative_to(ROOT)): n for folder in PACKAGES for path in sources(folder)
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+# tests/ mirrors the packages: a module's unit tests sit in its package's folder.
+TEST_ROOTS = {"shared": "shared", "protocol": "protocol", "supervisor": "supervisor",
+              "worker": "worker"}
+TEST_FOLDERS_OF_THEIR_OWN = {"processes", "clients", "conformance", "deployment", "docs",
+                             "project", "helpers", "crash", "powerloss", "js"}
+
+
+def test_every_unit_test_folder_mirrors_a_package_folder():
+    tests = ROOT / "tests"
+    strays = [str(d.relative_to(ROOT)) for top in TEST_ROOTS for d in (tests / top).rglob("*")
+              if d.is_dir() and d.name != "__pycache__"
+              and not (ROOT / TEST_ROOTS[top] / d.relative_to(tests / top)).is_dir()]
+    assert strays == []
+    folders = {d.name for d in tests.iterdir() if d.is_dir() and d.name != "__pycache__"}
+    assert folders - set(TEST_ROOTS) - TEST_FOLDERS_OF_THEIR_OWN == set()
+
+
+def test_helpers_live_in_one_place():
+    tests = ROOT / "tests"
+    loose = sorted(p.name for p in tests.glob("*.py")
+                   if p.name not in {"__init__.py", "conftest.py", "requirements.py"})
+    assert loose == []

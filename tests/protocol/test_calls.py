@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from staal.protocol.connection import (
+from staal.protocol.mcp.connection import (
     CALL_TRANSITIONS,
     PHASE_TRANSITIONS,
     CallState,
@@ -15,8 +15,8 @@ from staal.protocol.connection import (
     Phase,
     advance,
 )
-from staal.protocol.results import Done, Failed
-from staal.protocol.revisions import ENVELOPE_KEYS, LEGACY, MODERN
+from staal.protocol.mcp.results import Done, Failed
+from staal.protocol.mcp.revisions import ENVELOPE_KEYS, LEGACY, MODERN
 from tests.protocol.test_support import (
     ENVELOPE,
     RUN,

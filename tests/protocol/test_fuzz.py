@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCResponse
 
 from staal.manifest.model import RUN_STATUS_TOOL
-from staal.protocol.connection import CallTool, Cancel, Connection, Send
-from staal.protocol.framing import encode_line
-from staal.protocol.results import (
+from staal.protocol.mcp.connection import CallTool, Cancel, Connection, Send
+from staal.protocol.mcp.framing import encode_line
+from staal.protocol.mcp.results import (
     REFUSAL_KINDS,
     RUN_STATUSES,
     Done,
@@ -26,14 +26,14 @@ from staal.protocol.results import (
     RunStatus,
     Stopped,
 )
-from staal.protocol.revisions import (
+from staal.protocol.mcp.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
     LEGACY,
     MODERN,
     PROTOCOL_VERSION_KEY,
 )
-from staal.protocol.tools import Annotations, ToolDescriptor
+from staal.protocol.mcp.tools import Annotations, ToolDescriptor
 from tests.protocol.test_support import CLIENT_INFO, RUN, SCHEMA, SERVER
 
 KNOWN_CODES = {-32700, -32600, -32601, -32602, -32022}

@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from staal.protocol.revisions import (
+from staal.protocol.mcp.revisions import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
     LEGACY,

@@ -17,9 +17,9 @@ from mcp_types.methods import parse_server_notification, parse_server_result
 
 from staal.manifest.check import check
 from staal.manifest.model import Tool
-from staal.protocol.connection import CallTool, Connection, Event, Send
-from staal.protocol.revisions import LEGACY, MODERN, ServerInfo
-from staal.protocol.tools import ToolDescriptor, describe_tool
+from staal.protocol.mcp.connection import CallTool, Connection, Event, Send
+from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo
+from staal.protocol.mcp.tools import ToolDescriptor, describe_tool
 from tests.helpers.manifests import seed_example, write_programs
 
 SERVER = ServerInfo("shop-actions", "0.1.0")

@@ -15,8 +15,8 @@ from staal.program import CapabilityRefused
 from staal.worker.runs.broker import GrantState
 
 if TYPE_CHECKING:
+    from staal.worker.capabilities.services import Services
     from staal.worker.runs.engine import RunContext
-    from staal.worker.runs.run import Services
 
 # Imported when a run uses the capability, so a run loads only what it needs.
 IMPLEMENTATIONS: dict[str, str] = {

@@ -51,9 +51,9 @@ from staal.worker.runs.engine import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
 if TYPE_CHECKING:
+    from staal.worker.capabilities.services import Services
     from staal.worker.runs.broker import GrantState
     from staal.worker.runs.engine import RunContext
-    from staal.worker.runs.run import Services
 
 CAP = "payments.stripe.refund"
 STRIPE_BASE_URL = "https://api.stripe.com"

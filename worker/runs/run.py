@@ -17,9 +17,9 @@ import io
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import staal
 from staal.errors import StaalError
@@ -34,15 +34,13 @@ from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import new_run_id
 from staal.runtime.inputs import InputError, check_arguments
 from staal.worker.capabilities import implementation
+from staal.worker.capabilities.services import Services
 from staal.worker.confinement import confine
 from staal.worker.confinement.limits import StepCounter, WaitBound, bound_process
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext, RunOutcome
 from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256
 from staal.worker.runs.spans import RunRecorder
-
-if TYPE_CHECKING:
-    from staal.worker.capabilities.http import HttpClient
 
 RUNTIME = staal.RUNTIME
 
@@ -51,37 +49,6 @@ class ResumeRefused(StaalError):
     """A journal that cannot be resumed under what is here now."""
 
     kind = "resume_refused"
-
-
-@dataclass
-class Services:
-    """What capabilities share within one run."""
-
-    clock: Clock
-    secrets: dict[str, str] = field(default_factory=dict)
-    config: RunConfig | None = None
-    _http: HttpClient | None = None
-
-    @property
-    def run_config(self) -> RunConfig:
-        """The run's config, which a run's services always have (a benchmark's
-        may not, when its capabilities do not read it)."""
-        if self.config is None:
-            raise RuntimeError("these run services were made without a run config")
-        return self.config
-
-    @property
-    def http(self) -> HttpClient:
-        """The run's HTTP client, made (and httpx imported) on first use."""
-        if self._http is None:
-            from staal.worker.capabilities.http import HttpClient
-
-            self._http = HttpClient(self.run_config.net)
-        return self._http
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
 
 
 @dataclass(frozen=True)

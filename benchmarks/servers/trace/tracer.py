@@ -55,7 +55,7 @@ SPANS: dict[str, tuple[str, ...]] = {
     # supervisor
     "staal.supervisor.app.cli": ("load_or_exit",),
     "staal.supervisor.transport.stdio": ("LineWriter.send", "protect_descriptors"),
-    "staal.protocol.connection": ("Connection.receive_data", "Connection.answer_call"),
+    "staal.protocol.mcp.connection": ("Connection.receive_data", "Connection.answer_call"),
     "staal.supervisor.app.server": ("Server.start", "Server.outcome_of", "Server.recover",
                                 "Server.keep_files", "plan_recovery"),
     "staal.supervisor.transport.stdio_serving": ("StdioServing.dispatch", "StdioServing.run_call",
@@ -65,9 +65,9 @@ SPANS: dict[str, tuple[str, ...]] = {
                                "remove_inputs", "outcome_of_message", "arguments_to_json"),
     "staal.supervisor.store.ledger": ("FileLedger.open", "FileLedger.reserve_call", "FileLedger.settle"),
     "staal.supervisor.store.group_commit": ("GroupCommit.wait",),
-    "staal.supervisor.app.lockfile": ("ServerLock.acquire",),
+    "staal.supervisor.store.lockfile": ("ServerLock.acquire",),
     "staal.supervisor.recovery.waiting": ("Waiting.remove",),
-    "staal.supervisor.app.log": ("Log.__call__",),
+    "staal.supervisor.telemetry.log": ("Log.__call__",),
     "staal.supervisor.workers.pool": ("Pool.start", "Pool.check", "Pool.checkout", "Pool.run", "Pool.fork",
                               "unpack", "pack"),
     # zygote and workers

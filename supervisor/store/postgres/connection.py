@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from staal.runtime.redaction import redact
-from staal.supervisor.store.postgres.schema import StoreError
+from staal.supervisor.store.errors import StoreError
 
 CONNECT_TIMEOUT_S = 10
 # Every session's settings: commits durable on return; a session idle inside

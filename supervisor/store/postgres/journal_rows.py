@@ -26,9 +26,10 @@ from psycopg.types.json import Jsonb
 
 from staal.records.journal import JournalState, journal_of
 from staal.records.journal_records import JOURNAL
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import ConnectionLost, reason, secrets_of, usable
 from staal.supervisor.store.postgres.ledger import Fenced
-from staal.supervisor.store.postgres.schema import StoreError, lock_key
+from staal.supervisor.store.postgres.schema import lock_key
 
 T = TypeVar("T")
 

@@ -37,6 +37,7 @@ from staal.money import Money
 from staal.records.ledger_records import Forget, Release, Reserve, Settle
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import DEFAULT_LEASE, LeaseTiming
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.ledger import (
     EndsRuns,
     Stamper,
@@ -57,7 +58,7 @@ from staal.supervisor.store.postgres.connection import (
     secrets_of,
     usable,
 )
-from staal.supervisor.store.postgres.schema import EVENTS_SINCE, StoreError, ensure_schema, lock_key
+from staal.supervisor.store.postgres.schema import EVENTS_SINCE, ensure_schema, lock_key
 from staal.supervisor.store.state import (
     Admission,
     Compaction,

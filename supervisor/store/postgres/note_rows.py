@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
 from staal.supervisor.store.postgres.journal_rows import JournalRows
-from staal.supervisor.store.postgres.schema import StoreError
 
 # The log lines go after the run's last (a run stopped, resumed and ended
 # writes twice); a retry after a lost answer finds its last line there.

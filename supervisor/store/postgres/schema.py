@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import staal
-from staal.errors import StaalError
+from staal.supervisor.store.errors import StoreError
 
 SCHEMA_VERSION = 4
 
@@ -112,13 +112,6 @@ EVENTS_SINCE = """
     UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
     UNION ALL SELECT seq, event, NULL FROM staal_forgets WHERE seq > %(seq)s
     ORDER BY seq"""
-
-
-class StoreError(StaalError):
-    """The PostgreSQL store cannot be used as configured, or a statement on
-    it failed; its message never holds the DSN."""
-
-    kind = "store"
 
 
 class SchemaNewer(StoreError):

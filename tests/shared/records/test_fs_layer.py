@@ -28,7 +28,7 @@ ALLOWED = {
     ("worker/processes/verifier.py", "os.open"): "/dev/null for the verifier's standard output and error",
     ("worker/processes/zygote.py", "os.write"): "the report and wake-up pipes",
     ("supervisor/transport/stdio.py", "write_all"): "standard output",
-    ("supervisor/app/log.py", "write_all"): "standard error",
+    ("supervisor/telemetry/log.py", "write_all"): "standard error",
     ("worker/commands/cli.py", "write_all"): "standard output",
 }
 

@@ -11,14 +11,14 @@ import pytest
 from staal.errors import RecordError
 from staal.manifest.check import check
 from staal.manifest.model import TracesConfig
-from staal.protocol.dispatch import CallTool, Dispatcher
-from staal.protocol.http import Call, Endpoint
-from staal.protocol.revisions import trace_of
+from staal.protocol.http.endpoint import Call, Endpoint
+from staal.protocol.mcp.dispatch import CallTool, Dispatcher
+from staal.protocol.mcp.revisions import trace_of
 from staal.records.messages import ActionSpan, Run, RunSpans, pack, unpack
 from staal.runtime.tracecontext import TraceParent, parse_traceparent
 from staal.supervisor.telemetry.tracing import ExportPlan, export_plan
 from tests.helpers.manifests import broken, seed_example, write_programs
-from tests.protocol.test_http import SETTINGS, body, head, modern_headers
+from tests.protocol.http.test_endpoint import SETTINGS, body, head, modern_headers
 from tests.protocol.test_support import ENVELOPE, SERVER, descriptor
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

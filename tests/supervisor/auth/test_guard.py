@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from staal.protocol.http import Head
+from staal.protocol.http.messages import Head
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 

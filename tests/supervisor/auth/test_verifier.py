@@ -15,12 +15,12 @@ import orjson
 import pytest
 
 from staal.manifest.check import load_manifest
-from staal.protocol.http import Head
+from staal.protocol.http.messages import Head
 from staal.records.messages import Verify
-from staal.supervisor.app.log import Log
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import VERIFIER_ISSUER
 from staal.supervisor.auth.verifier import ProviderAuthenticator, VerifierRefused
+from staal.supervisor.telemetry.log import Log
 from staal.verifier import VerifierRequest
 from tests.helpers.servers import WAIT, Site
 from tests.helpers.verifiers import new_key, verifier_site

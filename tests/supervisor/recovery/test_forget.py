@@ -18,10 +18,11 @@ from psycopg.types.json import Jsonb
 from staal.records.appendlog import read_log
 from staal.records.ledger_records import LEDGER, OnceHold, Reserve, Settle
 from staal.supervisor.recovery.forget import ForgetRefused, forget_in_store
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.store.postgres.connection import connect
-from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, StoreError, ensure_schema
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, ensure_schema
 from tests.docs.test_operators import waiting_manifest
 from tests.helpers.pg_store import PgStore
 from tests.helpers.recorder import WAIT

@@ -10,7 +10,7 @@ import os
 
 from opentelemetry.trace import StatusCode
 
-from staal.protocol.results import Done, Failed, Refused, Stopped
+from staal.protocol.mcp.results import Done, Failed, Refused, Stopped
 from staal.runtime.tracecontext import TraceParent
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.auth.principal import Principal
@@ -193,7 +193,7 @@ def test_a_malformed_traceparent_starts_a_new_trace_and_the_call_still_runs(tmp_
     site.program("echo.py", "def main(text: str) -> dict:\n    return {'echo': text}\n")
     site.write([{"name": "echo", "program": "echo.py"}])
     bad = TraceParent("0" * 32, CLIENT.span_id)  # the all-zero trace id is invalid
-    from staal.protocol.revisions import trace_of
+    from staal.protocol.mcp.revisions import trace_of
     parent, _ = trace_of({"_meta": {"traceparent": bad.header()}})
     assert parent is None
     traced = run_traced(site.manifest, [a_call("echo", {"text": "hello"}, trace=parent)],

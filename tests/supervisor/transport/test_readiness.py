@@ -1,6 +1,6 @@
 """The readiness decision (issue 24 item 5): an instance is ready only while
 serving with its lease renewing (supervisor/transport/readiness.py), and the check
-at `GET /ready` answers that one bit and nothing more (protocol/readiness.py),
+at `GET /ready` answers that one bit and nothing more (protocol/http/readiness.py),
 before any credential is asked for (supervisor/transport/http_serving.py's app,
 driven here in process with a guard that refuses every request and counts
 what reaches it)."""
@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import Endpoint, Head, HttpResponse, HttpSettings
-from staal.protocol.readiness import is_readiness_check, not_serving_answer, readiness_answer
-from staal.protocol.revisions import ServerInfo
+from staal.protocol.http.endpoint import Endpoint, HttpSettings
+from staal.protocol.http.messages import Head, HttpResponse
+from staal.protocol.http.readiness import is_readiness_check, not_serving_answer, readiness_answer
+from staal.protocol.mcp.dispatch import Dispatcher
+from staal.protocol.mcp.revisions import ServerInfo
 from staal.runtime.transitions import IllegalTransition
 from staal.supervisor.transport.http_serving import McpApp
 from staal.supervisor.transport.not_ready import answering_not_ready

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from staal.protocol.results import internal_error_text
+from staal.protocol.mcp.results import internal_error_text
 from staal.records.journal import JournalWriter, read_journal
 from staal.records.journal_records import End, Header, Intent, OutcomeRecord, Print
 from staal.records.outcomes import Failure, Frame

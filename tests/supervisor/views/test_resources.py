@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from staal.protocol.cursors import CursorSigner
-from staal.protocol.jsonrpc import RpcError
-from staal.protocol.resources import ReadResource, ResourceCatalogue
-from staal.protocol.revisions import MODERN
+from staal.protocol.mcp.cursors import CursorSigner
+from staal.protocol.mcp.jsonrpc import RpcError
+from staal.protocol.mcp.resources import ReadResource, ResourceCatalogue
+from staal.protocol.mcp.revisions import MODERN
 from staal.records.journal import JournalWriter
 from staal.records.journal_records import End, Header, Print, Value
 from staal.runtime.clock import SYSTEM_CLOCK

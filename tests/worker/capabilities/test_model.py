@@ -27,9 +27,9 @@ from staal.worker.capabilities.model import (
     AnthropicProvider,
     ModelCapability,
 )
+from staal.worker.capabilities.services import Services
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext
-from staal.worker.runs.run import Services
 from tests.helpers.fake_model import FakeModel, running_fake_model
 from tests.helpers.runs import Workspace
 

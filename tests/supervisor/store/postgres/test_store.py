@@ -19,10 +19,11 @@ from staal.records.ledger_records import OnceHold
 from staal.runtime.clock import FixedClock
 from staal.runtime.transitions import IllegalTransition, advance
 from staal.supervisor.recovery.lease import DEFAULT_LEASE, TRANSITIONS, Lease, LeaseState, LeaseTiming
+from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.store.postgres.connection import SESSION, connect
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
-from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, SchemaNewer, StoreError
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, SchemaNewer
 from tests.helpers.pg_store import CommitCutter, PgStore
 from tests.helpers.store_racer import QUOTA_CALLS
 from tests.supervisor.store.test_contract import HOUR, QUOTA, T0

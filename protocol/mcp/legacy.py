@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from staal.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
-from staal.protocol.results import ToolResult
-from staal.protocol.revisions import LEGACY, ServerInfo, negotiated_version
-from staal.protocol.tools import CallRequest, ToolCatalogue
+from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from staal.protocol.mcp.results import ToolResult
+from staal.protocol.mcp.revisions import LEGACY, ServerInfo, negotiated_version
+from staal.protocol.mcp.tools import CallRequest, ToolCatalogue
 
 Reply = dict[str, Any] | CallRequest | RpcError
 

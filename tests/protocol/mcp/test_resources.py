@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from staal.protocol.connection import Connection, Send
-from staal.protocol.cursors import CursorSigner
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import HEADER_MISMATCH, Endpoint, Read
-from staal.protocol.resources import (
+from staal.protocol.http.endpoint import HEADER_MISMATCH, Endpoint, Read
+from staal.protocol.mcp.connection import Connection, Send
+from staal.protocol.mcp.cursors import CursorSigner
+from staal.protocol.mcp.dispatch import Dispatcher
+from staal.protocol.mcp.resources import (
     Collection,
     Contents,
     JournalPage,
@@ -28,9 +28,9 @@ from staal.protocol.resources import (
     RunItem,
     RunsPage,
 )
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
+from tests.protocol.http.test_endpoint import SETTINGS, answered, body, code_of, head, modern_headers
 from tests.protocol.test_fuzz import FUZZ, check_answer, json_values
-from tests.protocol.test_http import SETTINGS, answered, body, code_of, head, modern_headers
 from tests.protocol.test_support import (
     SERVER,
     error_code,

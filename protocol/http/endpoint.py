@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
-
-from staal.protocol.dispatch import CallTool, Dispatcher, Result
-from staal.protocol.framing import MAX_LINE, Line
-from staal.protocol.jsonrpc import (
+from staal.protocol.http.call import HttpCall
+from staal.protocol.http.messages import (
+    EVENT_STREAM,
+    JSON,
+    Head,
+    HttpResponse,
+    json_response,
+)
+from staal.protocol.mcp.dispatch import CallTool, Dispatcher, Result
+from staal.protocol.mcp.framing import MAX_LINE, Line
+from staal.protocol.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -38,13 +42,11 @@ from staal.protocol.jsonrpc import (
     RequestId,
     RpcError,
     is_request_id,
-    notification_message,
     read_message,
     result_message,
 )
-from staal.protocol.resources import ReadAnswer, ReadResource
-from staal.protocol.results import CallOutcome
-from staal.protocol.revisions import (
+from staal.protocol.mcp.resources import ReadAnswer, ReadResource
+from staal.protocol.mcp.revisions import (
     LEGACY,
     MODERN,
     PROTOCOL_VERSION_KEY,
@@ -55,64 +57,16 @@ from staal.protocol.revisions import (
     unsupported_version,
 )
 from staal.runtime.tracecontext import parse_traceparent, tracestate_of
-from staal.runtime.transitions import IllegalTransition, advance
 
 HEADER_MISMATCH = -32020
 MAX_BODY = MAX_LINE
-JSON = "application/json"
-EVENT_STREAM = "text/event-stream"
 # The names of tools/call, resources/read and prompts/get are mirrored in Mcp-Name.
 NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
 _B64_START, _B64_END = "=?base64?", "?="
 
-__all__ = ["HEADER_MISMATCH", "MAX_BODY", "Call", "Cancel", "Endpoint", "Head", "HttpCall",
-           "HttpResponse", "HttpSettings", "Read", "Reply", "closing_response"]
 
-
-# -- what goes in and out ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """A request's head: its method, path (without the query) and headers,
-    names in lower case, each with every value it was given."""
-
-    method: str
-    path: str
-    headers: Mapping[str, tuple[str, ...]]
-
-    @classmethod
-    def of(cls, method: str, path: str, pairs: Iterable[tuple[str, str]]) -> Head:
-        headers: dict[str, tuple[str, ...]] = {}
-        for name, value in pairs:
-            headers[name.lower()] = (*headers.get(name.lower(), ()), value)
-        return cls(method.upper(), path.split("?", 1)[0], headers)
-
-    def one(self, name: str) -> str | None:
-        """The header's value; None when absent. Several values of one
-        header are joined as HTTP folds them (RFC 9110 section 5.3)."""
-        values = self.headers.get(name)
-        return None if values is None else ", ".join(values)
-
-
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    status: int
-    headers: tuple[tuple[str, str], ...] = ()
-    body: bytes = b""
-
-
-_REASONS = {405: "Method Not Allowed", 408: "Request Timeout",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
-
-
-def closing_response(response: HttpResponse, with_body: bool = True) -> bytes:
-    """`response` as bytes for the wire, saying the connection closes after
-    it: for answers written below the HTTP server (a connection refused by
-    its head or its wait, the socket answered while nothing serves)."""
-    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}",
-             *(f"{name}: {value}" for name, value in response.headers), "connection: close", "", ""]
-    return "\r\n".join(lines).encode("ascii") + (response.body if with_body else b"")
+__all__ = ["HEADER_MISMATCH", "MAX_BODY", "Call", "Cancel", "Endpoint", "HttpSettings", "Read",
+           "Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +119,9 @@ class Read:
 Reply = HttpResponse | Call | Cancel | Read
 
 
-def _json_response(status: int, message: dict[str, Any] | None,
-                   headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
-    body = b"" if message is None else orjson.dumps(message)
-    kind = (("content-type", JSON),) if message is not None else ()
-    return HttpResponse(status, (*kind, ("content-length", str(len(body))), *headers), body)
-
-
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
              headers: tuple[tuple[str, str], ...] = (), data: Any = None) -> HttpResponse:
-    return _json_response(status, RpcError(code, text, data).to_message(request_id), headers)
+    return json_response(status, RpcError(code, text, data).to_message(request_id), headers)
 
 
 ACCEPTED = HttpResponse(202, (("content-length", "0"),))
@@ -225,7 +172,7 @@ class Endpoint:
             return self.too_large()
         message = read_message(Line(body))
         if isinstance(message, Refusal):
-            return _json_response(400, message.to_message())
+            return json_response(400, message.to_message())
         if isinstance(message, ClientAnswer):
             return ACCEPTED  # this server sends no requests: nothing to match it to
         if isinstance(message, Notification):
@@ -304,8 +251,8 @@ class Endpoint:
         if isinstance(answer, ReadResource):
             return Read(answer)
         if isinstance(answer, Result):
-            return _json_response(200, result_message(request_id, answer.result))
-        return _json_response(_status_of(revision, answer), answer.to_message(request_id))
+            return json_response(200, result_message(request_id, answer.result))
+        return json_response(_status_of(revision, answer), answer.to_message(request_id))
 
 
 def _status_of(revision: str, error: RpcError) -> int:
@@ -354,95 +301,3 @@ def decode_header_value(value: str) -> str | None:
         return base64.b64decode(value[len(_B64_START):-len(_B64_END)], validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         return None
-
-
-# -- one call's answer ---------------------------------------------------------------
-
-
-class CallState(Enum):
-    RUNNING = "running"
-    STREAMING = "streaming"  # the event stream is open: the head went out
-    CLOSED = "closed"  # the client closed the request: its cancellation
-    ANSWERED = "answered"
-
-
-TRANSITIONS: Mapping[tuple[CallState, str], CallState] = {
-    (CallState.RUNNING, "stream"): CallState.STREAMING,
-    (CallState.RUNNING, "answer"): CallState.ANSWERED,
-    (CallState.RUNNING, "close"): CallState.CLOSED,
-    (CallState.STREAMING, "progress"): CallState.STREAMING,
-    (CallState.STREAMING, "keepalive"): CallState.STREAMING,
-    (CallState.STREAMING, "answer"): CallState.ANSWERED,
-    (CallState.STREAMING, "close"): CallState.CLOSED,
-    (CallState.CLOSED, "close"): CallState.CLOSED,
-    (CallState.ANSWERED, "close"): CallState.ANSWERED,
-}
-
-STREAM_HEADERS = (("content-type", EVENT_STREAM), ("cache-control", "no-cache"),
-                  ("x-accel-buffering", "no"))
-KEEPALIVE = b": keep-alive\n\n"
-
-
-@dataclass
-class HttpCall:
-    """One tool call over HTTP. A call that asked for progress is answered
-    with an event stream (its head at once, the progress, the result); any
-    other with one JSON object. Once the client closed the request, nothing
-    more is written for it."""
-
-    dispatcher: Dispatcher
-    call: CallTool
-    state: CallState = field(default=CallState.RUNNING)
-
-    @property
-    def streams(self) -> bool:
-        return self.call.progress_token is not None
-
-    @property
-    def closed(self) -> bool:
-        return self.state is CallState.CLOSED
-
-    def _to(self, event: str) -> None:
-        self.state = advance(TRANSITIONS, self.state, event)
-
-    def open_stream(self) -> HttpResponse:
-        """The event stream's head (a call that asked for progress)."""
-        if not self.streams:
-            raise IllegalTransition("a call without progress is answered as JSON")
-        self._to("stream")
-        return HttpResponse(200, STREAM_HEADERS)
-
-    def progress(self, message: str, value: int = 0) -> bytes | None:
-        """The progress event, or None if the client closed the stream."""
-        if self.closed:
-            return None
-        self._to("progress")
-        params = self.dispatcher.progress(self.call, message, value)
-        if params is None:  # only a call with a progress token is streamed
-            raise IllegalTransition("a call without progress is answered as JSON")
-        return _event(notification_message("notifications/progress", params))
-
-    def keepalive(self) -> bytes | None:
-        if self.closed:
-            return None
-        self._to("keepalive")
-        return KEEPALIVE
-
-    def answer(self, outcome: CallOutcome) -> HttpResponse | bytes | None:
-        """The answer: a JSON response, the stream's last event, or None
-        if the client closed the request (its run still carries on)."""
-        if self.closed:
-            return None
-        streaming = self.state is CallState.STREAMING
-        self._to("answer")
-        message = result_message(self.call.request_id, self.dispatcher.call_result(self.call, outcome))
-        return _event(message) if streaming else _json_response(200, message)
-
-    def close(self) -> None:
-        """The client closed the request before its answer."""
-        self._to("close")
-
-
-def _event(message: dict[str, Any]) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
-

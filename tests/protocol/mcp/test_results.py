@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from staal.manifest.model import RUN_STATUS_TOOL
-from staal.protocol.results import (
+from staal.protocol.mcp.results import (
     MAX_RESULT,
     REFUSAL_KINDS,
     Done,
@@ -18,7 +18,7 @@ from staal.protocol.results import (
     Stopped,
     shape_outcome,
 )
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.protocol.test_support import (
     MODERN_ONLY_KEYS,
     RUN,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from staal.protocol.jsonrpc import METHOD_NOT_FOUND, RpcError
-from staal.protocol.results import ToolResult
-from staal.protocol.revisions import MODERN, SERVER_INFO_KEY, SUPPORTED_VERSIONS, ServerInfo
-from staal.protocol.tools import CallRequest, ToolCatalogue
+from staal.protocol.mcp.jsonrpc import METHOD_NOT_FOUND, RpcError
+from staal.protocol.mcp.results import ToolResult
+from staal.protocol.mcp.revisions import MODERN, SERVER_INFO_KEY, SUPPORTED_VERSIONS, ServerInfo
+from staal.protocol.mcp.tools import CallRequest, ToolCatalogue
 
 Reply = dict[str, Any] | CallRequest | RpcError
 CacheScope = Literal["public", "private"]

@@ -1,4 +1,4 @@
-"""The protected resource's rules, sans I/O (protocol/http_auth.py): where
+"""The protected resource's rules, sans I/O (protocol/http/auth.py): where
 the metadata is, how a bearer token is read, what a refusal says, and the
 head the MCP layer is given."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from staal.protocol.http import Head
-from staal.protocol.http_auth import Malformed, ProtectedResource, bearer_of, without_headers
+from staal.protocol.http.auth import Malformed, ProtectedResource, bearer_of, without_headers
+from staal.protocol.http.messages import Head
 
 RESOURCE = ProtectedResource("https://mcp.example.com/tools/mcp", ("https://auth.example.com",),
                              ("support",))

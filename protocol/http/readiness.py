@@ -16,7 +16,7 @@ does."""
 from __future__ import annotations
 
 from staal.manifest.model import READY_PATH
-from staal.protocol.http import Head, HttpResponse, closing_response
+from staal.protocol.http.messages import Head, HttpResponse, closing_response
 
 READY = b"ready\n"
 NOT_READY = b"not ready\n"

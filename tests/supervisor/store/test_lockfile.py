@@ -1,4 +1,4 @@
-"""staal.supervisor.app.lockfile: one server per journal directory (seed 000 section 6)."""
+"""staal.supervisor.store.lockfile: one server per journal directory (seed 000 section 6)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from staal.errors import StaalError
-from staal.supervisor.app.lockfile import LOCK_FILE, ServerLock, ServerLockHeld
+from staal.supervisor.store.lockfile import LOCK_FILE, ServerLock, ServerLockHeld
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 
 # Takes the lock, says so on stdout, and holds it until stdin closes.
 HOLDER = """
 import sys
-from staal.supervisor.app.lockfile import ServerLock
+from staal.supervisor.store.lockfile import ServerLock
 lock = ServerLock.acquire(sys.argv[1], wait_s=0)
 sys.stdout.write("held\\n")
 sys.stdout.flush()

@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from staal.protocol.framing import Line, Oversized, too_deep
+from staal.protocol.mcp.framing import Line, Oversized, too_deep
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

@@ -1,5 +1,5 @@
 """The credential headers of a request, sans I/O (issue 14, item 3): taken
-out of the head before the MCP layer sees it (protocol/http_auth.py, as
+out of the head before the MCP layer sees it (protocol/http/auth.py, as
 Authorization is), shown alone to a verifier, and their values cut out of
 what is logged; a verifier's refusal as the client sees it."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import orjson
 
-from staal.protocol.credentials import credential_values, only_credentials, redact_credentials
-from staal.protocol.http import Head
-from staal.protocol.http_auth import challenge, without_headers
+from staal.protocol.http.auth import challenge, without_headers
+from staal.protocol.http.credentials import credential_values, only_credentials, redact_credentials
+from staal.protocol.http.messages import Head
 
 KEY = "sk-vrf-5c1a9e7d03"
 HEAD = Head.of("POST", "/mcp?x=1", [

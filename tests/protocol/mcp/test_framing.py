@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-import staal.protocol.jsonrpc as jsonrpc_module
-from staal.protocol.framing import (
+import staal.protocol.mcp.jsonrpc as jsonrpc_module
+from staal.protocol.mcp.framing import (
     MAX_DEPTH,
     MAX_LINE,
     Line,

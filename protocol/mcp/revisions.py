@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from staal.protocol.jsonrpc import (
+from staal.protocol.mcp.jsonrpc import (
     INVALID_PARAMS,
     UNSUPPORTED_PROTOCOL_VERSION,
     RpcError,

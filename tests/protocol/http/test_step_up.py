@@ -1,11 +1,11 @@
-"""The scopes a refused request is told to get (protocol/step_up.py, issue 24
+"""The scopes a refused request is told to get (protocol/http/step_up.py, issue 24
 item 1): a 403 names a set that admits the request, keeping the scopes the
 token holds that still count; a 401 without a token names the least any
 profile needs; a principal no scope could admit gets no set at all."""
 
 from __future__ import annotations
 
-from staal.protocol.step_up import Asker, least_scopes, step_up_scopes
+from staal.protocol.http.step_up import Asker, least_scopes, step_up_scopes
 
 PROFILES = (("scope", "reader"), ("scope", "admin"), ("client_id", "ops-bot"))
 KNOWN = ("staal", "reader", "admin")

@@ -12,13 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from staal.protocol.jsonrpc import INVALID_PARAMS, RequestId, RpcError
-from staal.protocol.legacy import LegacyHandler
-from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
-from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue, contents_result
-from staal.protocol.results import CallOutcome, shape_outcome
-from staal.protocol.revisions import LEGACY, MODERN, ServerInfo, select_revision
-from staal.protocol.tools import CallRequest, ToolCatalogue, ToolDescriptor
+from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RequestId, RpcError
+from staal.protocol.mcp.legacy import LegacyHandler
+from staal.protocol.mcp.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
+from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue, contents_result
+from staal.protocol.mcp.results import CallOutcome, shape_outcome
+from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
+from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
 from staal.runtime.tracecontext import TraceParent
 
 

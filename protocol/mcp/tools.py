@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL, Tool
-from staal.protocol.jsonrpc import INVALID_PARAMS, RpcError
-from staal.protocol.results import ToolResult
-from staal.protocol.revisions import progress_token_of, trace_of
+from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
+from staal.protocol.mcp.results import ToolResult
+from staal.protocol.mcp.revisions import progress_token_of, trace_of
 from staal.runtime.ids import is_run_id
 from staal.runtime.tracecontext import TraceParent
 

@@ -24,9 +24,9 @@ from enum import Enum
 from typing import Any
 
 from staal.manifest.model import RUN_STATUS_TOOL
-from staal.protocol.dispatch import CallTool, Dispatcher
-from staal.protocol.framing import Line, LineReader, Oversized
-from staal.protocol.jsonrpc import (
+from staal.protocol.mcp.dispatch import CallTool, Dispatcher
+from staal.protocol.mcp.framing import Line, LineReader, Oversized
+from staal.protocol.mcp.jsonrpc import (
     INVALID_REQUEST,
     ClientAnswer,
     Notification,
@@ -39,11 +39,11 @@ from staal.protocol.jsonrpc import (
     read_message,
     result_message,
 )
-from staal.protocol.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope
-from staal.protocol.resources import ReadAnswer, ReadResource, ResourceCatalogue
-from staal.protocol.results import CallOutcome, RunStatus
-from staal.protocol.revisions import ServerInfo
-from staal.protocol.tools import ToolDescriptor
+from staal.protocol.mcp.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope
+from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue
+from staal.protocol.mcp.results import CallOutcome, RunStatus
+from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tools import ToolDescriptor
 from staal.runtime.transitions import IllegalTransition as IllegalTransition
 from staal.runtime.transitions import advance
 

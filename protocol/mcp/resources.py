@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import orjson
 
-from staal.protocol.cursors import CursorSigner
-from staal.protocol.jsonrpc import INVALID_PARAMS, RequestId, RpcError
+from staal.protocol.mcp.cursors import CursorSigner
+from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 from staal.runtime.ids import is_run_id
 
 SCHEME = "staal"

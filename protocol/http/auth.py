@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from staal.protocol.http import Head, HttpResponse
+from staal.protocol.http.messages import Head, HttpResponse
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 CREDENTIAL_HEADER = "authorization"

@@ -1,4 +1,4 @@
-"""The Streamable HTTP rules (protocol/http.py), sans I/O: a head and a body
+"""The Streamable HTTP rules (protocol/http/endpoint.py), sans I/O: a head and a body
 in, a status, headers and body out, for each rule of the 2026-07-28
 transport and of 2025-11-25 over HTTP, without a socket."""
 
@@ -10,20 +10,19 @@ from typing import Any
 import orjson
 import pytest
 
-from staal.protocol.dispatch import Dispatcher
-from staal.protocol.http import (
+from staal.protocol.http.endpoint import (
     HEADER_MISMATCH,
     KEEPALIVE,
     Call,
     Cancel,
     Endpoint,
-    Head,
-    HttpResponse,
     HttpSettings,
     decode_header_value,
 )
-from staal.protocol.results import Done, Refused
-from staal.protocol.revisions import LEGACY, MODERN
+from staal.protocol.http.messages import Head, HttpResponse
+from staal.protocol.mcp.dispatch import Dispatcher
+from staal.protocol.mcp.results import Done, Refused
+from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.protocol.test_support import (
     ENVELOPE,
     INITIALIZE_PARAMS,

@@ -10,8 +10,8 @@ import mcp_types
 import pytest
 
 from staal.manifest.model import RUN_STATUS_TOOL
-from staal.protocol.revisions import LEGACY, MODERN
-from staal.protocol.tools import (
+from staal.protocol.mcp.revisions import LEGACY, MODERN
+from staal.protocol.mcp.tools import (
     RUN_STATUS_INPUT_SCHEMA,
     Annotations,
     ToolDescriptor,

@@ -6,14 +6,14 @@ all it is shown of a request (`only_credentials`), and their values are cut
 out of any detail that is logged (`redact_credentials`, over the values
 `credential_values` collects). Taking them out of the head the MCP layer
 sees, and the 401, 403 or 503 a refused request gets, are
-protocol/http_auth.py's, as for a bearer token.
+protocol/http/auth.py's, as for a bearer token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from staal.protocol.http import Head
+from staal.protocol.http.messages import Head
 from staal.runtime.redaction import redact
 
 __all__ = ["credential_values", "only_credentials", "redact_credentials"]

@@ -7,9 +7,9 @@ import mcp_types
 import pytest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from staal.protocol.connection import CallTool
-from staal.protocol.results import Done
-from staal.protocol.revisions import LEGACY, MODERN, SERVER_INFO_KEY
+from staal.protocol.mcp.connection import CallTool
+from staal.protocol.mcp.results import Done
+from staal.protocol.mcp.revisions import LEGACY, MODERN, SERVER_INFO_KEY
 from tests.protocol.test_support import (
     ENVELOPE,
     INITIALIZE_PARAMS,

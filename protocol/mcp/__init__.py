@@ -1,0 +1,2 @@
+"""MCP itself, sans I/O: JSON-RPC lines, the two revisions, dispatch, and the
+tools and resources methods."""

@@ -1,0 +1,13 @@
+"""What the store raises, whichever store it is: a file-store server's call
+path imports this, never the PostgreSQL schema."""
+
+from __future__ import annotations
+
+from staal.errors import StaalError
+
+
+class StoreError(StaalError):
+    """The PostgreSQL store cannot be used as configured, or a statement on
+    it failed; its message never holds the DSN."""
+
+    kind = "store"
