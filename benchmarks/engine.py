@@ -36,7 +36,7 @@ from staal.runtime.clock import SYSTEM_CLOCK
 from staal.runtime.ids import new_run_id
 from staal.worker.capabilities.http import HttpClient, HttpGetCapability
 from staal.worker.capabilities.services import Services
-from staal.worker.confinement.limits import StepCounter
+from staal.worker.confinement.steps import StepCounter
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext
 from staal.worker.runs.program import load_module

@@ -158,7 +158,7 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
     from staal.records.appendlog import AppendLog
     from staal.records.journal_records import Header
     from staal.runtime.clock import SYSTEM_CLOCK
-    from staal.worker.confinement.limits import StepCounter
+    from staal.worker.confinement.steps import StepCounter
     from staal.worker.runs.engine import RunContext
 
     class _NoSync:

@@ -68,7 +68,7 @@ def warm(configs: dict[str, RunConfig]) -> None:
     from staal.records.journal_records import JOURNAL
     from staal.records.messages import MESSAGES
     from staal.records.record import prepare_encoding
-    from staal.worker.confinement.limits import StepCounter
+    from staal.worker.confinement.steps import StepCounter
     from staal.worker.runs.urls import prepare_patterns
 
     imported = [f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str)]

@@ -36,7 +36,8 @@ from staal.runtime.inputs import InputError, check_arguments
 from staal.worker.capabilities import implementation
 from staal.worker.capabilities.services import Services
 from staal.worker.confinement import confine
-from staal.worker.confinement.limits import StepCounter, WaitBound, bound_process
+from staal.worker.confinement.limits import WaitBound, bound_process
+from staal.worker.confinement.steps import StepCounter
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext, RunOutcome
 from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256

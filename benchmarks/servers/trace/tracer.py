@@ -78,7 +78,7 @@ SPANS: dict[str, tuple[str, ...]] = {
     "staal.records.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
     "staal.worker.runs.engine": ("RunContext.finish",),
     "staal.worker.confinement.confine": ("narrow_tripwire",),
-    "staal.worker.confinement.limits": ("StepCounter.start", "StepCounter.stop"),
+    "staal.worker.confinement.steps": ("StepCounter.start", "StepCounter.stop"),
     "staal.worker.capabilities.http": ("HttpClient.close",),
 }
 # Marked once, with the message's type, so a heartbeat is told from a run's

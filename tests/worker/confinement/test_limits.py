@@ -96,7 +96,8 @@ PRELUDE = """
 import json, os, sys
 from pathlib import Path
 from staal.program import RunFailed
-from staal.worker.confinement.limits import StepCounter, cpu_backstop
+from staal.worker.confinement.limits import cpu_backstop
+from staal.worker.confinement.steps import StepCounter
 
 ROOT = Path(sys.argv[1])
 IMPL = sys.argv[2] or None
@@ -455,12 +456,12 @@ def test_the_c_step_counter_is_built_and_is_the_default(tmp_path):
     # A failed or skipped build of the optional extension would leave every
     # run on the slower Python tracer; this test is what notices.
     importlib.import_module("staal.worker._steps")
-    from staal.worker.confinement import limits
-    assert limits.C_STEP_COUNTER is True
-    assert limits.StepCounter(10, tmp_path).implementation == "c"
-    assert limits.StepCounter(10, tmp_path, implementation="python").implementation == "python"
+    from staal.worker.confinement import steps
+    assert steps.C_STEP_COUNTER is True
+    assert steps.StepCounter(10, tmp_path).implementation == "c"
+    assert steps.StepCounter(10, tmp_path, implementation="python").implementation == "python"
     with pytest.raises(ValueError, match="implementation"):
-        limits.StepCounter(10, tmp_path, implementation="rust")
+        steps.StepCounter(10, tmp_path, implementation="rust")
 
 
 def test_without_the_extension_the_python_counter_is_used(tmp_path):
@@ -469,14 +470,14 @@ def test_without_the_extension_the_python_counter_is_used(tmp_path):
             """
             import json, sys
             sys.modules["staal.worker._steps"] = None  # as if it was never built
-            from staal.worker.confinement import limits
+            from staal.worker.confinement import steps
             try:
-                limits.StepCounter(10, sys.argv[1], implementation="c")
+                steps.StepCounter(10, sys.argv[1], implementation="c")
                 refused = None
             except RuntimeError as exc:
                 refused = str(exc)
-            print(json.dumps({"built": limits.C_STEP_COUNTER, "refused": refused,
-                              "default": limits.StepCounter(10, sys.argv[1]).implementation}))
+            print(json.dumps({"built": steps.C_STEP_COUNTER, "refused": refused,
+                              "default": steps.StepCounter(10, sys.argv[1]).implementation}))
             """), str(tmp_path)],
         check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=BOUND,
     )
