@@ -100,7 +100,7 @@ def status(
     """Unfinished runs and quota use, beside a running server (read only)."""
     import json
 
-    from staal.supervisor.store.choice import StoreError
+    from staal.supervisor.store.errors import StoreError
     from staal.supervisor.views.status import collect, render
 
     try:
@@ -124,7 +124,7 @@ def resolve(
     (server.store postgres), from any machine with the DSN."""
     from staal.errors import LogDamaged
     from staal.supervisor.recovery.resolve import ResolveRefused, resolve_in_store
-    from staal.supervisor.store.choice import StoreError
+    from staal.supervisor.store.errors import StoreError
 
     if happened not in ("yes", "no"):
         print("staal-supervisor resolve: --happened: yes or no", file=sys.stderr)
@@ -146,7 +146,7 @@ def forget(
     new run (after its program is fixed, say); what it spent still counts."""
     from staal.errors import LogDamaged
     from staal.supervisor.recovery.forget import ForgetRefused, forget_run
-    from staal.supervisor.store.choice import StoreError
+    from staal.supervisor.store.errors import StoreError
 
     loaded = load_or_exit(manifest)
     try:

@@ -39,8 +39,9 @@ from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import is_run_id
 from staal.supervisor.store.choice import dsn_of
 from staal.supervisor.store.errors import StoreError
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
-from staal.supervisor.store.ledger import LEDGER_FILE, FileLedger, Stamper, checked_encoding, warn_on_stderr
+from staal.supervisor.store.ledger import LEDGER_FILE, Stamper, checked_encoding, warn_on_stderr
 from staal.supervisor.store.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of

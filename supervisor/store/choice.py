@@ -14,16 +14,9 @@ from staal.manifest.model import ServerConfig
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import LeaseTiming
 from staal.supervisor.store.errors import StoreError
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals, StoreJournals
-from staal.supervisor.store.ledger import (
-    LEDGER_FILE,
-    FileLedger,
-    Ledger,
-    LedgerState,
-    RunEntry,
-    Warn,
-    read_ledger,
-)
+from staal.supervisor.store.ledger import LEDGER_FILE, Ledger, LedgerState, RunEntry, Warn, read_ledger
 from staal.supervisor.store.notes import FileNotes, RunNotes, StoreNotes
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name

@@ -13,8 +13,9 @@ import sys
 from staal.manifest.check import check
 from staal.runtime.clock import FixedClock
 from staal.supervisor.recovery.retention import sweep
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
-from staal.supervisor.store.ledger import FileLedger, read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.recorder import WAIT
 from tests.helpers.serving import server_env, start, tool, write_manifest
 

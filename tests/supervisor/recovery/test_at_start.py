@@ -16,8 +16,9 @@ from staal.records.outcomes import Usage
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.runtime.ids import new_run_id
 from staal.supervisor.calls.outcomes import give_up
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
-from staal.supervisor.store.ledger import FileLedger, read_ledger
+from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.recorder import WAIT
 from tests.helpers.serving import server_env, start, tool, write_manifest
 

@@ -18,11 +18,11 @@ from staal.records.canonical import sha256_hex
 from staal.records.ledger_records import OnceHold
 from staal.runtime.clock import FixedClock
 from staal.supervisor.recovery.forget import ForgetRefused, forget_in_files, forget_in_store
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.ledger import (
     Admission,
     Different,
     Existing,
-    FileLedger,
     Ledger,
     LedgerBug,
     OverQuota,

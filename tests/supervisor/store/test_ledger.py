@@ -27,10 +27,10 @@ from staal.money import Money
 from staal.records.canonical import canonical_json
 from staal.records.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
 from staal.runtime.clock import FixedClock
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.ledger import (
     Different,
     Existing,
-    FileLedger,
     Ledger,
     OverQuota,
     Reserved,
@@ -733,7 +733,7 @@ def test_a_leftover_temp_file_is_ignored_at_open_and_removed_by_the_next_compact
 COMPACT_CHILD = """
 import sys
 from staal.runtime.clock import FixedClock
-from staal.supervisor.store.ledger import FileLedger
+from staal.supervisor.store.file_ledger import FileLedger
 ledger = FileLedger.open(sys.argv[1], FixedClock(int(sys.argv[2])))
 ledger.compact(set(), {"t": 3_600_000})
 ledger.close()

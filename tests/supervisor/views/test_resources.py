@@ -25,9 +25,9 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.principal import Principal
 from staal.supervisor.calls.pipeline import Calls
 from staal.supervisor.recovery.waiting import Waiting
+from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
-from staal.supervisor.store.ledger import FileLedger
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.state import Admission
 from staal.supervisor.views.resources import Resources, cursor_key, visible
