@@ -45,7 +45,7 @@ from staal.supervisor.store.ledger import LEDGER_FILE, Stamper, checked_encoding
 from staal.supervisor.store.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
-from staal.supervisor.store.postgres.ledger import apply_stored
+from staal.supervisor.store.postgres.events import apply_stored
 from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
 from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
 from staal.supervisor.store.state import LedgerState, RunEntry

@@ -18,8 +18,9 @@ from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals, StoreJournals
 from staal.supervisor.store.ledger import LEDGER_FILE, Ledger, LedgerState, RunEntry, Warn, read_ledger
 from staal.supervisor.store.notes import FileNotes, RunNotes, StoreNotes
+from staal.supervisor.store.postgres.instances import instance_name
 from staal.supervisor.store.postgres.journal_rows import JournalRows
-from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name
+from staal.supervisor.store.postgres.ledger import PostgresLedger
 from staal.supervisor.store.postgres.note_rows import NoteRows, read_all_waiting
 from staal.supervisor.store.postgres.view import SharedView, read_postgres
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from staal.runtime.clock import SYSTEM_CLOCK, FixedClock
 from staal.supervisor.store.files import RunFiles
-from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name
+from staal.supervisor.store.postgres.instances import instance_name
+from staal.supervisor.store.postgres.ledger import PostgresLedger
 from tests.docs.test_operators import waiting_manifest
 from tests.helpers.http_servers import HttpServer
 from tests.helpers.pg_store import PgStore

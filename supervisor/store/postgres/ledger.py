@@ -20,18 +20,14 @@ head lock, so seq order is commit order). Compaction bumps the head's
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-import staal
-from staal.errors import StaalError
 from staal.manifest.model import QuotaConfig
 from staal.money import Money
 from staal.records.ledger_records import Forget, Release, Reserve, Settle
@@ -58,11 +54,12 @@ from staal.supervisor.store.postgres.connection import (
     secrets_of,
     usable,
 )
+from staal.supervisor.store.postgres.events import apply_stored
+from staal.supervisor.store.postgres.instances import register_instance
 from staal.supervisor.store.postgres.schema import EVENTS_SINCE, ensure_schema, lock_key
 from staal.supervisor.store.state import (
     Admission,
     Compaction,
-    Event,
     FilesKept,
     LedgerBug,
     LedgerState,
@@ -72,34 +69,16 @@ from staal.supervisor.store.state import (
     Reserved,
     ReserveResult,
     RunEntry,
-    decode_event,
 )
 
 T = TypeVar("T")
 
-
-def apply_stored(state: LedgerState, seq: int, data: object) -> tuple[Event, RunEntry]:
-    """The stored event `seq` applied to `state`: the event and its run's
-    entry; a StoreError naming `seq` if it cannot be read or applied."""
-    try:
-        event = decode_event(data)
-        return event, state.apply(event)
-    except StaalError as exc:  # a RecordError, or a LedgerBug (both StaalErrors)
-        raise StoreError(f"the PostgreSQL store's event {seq} is damaged: "
-                         f"{exc.message}") from None
 
 class Fenced(StoreError):
     """A write by an instance that no longer owns the run, or whose fencing
     token is not its instance's current one: nothing was written."""
 
     kind = "fenced"
-
-
-def instance_name(journals: Path) -> str:
-    """An instance is its host and journal directory: the directory holds
-    its runs' journals and one server at a time (ServerLock), so a restart
-    is the same instance and recovers its own runs."""
-    return f"{socket.gethostname()}:{journals.resolve()}"
 
 
 class PostgresLedger(EndsRuns):
@@ -138,7 +117,7 @@ class PostgresLedger(EndsRuns):
             with conn.transaction(), conn.cursor() as cur:
                 check_settings(cur)
                 ensure_schema(cur)
-                fence = _register(cur, instance, clock.now_ms(), lease.lease_ms)
+                fence = register_instance(cur, instance, clock.now_ms(), lease.lease_ms)
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
@@ -419,13 +398,3 @@ class PostgresLedger(EndsRuns):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _register(cur: psycopg.Cursor[Any], instance: str, now: int, lease_ms: int) -> int:
-    cur.execute(
-        "INSERT INTO staal_instances (instance, fence, started_ms, lease_until_ms, version) "
-        "VALUES (%s, nextval('staal_fence_seq'), %s, %s, %s) ON CONFLICT (instance) DO UPDATE "
-        "SET fence = EXCLUDED.fence, started_ms = EXCLUDED.started_ms, "
-        "lease_until_ms = EXCLUDED.lease_until_ms, version = EXCLUDED.version RETURNING fence",
-        (instance, now, now + lease_ms, staal.__version__))
-    return int(one_row(cur)[0])
