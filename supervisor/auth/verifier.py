@@ -113,10 +113,6 @@ class ProviderAuthenticator:
 
     # -- the process's life -------------------------------------------------
 
-    @property
-    def state(self) -> ChildState:
-        return self.life.state
-
     def _moved(self, state: ChildState) -> None:
         if state is ChildState.UP:
             self.up.set()
@@ -240,7 +236,7 @@ class ProviderAuthenticator:
         if not proc.ready.done():
             proc.ready.set_result(message.problems)
         if message.problems:
-            if self.state is not ChildState.NEW:  # a replacement's program no longer loads
+            if self.life.state is not ChildState.NEW:  # a replacement's program no longer loads
                 self.log("verifier_refused", level="error", problems=list(message.problems))
             return  # it exits, and its exit moves the state
         if self.life.move("up") is ChildState.UP and self.life.backoff.strikes:
@@ -299,8 +295,8 @@ class ProviderAuthenticator:
             return Failure("internal", f"the verifier process {lost.message}")
 
     async def _serving(self) -> None:
-        while self.state is not ChildState.UP or self.current is None or self.current.killed:
-            if self.state in (ChildState.FAILED, ChildState.CLOSED):
+        while self.life.state is not ChildState.UP or self.current is None or self.current.killed:
+            if self.life.state in (ChildState.FAILED, ChildState.CLOSED):
                 raise VerifierLost("is not running: the server is closing")
             await self.up.wait()
 

@@ -21,6 +21,7 @@ import orjson
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest.model import NetConfig
 from staal.worker.capabilities import Bound, transport
+from staal.worker.capabilities.transport import reason
 from staal.worker.runs.engine import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
@@ -61,16 +62,16 @@ class HttpClient:
             return self._exchange(method, url, headers, body)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # Raised before a byte of the request left; the service may be back later.
-            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}") from exc
+            raise NotSent(f"{method} {url} could not be sent: {reason(exc)}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
                 UnicodeEncodeError) as exc:
             # The request itself cannot be sent, now or later.
-            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}",
+            raise NotSent(f"{method} {url} could not be sent: {reason(exc)}",
                           Attempted.REFUSED) from exc
         except (httpx.TransportError, transport.TooSlow) as exc:
             if method == "GET":
-                return Performed(failure=f"GET {url} got no complete answer: {_reason(exc)}")
-            raise InDoubt(f"{method} {url} was sent and its answer was lost: {_reason(exc)}") from exc
+                return Performed(failure=f"GET {url} got no complete answer: {reason(exc)}")
+            raise InDoubt(f"{method} {url} was sent and its answer was lost: {reason(exc)}") from exc
 
     def _exchange(self, method: str, url: str, headers: Mapping[str, str],
                   body: dict[str, Any]) -> Performed:
@@ -85,10 +86,6 @@ class HttpClient:
     def close(self) -> None:
         """Nothing of the run's to close: its connections are the shared
         pool's, and a worker's die with it."""
-
-
-def _reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def response_of(result: Any) -> Response:

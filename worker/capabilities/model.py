@@ -40,6 +40,7 @@ from staal.manifest.model import ModelConfig
 from staal.runtime.backoff import Backoff
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
+from staal.worker.capabilities.transport import reason
 from staal.worker.runs.engine import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -151,11 +152,11 @@ class AnthropicProvider:
         except (httpx.TimeoutException, transport.TooSlow):
             return _Failed(f"no complete answer within {self.timeout_ms} ms", True)
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError) as exc:
-            return _Failed(f"the request could not be sent: {_reason(exc)}", False)
+            return _Failed(f"the request could not be sent: {reason(exc)}", False)
         except httpx.ConnectError as exc:
-            return _Failed(f"could not connect: {_reason(exc)}", True)
+            return _Failed(f"could not connect: {reason(exc)}", True)
         except httpx.TransportError as exc:
-            return _Failed(f"the connection was lost: {_reason(exc)}", True)
+            return _Failed(f"the connection was lost: {reason(exc)}", True)
         status = answer.status
         if answer.data is None:
             return _Failed(f"HTTP {status}: the answer is larger than {MAX_ANSWER_BYTES} bytes",
@@ -183,10 +184,6 @@ class AnthropicProvider:
         if not math.isfinite(seconds):
             return None
         return max(seconds, 0.0)
-
-
-def _reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _short(text: str) -> str:

@@ -105,6 +105,11 @@ class SendClock:
         return {"trace": self.trace}
 
 
+def reason(exc: Exception) -> str:
+    """An exchange's error as its messages name it: `ConnectError: ...`."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class TooSlow(Exception):
     """No complete answer within the exchange's `timeout_ms`."""
 
