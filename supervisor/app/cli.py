@@ -10,12 +10,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from staal.manifest.model import Manifest
-from staal.supervisor.app.serving import EXIT_MANIFEST, read_manifest, run_serve
+from staal.supervisor.app.serving import (
+    EXIT_MANIFEST,
+    MANIFEST_HELP,
+    SERVE_OPTIONS,
+    read_manifest,
+    run_serve,
+)
 from staal.supervisor.app.serving import main as serving_main
 
 app = typer.Typer(
@@ -77,15 +83,18 @@ def check(manifest: Path = typer.Argument(..., help="The manifest JSON file.")) 
     print(line)
 
 
+def _serve_option(name: str) -> Any:
+    """Typer's declaration of one of serve's options (serving.py declares them)."""
+    option = SERVE_OPTIONS[name]
+    return typer.Option(option.default, option.flag, help=option.help)
+
+
 @app.command()
 def serve(
-    manifest: Path = typer.Argument(..., help="The manifest JSON file."),
-    log_format: str = typer.Option("json", help="json (one object per line) or text."),
-    http: Optional[str] = typer.Option(  # noqa: UP045 - typer reads the annotation
-        None, help="HOST:PORT: serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
-    insecure_no_auth: bool = typer.Option(
-        False, "--insecure-no-auth",
-        help="With --http on a non-loopback address: serve without authentication."),
+    manifest: Path = typer.Argument(..., help=MANIFEST_HELP),
+    log_format: str = _serve_option("log_format"),
+    http: Optional[str] = _serve_option("http"),  # noqa: UP045 - typer reads the annotation
+    insecure_no_auth: bool = _serve_option("insecure_no_auth"),
 ) -> None:
     """Serve the manifest's tools over stdio to one MCP client, or over
     Streamable HTTP with --http."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,30 @@ if TYPE_CHECKING:
 
 EXIT_MANIFEST = 2
 EXIT_INTERRUPTED = 130  # a shell's code for a command ended by SIGINT
+
+
+@dataclass(frozen=True)
+class ServeOption:
+    """One of `serve`'s options, declared once: the fast path's parser here
+    and typer's `serve` command (cli.py, for help and errors) both read it."""
+
+    flag: str
+    default: str | bool | None
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+MANIFEST_HELP = "The manifest JSON file."
+SERVE_OPTIONS = {option.dest: option for option in (
+    ServeOption("--log-format", "json", "json (one object per line) or text."),
+    ServeOption("--http", None,
+                "HOST:PORT: serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
+    ServeOption("--insecure-no-auth", False,
+                "With --http on a non-loopback address: serve without authentication."),
+)}
 
 
 def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Manifest | None:
@@ -141,14 +166,16 @@ def serve_from_argv(argv: list[str]) -> int | None:
         return None
     parser = argparse.ArgumentParser(prog="staal-supervisor serve", add_help=False)
     parser.add_argument("manifest", type=Path)
-    parser.add_argument("--log-format", default="json")
-    parser.add_argument("--http", default=None)
-    parser.add_argument("--insecure-no-auth", action="store_true")
+    for option in SERVE_OPTIONS.values():
+        if isinstance(option.default, bool):
+            parser.add_argument(option.flag, action="store_true")
+        else:
+            parser.add_argument(option.flag, default=option.default)
     try:
         args = parser.parse_args(argv[1:])
     except SystemExit:
         return None  # let typer explain what is wrong
-    return run_serve(args.manifest, args.log_format, args.http, args.insecure_no_auth)
+    return run_serve(args.manifest, **{name: getattr(args, name) for name in SERVE_OPTIONS})
 
 
 def main() -> None:

@@ -8,10 +8,10 @@ The process is started with the HTTP server (supervisor/auth/guard.py's
 `Lifecycle`), from an environment that holds no secret (the zygote's), and
 reached over a ZeroMQ ROUTER in a 0700 runtime directory of its own. A
 program that does not load stops the start, naming its manifest key. Its
-lifecycle is the zygote's (poolstate.py's table, moved through with
-`staal.runtime.transitions.advance`): new, up, replacing after a death (with
-`Backoff`: none, then 0.5 s doubling to 5 s), booting, failed (the first
-never came up), closed.
+lifecycle is the zygote's: both are long-lived children restarted by
+`Restarting` (supervisor/workers/restarting.py): new, up, replacing after a
+death (with `Backoff`: none, then 0.5 s doubling to 5 s), booting, failed
+(the first never came up), closed.
 
 Each request is bounded: it waits at most WAIT_S for a verifier that is up,
 then `auth.credential.timeout_ms` for its answer. Requests are pipelined
@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +46,12 @@ from staal.protocol.http.credentials import credential_values, only_credentials
 from staal.protocol.http.messages import Head
 from staal.records.messages import Verified, VerifierReady, Verify, pack, unpack
 from staal.records.outcomes import Failure
+from staal.runtime.backoff import Backoff
 from staal.runtime.redaction import redact
-from staal.runtime.transitions import advance
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import judge, unavailable
 from staal.supervisor.workers.exits import describe_exit, wait_status
-from staal.supervisor.workers.pool_states import POOL_TRANSITIONS, Backoff, PoolState
+from staal.supervisor.workers.restarting import ChildState, Restarting
 from staal.supervisor.workers.zygote import runtime_dir, stop_signals_blocked, worker_environment
 
 START_WAIT_S = 60.0  # the first process's start, on a loaded machine
@@ -99,8 +98,8 @@ class ProviderAuthenticator:
         # The zygote's environment: no secret in it.
         self.env = worker_environment(manifest)
         self.log = log
-        self.state = PoolState.NEW
-        self.backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
+        self.life = Restarting(start=self._respawn, lost=self._unstartable, moved=self._moved,
+                               backoff=Backoff(first=0.5, cap=5.0, quiet=60.0))
         # Made by `start` (in the server's event loop): its own 0700 runtime directory.
         self.directory: Path | None = None
         self.endpoint = ""
@@ -110,14 +109,12 @@ class ProviderAuthenticator:
         self.up = asyncio.Event()
         self.ids = itertools.count(1)
         self.in_flight = 0
-        self.timers: set[asyncio.TimerHandle] = set()
         self.receiving: asyncio.Task[None] | None = None
 
     # -- the process's life -------------------------------------------------
 
-    def _move(self, event: str) -> None:
-        self.state = advance(POOL_TRANSITIONS, self.state, event)
-        if self.state is PoolState.UP:
+    def _moved(self, state: ChildState) -> None:
+        if state is ChildState.UP:
             self.up.set()
         else:
             self.up.clear()
@@ -163,27 +160,12 @@ class ProviderAuthenticator:
         return proc
 
     def _respawn(self) -> None:
-        if self.state is not PoolState.REPLACING:
-            return  # closed meanwhile
-        self._move("spawn")
-        try:
-            proc = self._spawn()
-        except OSError as exc:
-            self.log("verifier_exited", level="error", how=f"could not be started: {exc}")
-            self._move("died")
-            self._replace_later()
-            return
+        proc = self._spawn()
         self.log("verifier_replacing", pid=proc.process.pid)
 
-    def _replace_later(self) -> None:
-        delay = self.backoff.strike(time.monotonic())
-        handle: asyncio.TimerHandle  # the callback names the handle it is given
-        handle = asyncio.get_running_loop().call_later(delay, lambda: self._fire(handle))
-        self.timers.add(handle)
-
-    def _fire(self, handle: asyncio.TimerHandle) -> None:
-        self.timers.discard(handle)
-        self._respawn()
+    def _unstartable(self, how: str) -> None:
+        self.log("verifier_exited", level="error", how=how)
+        self.life.died()
 
     def _exited(self, proc: VerifierProcess) -> None:
         """Its pidfd is readable: the process ended. Whoever waits on it is
@@ -202,10 +184,8 @@ class ProviderAuthenticator:
         proc.exited.set()
         if proc is not self.current:
             return
-        self._move("died")
-        if self.state is PoolState.REPLACING:
+        if self.life.died() is not None:
             self.log("verifier_exited", level="error", pid=proc.process.pid, how=proc.how)
-            self._replace_later()
 
     def _kill(self, proc: VerifierProcess, why: str) -> None:
         self.log("verifier_killed", level="error", pid=proc.process.pid, why=why)
@@ -218,10 +198,8 @@ class ProviderAuthenticator:
         """Stop the verifier with the server, once no request waits on it:
         killed (it ignores SIGTERM, which is the supervisor's; it holds
         nothing that must outlive it: each answer was sent whole)."""
-        self._move("close")
+        self.life.close()
         self.up.set()  # whoever still waits for a verifier wakes to learn there is none
-        for handle in self.timers:
-            handle.cancel()
         proc = self.current
         if proc is not None and not proc.exited.is_set():
             _kill_group(proc)
@@ -258,11 +236,10 @@ class ProviderAuthenticator:
         if not proc.ready.done():
             proc.ready.set_result(message.problems)
         if message.problems:
-            if self.state is not PoolState.NEW:  # a replacement's program no longer loads
+            if self.life.state is not ChildState.NEW:  # a replacement's program no longer loads
                 self.log("verifier_refused", level="error", problems=list(message.problems))
             return  # it exits, and its exit moves the state
-        self._move("up")
-        if self.state is PoolState.UP and self.backoff.strikes:
+        if self.life.move("up") is ChildState.UP and self.life.backoff.strikes:
             self.log("verifier_ready", pid=proc.process.pid)
 
     # -- a request ----------------------------------------------------------
@@ -318,8 +295,8 @@ class ProviderAuthenticator:
             return Failure("internal", f"the verifier process {lost.message}")
 
     async def _serving(self) -> None:
-        while self.state is not PoolState.UP or self.current is None or self.current.killed:
-            if self.state in (PoolState.FAILED, PoolState.CLOSED):
+        while self.life.state is not ChildState.UP or self.current is None or self.current.killed:
+            if self.life.state in (ChildState.FAILED, ChildState.CLOSED):
                 raise VerifierLost("is not running: the server is closing")
             await self.up.wait()
 

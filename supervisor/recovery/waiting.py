@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from staal.runtime.backoff import Backoff
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.notes import RunNotes
 
@@ -43,7 +44,9 @@ class Waiting:
     def _notify(self, notify: tuple[str, ...], path: Path) -> None:
         env = {name: os.environ[name] for name in self.notify_env if name in os.environ}
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-        delay, attempt = 1.0, 0
+        # Waits of 1 s, doubling up to MAX_BACKOFF_S: never at once, since a
+        # command that failed now will most likely fail again now.
+        delays, attempt = Backoff(first=1.0, cap=MAX_BACKOFF_S, at_once=0), 0
         while not self.stopping.is_set():
             attempt += 1
             try:
@@ -56,8 +59,8 @@ class Waiting:
                 reason = f"exit code {done.returncode}: {done.stderr.decode(errors='replace')[-200:]}"
             except (OSError, subprocess.TimeoutExpired) as exc:
                 reason = str(exc)
+            delay = delays.after(attempt)
             self.log("notify_failed", level="warning", record=str(path), attempt=attempt,
                      error=reason, retry_in_s=delay)
             if self.stopping.wait(delay):
                 return
-            delay = min(delay * 2, MAX_BACKOFF_S)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from staal.errors import StaalError
 from staal.records.fsio import FS, OS_SYNC, Syncer, make_private_dir
+from staal.runtime.backoff import Backoff
 
 LOCK_FILE = "server.lock"
 LOCK_FILE_MODE = 0o600
@@ -121,16 +122,18 @@ def _lock_within(fd: int, path: Path, wait_s: float,
     if on_wait is not None:
         on_wait()
     deadline = time.monotonic() + max(wait_s, 0.0)
-    pause = _FIRST_POLL_S
+    # flock has no timeout; poll, backing off, never past the deadline. The
+    # failure above is the first strike: the next poll is at once.
+    pauses = Backoff(first=_FIRST_POLL_S, cap=_MAX_POLL_S)
+    pauses.strike(time.monotonic())
     while True:
         if _try_lock(fd):
             return
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             raise ServerLockHeld(path, wait_s, _read_holder(fd))
-        # flock has no timeout; poll, backing off, never past the deadline.
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, _MAX_POLL_S)
+        time.sleep(min(pauses.strike(now), left))
 
 
 def _write_holder(fd: int) -> None:

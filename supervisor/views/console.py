@@ -124,17 +124,15 @@ def serve_console(manifest: Manifest, host: str, port: int) -> int:
     may connect as soon as it reads the line), and serve until interrupted."""
     import uvicorn
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    from staal.supervisor.transport.listeners import bind
+
     try:
-        sock.bind((host, port))
+        sock = bind(host, port, backlog=64)
     except OSError as exc:
         print(f"staal-supervisor console: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 1
-    sock.listen(64)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     print(f"console: http://{shown}:{bound}/ (read only; journals {manifest.server.journals})",
           flush=True)
     config = uvicorn.Config(Console(manifest), log_level="warning", access_log=False,

@@ -54,12 +54,10 @@ from staal.records.messages import (
     unpack,
 )
 from staal.records.record import Record
-from staal.runtime.transitions import advance
 from staal.supervisor.workers.exits import describe_exit, wait_status
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
     HAS_ZYGOTE,
-    POOL_TRANSITIONS,
     SUPPLY,
     UNUSED,
     WATCHED,
@@ -70,6 +68,7 @@ from staal.supervisor.workers.pool_states import (
     WorkerState,
     ZygoteGone,
 )
+from staal.supervisor.workers.restarting import Restarting
 from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
 from staal.supervisor.workers.zygote import Spawned, spawn
 
@@ -100,7 +99,9 @@ class Pool:
         self.context = zmq.asyncio.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.state = PoolState.NEW
+        # The zygote's life, which is the pool's: restarted after a backoff.
+        self.life = Restarting(start=self._respawn, lost=self._zygote_died, moved=self._moved,
+                               backoff=Backoff(first=0.5, cap=5.0, quiet=60.0))
         self.serving = False  # set by the server once it serves: the calls' wait applies
         self.zygote: subprocess.Popen[bytes] | None = None
         self.zygote_exit = ""
@@ -110,7 +111,6 @@ class Pool:
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
         self.fork_backoff = Backoff(first=0.05, cap=1.0, quiet=5.0)
-        self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
         self.fork_at = 0.0  # no fork is asked before this (monotonic)
         self.unused_deaths = 0  # since workers were last ready
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
@@ -124,9 +124,12 @@ class Pool:
 
     # -- the pool's life ---------------------------------------------------
 
-    def _move(self, event: str) -> None:
-        self.state = advance(POOL_TRANSITIONS, self.state, event)
-        if self.state in (PoolState.FAILED, PoolState.CLOSED):
+    @property
+    def state(self) -> PoolState:
+        return self.life.state
+
+    def _moved(self, state: PoolState) -> None:
+        if state in (PoolState.FAILED, PoolState.CLOSED):
             self.line.close(ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
                                        if self.state is PoolState.FAILED
                                        else "the worker pool is closed"))
@@ -173,24 +176,17 @@ class Pool:
         return spawned.process
 
     def _respawn(self) -> None:
-        if self.state is not PoolState.REPLACING:
-            return  # closed meanwhile
-        self._move("spawn")
-        try:
-            zygote = self._spawn()
-        except OSError as exc:
-            self._zygote_died(f"could not be started: {exc}")
-            return
+        zygote = self._spawn()
         self.log("zygote_started", pid=zygote.pid)
 
     def _zygote_up(self) -> None:
-        self._move("up")
+        self.life.move("up")
         self.boot_due = math.inf
         self._owed()
 
     def _zygote_died(self, how: str) -> None:
         self.zygote_exit = how
-        self._move("died")
+        delay = self.life.died()
         self.asked, self.answer_due, self.boot_due = 0, None, math.inf
         # Its workers die with it (they ask the kernel to), unreported.
         for worker in list(self.workers.values()):
@@ -199,10 +195,8 @@ class Pool:
         if self.state is PoolState.CLOSED:
             return
         self.log("zygote_exited", level="error", how=how)
-        if self.state is PoolState.REPLACING:
-            delay = self.zygote_backoff.strike(time.monotonic())
+        if delay is not None:
             self.log("zygote_replacing", retry_in_s=delay)
-            self._later(delay, self._respawn)
 
     def _kill_zygote(self, why: str) -> None:
         assert self.zygote is not None  # only a zygote that was started is overdue
@@ -214,7 +208,7 @@ class Pool:
             pass
 
     async def close(self) -> None:
-        self._move("close")
+        self.life.close()
         for handle in self.timers:
             handle.cancel()
         if self.zygote is not None and self.zygote.stdin is not None:

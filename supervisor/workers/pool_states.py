@@ -1,10 +1,11 @@
 """The worker pool's lifecycles as data (supervisor/workers/pool.py runs them): the
-pool's, which is its zygote's, and each worker's, from the zygote's report
-that it was forked to its exit. A move a table does not hold raises
-`IllegalTransition`; the pool never guesses where a worker stands.
+pool's, which is its zygote's (a long-lived child's: restarting.py), and each
+worker's, from the zygote's report that it was forked to its exit. A move a
+table does not hold raises `IllegalTransition`; the pool never guesses where
+a worker stands.
 
 And the pool's errors; `Backoff` (shared/runtime/backoff.py) paces forks whose
-workers die unused and zygotes that die.
+workers die unused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from staal.errors import StaalError
 from staal.records.record import Record
 from staal.runtime.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.runtime.transitions import advance
+from staal.supervisor.workers.restarting import CHILD_TRANSITIONS, ChildState
 
 
 class PoolError(StaalError):
@@ -57,27 +59,9 @@ class WorkerLost(PoolError):
         self.runaway = runaway
 
 
-class PoolState(Enum):
-    NEW = "new"              # the first zygote is starting: nothing has proved the programs load
-    BOOTING = "booting"      # a replacement zygote is starting
-    UP = "up"                # the zygote said it is ready and answers fork requests
-    REPLACING = "replacing"  # the zygote is gone; a new one starts after a backoff
-    FAILED = "failed"        # the first zygote died before it was up: no worker will come
-    CLOSED = "closed"
-
-
-POOL_TRANSITIONS: Mapping[tuple[PoolState, str], PoolState] = {
-    (PoolState.NEW, "up"): PoolState.UP,
-    # A zygote that never came up once is a program that kills it on import
-    # (or a broken install): starting it again would only repeat that.
-    (PoolState.NEW, "died"): PoolState.FAILED,
-    (PoolState.BOOTING, "up"): PoolState.UP,
-    (PoolState.BOOTING, "died"): PoolState.REPLACING,
-    (PoolState.UP, "died"): PoolState.REPLACING,
-    (PoolState.REPLACING, "spawn"): PoolState.BOOTING,
-    **{(state, "close"): PoolState.CLOSED for state in PoolState},
-    (PoolState.CLOSED, "died"): PoolState.CLOSED,
-}
+# The pool's life is its zygote's (restarting.py), under the pool's names.
+PoolState = ChildState
+POOL_TRANSITIONS = CHILD_TRANSITIONS
 
 # The pool states in which a zygote is there to ask for forks.
 HAS_ZYGOTE = frozenset({PoolState.NEW, PoolState.BOOTING, PoolState.UP})

@@ -12,7 +12,6 @@ happened says nothing of that one, so it is not a failure there.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -22,6 +21,7 @@ import orjson
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest.model import NetConfig
 from staal.worker.capabilities import Bound, transport
+from staal.worker.capabilities.transport import reason
 from staal.worker.runs.engine import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-class TooSlow(Exception):
-    pass
 
 
 class HttpAnswer(TypedDict):
@@ -50,7 +46,7 @@ class HttpClient:
 
     def __init__(self, net: NetConfig) -> None:
         self.net = net
-        self.timeout = transport.timeout(net.timeout_ms, net.connect_timeout_ms)
+        self.limits = transport.Limits(net.timeout_ms, net.connect_timeout_ms, MAX_RESPONSE_BYTES)
 
     def send(self, method: str, url: str, headers: Mapping[str, str], **body: Any) -> Performed:
         """One request; a request that never left fails for certain."""
@@ -66,43 +62,30 @@ class HttpClient:
             return self._exchange(method, url, headers, body)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # Raised before a byte of the request left; the service may be back later.
-            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}") from exc
+            raise NotSent(f"{method} {url} could not be sent: {reason(exc)}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError,
                 UnicodeEncodeError) as exc:
             # The request itself cannot be sent, now or later.
-            raise NotSent(f"{method} {url} could not be sent: {_reason(exc)}",
+            raise NotSent(f"{method} {url} could not be sent: {reason(exc)}",
                           Attempted.REFUSED) from exc
-        except (httpx.TransportError, TooSlow) as exc:
+        except (httpx.TransportError, transport.TooSlow) as exc:
             if method == "GET":
-                return Performed(failure=f"GET {url} got no complete answer: {_reason(exc)}")
-            raise InDoubt(f"{method} {url} was sent and its answer was lost: {_reason(exc)}") from exc
+                return Performed(failure=f"GET {url} got no complete answer: {reason(exc)}")
+            raise InDoubt(f"{method} {url} was sent and its answer was lost: {reason(exc)}") from exc
 
     def _exchange(self, method: str, url: str, headers: Mapping[str, str],
                   body: dict[str, Any]) -> Performed:
-        limit = self.net.timeout_ms / 1000
-        clock = transport.SendClock()  # timeout_ms counts from when the request goes out
-        with transport.client().stream(method, url, headers=dict(headers), timeout=self.timeout,
-                                       extensions=clock.extensions(), **body) as response:
-            data = bytearray()
-            for chunk in response.iter_bytes():
-                data += chunk
-                if time.monotonic() - clock.started > limit:
-                    raise TooSlow(f"no complete answer within {self.net.timeout_ms} ms")
-                if len(data) > MAX_RESPONSE_BYTES:
-                    return Performed(failure=f"{method} {url} answered {response.status_code} with "
-                                     f"more than {MAX_RESPONSE_BYTES} bytes")
-            text = data.decode(response.encoding or "utf-8", errors="replace")
-            result: HttpAnswer = {"status": response.status_code, "headers": dict(response.headers),
-                                  "text": text}
-            return Performed(result=result)
+        answer = transport.exchange(method, url, self.limits, headers, **body)
+        if answer.data is None:
+            return Performed(failure=f"{method} {url} answered {answer.status} with "
+                             f"more than {MAX_RESPONSE_BYTES} bytes")
+        result: HttpAnswer = {"status": answer.status, "headers": dict(answer.headers),
+                              "text": answer.data.decode(answer.encoding, errors="replace")}
+        return Performed(result=result)
 
     def close(self) -> None:
         """Nothing of the run's to close: its connections are the shared
         pool's, and a worker's die with it."""
-
-
-def _reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def response_of(result: Any) -> Response:

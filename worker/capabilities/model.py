@@ -24,11 +24,9 @@ fails for good fails the action as kind `provider`.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import math
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,8 +37,10 @@ import httpx
 
 from staal.caps import Model
 from staal.manifest.model import ModelConfig
+from staal.runtime.backoff import Backoff
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
+from staal.worker.capabilities.transport import reason
 from staal.worker.runs.engine import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -58,6 +58,8 @@ FIRST_BACKOFF_S = 0.5
 # Each backoff wait is drawn from [JITTER * step, step], so runs that failed
 # together do not all come back at the same moment.
 JITTER = 0.75
+# The step before the second attempt is FIRST_BACKOFF_S, doubling after.
+_BACKOFF = Backoff(first=FIRST_BACKOFF_S, cap=MAX_WAIT_S, at_once=0)
 
 MAX_TOKENS = 128_000
 # The Messages API refuses requests over 32 MB; refusing a prompt near that
@@ -76,10 +78,6 @@ def _real_sleep(seconds: float) -> None:
 # What waits between attempts. Tests replace it (or put a `sleep` on the
 # run's services) to observe the waits without waiting.
 SLEEP: Sleep = _real_sleep
-
-
-class _TooSlow(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -107,6 +105,9 @@ class AnthropicProvider:
         self.timeout_ms = config.timeout_ms if config.timeout_ms is not None else DEFAULT_TIMEOUT_MS
         self.retries = config.retries if config.retries is not None else DEFAULT_RETRIES
         self.url = (config.base_url or ANTHROPIC_BASE_URL).rstrip("/") + MESSAGES_PATH
+        # Each attempt, connecting included, within timeout_ms all told.
+        self.limits = transport.Limits(self.timeout_ms, self.timeout_ms, MAX_ANSWER_BYTES,
+                                       whole=True)
 
     def complete(self, prompt: str, max_tokens: int) -> Performed:
         body = json.dumps({
@@ -140,73 +141,30 @@ class AnthropicProvider:
         what the provider asked for, else exponential backoff; at most 60."""
         if retry_after is not None:
             return min(max(retry_after, 0.0), MAX_WAIT_S)
-        step = min(FIRST_BACKOFF_S * 2 ** (attempt - 2), MAX_WAIT_S)
+        step = _BACKOFF.after(attempt - 1)
         return min(self.jitter(JITTER * step, step), MAX_WAIT_S)
 
     # -- one attempt ---------------------------------------------------------
 
     def _attempt(self, body: bytes, headers: Mapping[str, str]) -> str | _Failed:
         try:
-            status, answer_headers, data = self._bounded(body, headers)
-        except (httpx.TimeoutException, _TooSlow):
+            answer = transport.exchange("POST", self.url, self.limits, headers, content=body)
+        except (httpx.TimeoutException, transport.TooSlow):
             return _Failed(f"no complete answer within {self.timeout_ms} ms", True)
         except (httpx.UnsupportedProtocol, httpx.InvalidURL, httpx.LocalProtocolError) as exc:
-            return _Failed(f"the request could not be sent: {_reason(exc)}", False)
+            return _Failed(f"the request could not be sent: {reason(exc)}", False)
         except httpx.ConnectError as exc:
-            return _Failed(f"could not connect: {_reason(exc)}", True)
+            return _Failed(f"could not connect: {reason(exc)}", True)
         except httpx.TransportError as exc:
-            return _Failed(f"the connection was lost: {_reason(exc)}", True)
-        if data is None:
+            return _Failed(f"the connection was lost: {reason(exc)}", True)
+        status = answer.status
+        if answer.data is None:
             return _Failed(f"HTTP {status}: the answer is larger than {MAX_ANSWER_BYTES} bytes",
                            False)
         if status == 200:
-            return _text_of(data, status)
-        return _Failed(_error_of(status, answer_headers, data), status in RETRYABLE_STATUS,
-                       self._retry_after(answer_headers))
-
-    def _bounded(self, body: bytes, headers: Mapping[str, str],
-                 ) -> tuple[int, httpx.Headers, bytes | None]:
-        """One exchange, given up after `timeout_ms` all told. httpx bounds
-        each phase (connect, send, each read) but not their sum, so the
-        exchange runs in a thread of its own that this one stops waiting
-        for; given up, the thread still ends within httpx's own timeouts,
-        and lets its connection go itself. It runs in this thread's context,
-        so inside the broker's section."""
-        limit = self.timeout_ms / 1000
-        answers: list[tuple[int, httpx.Headers, bytes | None]] = []
-        errors: list[BaseException] = []
-        finished = threading.Event()
-        context = contextvars.copy_context()
-
-        def exchange() -> None:
-            try:
-                answers.append(context.run(self._exchange, body, headers, limit))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                errors.append(exc)
-            finally:
-                finished.set()
-
-        threading.Thread(target=exchange, name="staal-model-attempt", daemon=True).start()
-        if not finished.wait(limit):
-            raise _TooSlow()
-        if errors:
-            raise errors[0]
-        return answers[0]
-
-    def _exchange(self, body: bytes, headers: Mapping[str, str],
-                  limit: float) -> tuple[int, httpx.Headers, bytes | None]:
-        start = time.monotonic()
-        # The process's shared client (transport.py), made before the fork.
-        with transport.client().stream("POST", self.url, content=body, headers=dict(headers),
-                                       timeout=httpx.Timeout(limit)) as response:
-            data = bytearray()
-            for chunk in response.iter_bytes():
-                data += chunk
-                if time.monotonic() - start > limit:
-                    raise _TooSlow()
-                if len(data) > MAX_ANSWER_BYTES:
-                    return response.status_code, response.headers, None
-            return response.status_code, response.headers, bytes(data)
+            return _text_of(answer.data, status)
+        return _Failed(_error_of(status, answer.headers, answer.data), status in RETRYABLE_STATUS,
+                       self._retry_after(answer.headers))
 
     def _retry_after(self, headers: httpx.Headers) -> float | None:
         value = headers.get("retry-after")
@@ -226,10 +184,6 @@ class AnthropicProvider:
         if not math.isfinite(seconds):
             return None
         return max(seconds, 0.0)
-
-
-def _reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _short(text: str) -> str:

@@ -1,7 +1,8 @@
 """The HTTP machinery every capability that speaks HTTP shares, made once
 per process: in a worker, once in the zygote and inherited by every fork
 (DESIGN.md section 6), so a run pays only for its own connections and
-requests (issue 12).
+requests (issue 12); and the one bounded exchange (`exchange`) each of them
+sends its requests through.
 
 Made here, not per run: the modules httpx imports lazily (httpcore, h11 and
 their parts), the SSL context with its CA bundle (the slow part of an
@@ -9,18 +10,24 @@ httpx client, made even for an http:// URL), and one `httpx.Client` whose
 connection pool is empty when the zygote forks. Timeouts are given per
 request, since each tool has its own `net`.
 
-A request's `timeout_ms` is counted from when its headers are sent, found
-through httpcore's trace events: the process's own work before that (a fork
-under load, a program's computation) is not the service's wait. Connecting
-is bounded by `connect_timeout_ms`, each read and write by `timeout_ms`.
+An exchange's bounds are its `Limits`. Connecting is bounded by
+`connect_timeout_ms`, each read and write by `timeout_ms`, and so is the
+whole answer's arrival: counted from when the request's headers are sent,
+found through httpcore's trace events (the process's own work before that, a
+fork under load or a program's computation, is not the service's wait), or,
+for a `whole` exchange, from its start, connecting included, and given up at
+that deadline even inside one of httpx's phases. An answer larger than
+`max_bytes` is not read further.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -96,3 +103,88 @@ class SendClock:
 
     def extensions(self) -> dict[str, Callable[[str, dict[str, Any]], None]]:
         return {"trace": self.trace}
+
+
+def reason(exc: Exception) -> str:
+    """An exchange's error as its messages name it: `ConnectError: ...`."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class TooSlow(Exception):
+    """No complete answer within the exchange's `timeout_ms`."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One exchange's bounds (the module's docstring says how they count)."""
+
+    timeout_ms: int
+    connect_timeout_ms: int
+    max_bytes: int
+    # timeout_ms bounds the exchange from its start, connecting included,
+    # rather than from when the request goes out.
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: httpx.Headers
+    data: bytes | None  # None: larger than the limits' max_bytes, not read further
+    encoding: str
+
+
+def exchange(method: str, url: str, limits: Limits, headers: Mapping[str, str],
+             **body: Any) -> Answer:
+    """One request and its answer, within `limits`: TooSlow past its
+    timeout; httpx's own errors as they come."""
+    if not limits.whole:
+        return _exchange(method, url, limits, headers, body)
+    return _within(limits, lambda: _exchange(method, url, limits, headers, body))
+
+
+def _exchange(method: str, url: str, limits: Limits, headers: Mapping[str, str],
+              body: dict[str, Any]) -> Answer:
+    limit = limits.timeout_ms / 1000
+    clock = SendClock()
+    with client().stream(method, url, headers=dict(headers),
+                         timeout=timeout(limits.timeout_ms, limits.connect_timeout_ms),
+                         extensions=clock.extensions(), **body) as response:
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if time.monotonic() - (clock.made if limits.whole else clock.started) > limit:
+                raise TooSlow(f"no complete answer within {limits.timeout_ms} ms")
+            if len(data) > limits.max_bytes:
+                return Answer(response.status_code, response.headers, None,
+                              response.encoding or "utf-8")
+        return Answer(response.status_code, response.headers, bytes(data),
+                      response.encoding or "utf-8")
+
+
+def _within(limits: Limits, work: Callable[[], Answer]) -> Answer:
+    """`work` given up after `timeout_ms` all told. httpx bounds each phase
+    (connect, send, each read) but not their sum, so the exchange runs in a
+    thread of its own that this one stops waiting for; given up, the thread
+    still ends within httpx's own timeouts, and lets its connection go
+    itself. It runs in this thread's context, so inside the broker's
+    section."""
+    answers: list[Answer] = []
+    errors: list[BaseException] = []
+    finished = threading.Event()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            answers.append(context.run(work))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            errors.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="staal-http-exchange", daemon=True).start()
+    if not finished.wait(limits.timeout_ms / 1000):
+        raise TooSlow(f"no complete answer within {limits.timeout_ms} ms")
+    if errors:
+        raise errors[0]
+    return answers[0]
