@@ -22,7 +22,6 @@ from staal.supervisor.app.serving import (
     read_manifest,
     run_serve,
 )
-from staal.supervisor.app.serving import main as serving_main
 
 app = typer.Typer(
     name="staal-supervisor",
@@ -183,11 +182,3 @@ def console(
         print(f"staal-supervisor console: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST) from None
     raise typer.Exit(serve_console(loaded, host, port))
-
-
-def main() -> None:
-    serving_main()
-
-
-if __name__ == "__main__":
-    main()

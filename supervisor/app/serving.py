@@ -176,17 +176,3 @@ def serve_from_argv(argv: list[str]) -> int | None:
     except SystemExit:
         return None  # let typer explain what is wrong
     return run_serve(args.manifest, **{name: getattr(args, name) for name in SERVE_OPTIONS})
-
-
-def main() -> None:
-    """The `staal-supervisor` console script."""
-    from staal.runtime.private_memory import forget_first_environment, keep_memory_private
-
-    keep_memory_private()  # it holds every tool's secrets: in its environment since its exec
-    forget_first_environment()  # and /proc/<pid>/environ would show them, dumpable or not
-    code = serve_from_argv(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from staal.supervisor.app.cli import app
-
-    app()

@@ -105,7 +105,7 @@ def test_no_token_or_credential_value_appears_in_any_output_or_file(tmp_path, se
                     headers={"authorization": f"Bearer {token}"})
     http.modern("tools/call", {"name": "echo", "arguments": {"text": "t"}},
                 headers={"authorization": f"Bearer {tokens[0]}"})
-    status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+    status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                              str(http.site.manifest), "--json"], capture_output=True, text=True,
                             timeout=60, check=False)
     http.stop()

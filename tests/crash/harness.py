@@ -232,7 +232,7 @@ async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "staal.supervisor.app.cli", "serve", str(manifest_path)],
+        command=sys.executable, args=["-m", "staal.supervisor.app.main", "serve", str(manifest_path)],
         env=env, cwd=str(manifest_path.parent))
     with open(stderr, "a") as errlog:  # noqa: ASYNC230 - a local file, opened once per server
         try:

@@ -200,11 +200,11 @@ def test_the_entry_command_exists_in_the_installed_package():
     (script,) = entry_points(group="console_scripts", name=ENTRY[0])
     assert script.value == pyproject()["project"]["scripts"][ENTRY[0]]
     module, _, function = script.value.partition(":")
-    assert (module, function) == ("staal.supervisor.app.serving", "main")
+    assert (module, function) == ("staal.supervisor.app.main", "main")
     assert callable(getattr(importlib.import_module(module), function))
     # The entry hands everything but a plain `serve` to the Typer app, where
     # `serve MANIFEST` is a command taking the manifest as its one argument.
-    cli = importlib.import_module("staal.supervisor.app.cli")
+    cli = importlib.import_module("staal.supervisor.app.main")
     serve = typer.main.get_command(cli.app).commands[ENTRY[1]]
     arguments = [p.name for p in serve.params if p.param_type_name == "argument"]
     assert arguments == ["manifest"]
@@ -529,4 +529,4 @@ def test_what_the_build_stage_copies_is_enough_to_build_the_wheel_with_its_c_ext
         extension = [n for n in names if re.fullmatch(r"staal/worker/_steps\..*\.so", n)]
         assert extension, "the C step counter was not compiled into the wheel"
         (entry,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-        assert f"{ENTRY[0]} = staal.supervisor.app.serving:main" in archive.read(entry).decode()
+        assert f"{ENTRY[0]} = staal.supervisor.app.main:main" in archive.read(entry).decode()

@@ -191,7 +191,7 @@ def test_the_example_programs_pass_staal_check_with_their_manifest_grants():
 def test_the_example_manifest_serves_until_stdin_closes_then_exits_cleanly(tmp_path):
     copy = copy_examples(tmp_path, BASE)
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(copy / "manifest.json")],
+        [sys.executable, "-m", "staal.supervisor.app.main", "serve", str(copy / "manifest.json")],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
@@ -273,7 +273,7 @@ def test_the_example_manifest_serves_the_shops_orders_as_resources(tmp_path):
 
     async def session():
         params = StdioServerParameters(command=sys.executable, args=[
-            "-m", "staal.supervisor.app.cli", "serve", str(copy / "manifest.json")], cwd=str(copy))
+            "-m", "staal.supervisor.app.main", "serve", str(copy / "manifest.json")], cwd=str(copy))
         async with Client(params, mode="auto") as client:
             first = await client.read_resource(f"{base}?limit=3")
             page = json.loads(first.contents[0].text)

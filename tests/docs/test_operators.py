@@ -102,7 +102,7 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
     with start(manifest) as served:
         run = served.call("ticket", {"order": "o1"})["structuredContent"]["run"]
         ledger_before = (tmp_path / "journals" / "server.ledger").read_bytes()
-        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                                str(manifest), "--json"], capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, done.stderr
@@ -112,14 +112,14 @@ def test_status_lists_a_waiting_run_with_the_command_that_resolves_it(tmp_path, 
         assert waiting["run"] == run and waiting["state"] == "waiting_for_operator"
         journal = RunFiles(tmp_path / "journals", "ticket", run).journal
         assert waiting["resolve"].startswith(f"staal resolve --journal {journal} --op 1 --happened yes")
-        human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
+        human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest)],
                                capture_output=True, text=True, timeout=60, check=False)
         assert run in human.stdout and "resolve:" in human.stdout
         assert (tmp_path / "journals" / "server.ledger").read_bytes() == ledger_before
         # Status took no lock: the server goes on serving.
         assert served.call("staal_run_status", {"run": run})["isError"] is False
         assert served.close() == 0
-    after = json.loads(subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+    after = json.loads(subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                                        str(manifest), "--json"], capture_output=True, text=True,
                                       timeout=60, check=False).stdout)
     assert after["server"]["running"] is False
@@ -134,7 +134,7 @@ def test_status_gives_each_tools_quota_use(tmp_path, service):
             assert served.call("noop", {"n": n})["isError"] is False
         assert served.close() == 0
     report = json.loads(subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest), "--json"],
+        [sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest), "--json"],
         capture_output=True, text=True, timeout=60, check=False).stdout)
     (quota,) = report["quotas"]
     assert (quota["tool"], quota["calls"], quota["calls_limit"]) == ("noop", 3, 5)
@@ -202,7 +202,7 @@ def test_a_waiting_run_resolved_by_an_operator_is_resumed_and_settled_at_the_nex
     # A server's journal: the operator is told the server resumes it, not to
     # run `staal resume` beside the server.
     assert resolved.stdout.strip().endswith("the server resumes the run at its next start")
-    listed = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
+    listed = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest),
                              "--json"], capture_output=True, text=True, timeout=60, check=False)
     (answered,) = json.loads(listed.stdout)["runs"]
     assert (answered["run"], answered["state"]) == (run, "answered: resumed at the next start")
@@ -282,7 +282,7 @@ def test_no_outcome_and_no_restart_removes_a_journal(tmp_path, service):
 def test_both_commands_print_their_version():
     import staal
 
-    for module, expected in (("staal.supervisor.app.cli",
+    for module, expected in (("staal.supervisor.app.main",
                               f"staal-supervisor {staal.__version__} (runtime {staal.RUNTIME})"),
                              ("staal.worker.commands.cli", f"staal {staal.__version__}")):
         done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,

@@ -82,7 +82,7 @@ def test_the_readmes_sample_check_output_is_what_check_prints(tmp_path):
     data["tools"][0]["grants"]["pay"]["each"]["amount"] = "5O.00"
     del data["tools"][0]["net"]["connect_timeout_ms"]
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "check", str(write_manifest(tmp_path, data))],
+        [sys.executable, "-m", "staal.supervisor.app.main", "check", str(write_manifest(tmp_path, data))],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     printed = [line.strip() for line in done.stderr.splitlines()[1:]]

@@ -53,7 +53,7 @@ SERVER_NAME = "staal-test"
 
 
 def supervisor_command(manifest: Path) -> list[str]:
-    return [sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)]
+    return [sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)]
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:

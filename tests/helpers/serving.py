@@ -29,7 +29,7 @@ class Served:
         self.stderr_path = manifest.parent / f"server-{time.monotonic_ns()}.log"
         self.stderr_file = open(self.stderr_path, "wb")  # noqa: SIM115 - the server's, closed by close()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
+            [sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
             env=env or server_env(), cwd=manifest.parent, start_new_session=True)
         self.next_id = 0

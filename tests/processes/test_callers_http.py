@@ -221,7 +221,7 @@ def test_a_callers_quota_on_a_tool_is_its_own(http, service, authorization):
 def test_status_shows_each_callers_use_by_hash_and_profile(http, site, authorization):
     support(http, authorization).result("refund", {"order": "S1"})
     ops(http, authorization).result("refund", {"order": "S1"})
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                            str(site.manifest), "--json"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -230,7 +230,7 @@ def test_status_shows_each_callers_use_by_hash_and_profile(http, site, authoriza
     assert set(callers) == {desk, bot}
     assert callers[desk]["profile"] == "support" and callers[desk]["rate"]["calls"] == 1
     assert callers[bot]["profile"] == "ops" and callers[bot]["quotas"][0]["calls"] == 1
-    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                             str(site.manifest)], capture_output=True, text=True, timeout=60,
                            check=False).stdout
     assert f"caller {desk} (profile support): runs 1" in human

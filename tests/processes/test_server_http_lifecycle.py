@@ -135,7 +135,7 @@ def test_no_request_header_value_reaches_the_log_or_any_file_but_method_and_name
 def unfinished(site) -> list[tuple[str, str]]:
     """`staal-supervisor status --json`'s unfinished runs."""
     report = json.loads(subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "status", str(site.manifest), "--json"],
+        [sys.executable, "-m", "staal.supervisor.app.main", "status", str(site.manifest), "--json"],
         capture_output=True, text=True, timeout=60, check=True).stdout)
     return [(r["run"], r["state"]) for r in report["runs"]]
 
@@ -159,7 +159,7 @@ def test_over_http_the_lock_holds_recovery_resumes_a_killed_servers_run_and_stat
         assert held.arrived.wait(WAIT)
         run = first.stderr.wait_event("run_started", tool="lookup")["run"]
         # A second server on the same journal directory waits for the lock, then refuses.
-        second = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve",
+        second = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve",
                                  str(site.manifest), "--http", "127.0.0.1:0"], cwd=site.root,
                                 capture_output=True, text=True, timeout=60, check=False)
         assert second.returncode != 0

@@ -13,7 +13,7 @@ from tests.helpers.serving import server_env, start, tool, write_manifest
 
 
 def serve_once(manifest) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=60, env=server_env(),
                           cwd=manifest.parent, check=False)
 

@@ -45,7 +45,7 @@ def files_holding(root: Path, text: str) -> list[Path]:
 
 
 def status_output(site: Site) -> str:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(site.manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(site.manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=True)
     return done.stdout + done.stderr
 
@@ -241,13 +241,13 @@ def test_an_admitted_requests_credential_headers_are_gone_before_the_mcp_layer_r
 
 def test_check_refuses_a_manifest_whose_verifier_does_not_load_as_serve_would(tmp_path):
     site = verifier_site(Site(tmp_path), new_key(), source="def check(request):\n    return {}\n")
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(site.manifest)],
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "check", str(site.manifest)],
                           capture_output=True, text=True, timeout=START_WAIT, check=False)
     assert done.returncode == 2
     assert f"auth.credential.entry: {tmp_path / 'verify.py'} has no function 'verify'" in done.stderr
     (tmp_path / "good").mkdir()
     good = verifier_site(Site(tmp_path / "good"), new_key())
-    valid = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(good.manifest)],
+    valid = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "check", str(good.manifest)],
                            capture_output=True, text=True, timeout=START_WAIT, check=False)
     assert valid.returncode == 0, valid.stderr
 

@@ -45,7 +45,7 @@ def runs_in(pg: PgStore) -> list[tuple[str, str, str | None]]:
 
 
 def status_of(manifest: Path, pg: PgStore) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False,
                           env=env_for(pg))
     assert done.returncode == 0, done.stderr
@@ -81,7 +81,7 @@ def test_a_server_without_the_dsn_in_its_environment_refuses_to_start_naming_the
         tmp_path: Path, pg_store: PgStore) -> None:
     (tmp_path / "count.py").write_text(COUNT)
     manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=120, env=server_env(),
                           cwd=tmp_path, check=False)
     assert done.returncode == 2
@@ -187,7 +187,7 @@ def test_status_on_a_shared_store_shows_the_instances_and_who_owns_each_unfinish
     instances = {i["instance"]: i for i in report["instances"]}
     assert instances[here]["this"] is True and instances[here]["unsettled_runs"] == 1
     assert instances["other-host:/srv/journals"]["this"] is False
-    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest)],
                            capture_output=True, text=True, timeout=60, check=False,
                            env=env_for(pg_store))
     assert human.returncode == 0, human.stderr
@@ -199,7 +199,7 @@ def test_status_without_the_dsn_variable_says_which_and_prints_no_report(
         tmp_path: Path, pg_store: PgStore) -> None:
     (tmp_path / "count.py").write_text(COUNT)
     manifest = write_manifest(tmp_path, [tool("count", "count.py")], store=STORE)
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False,
                           env=server_env())
     assert done.returncode == 2 and done.stdout == ""

@@ -140,7 +140,7 @@ def test_workers_killed_during_the_new_attempt_leave_the_run_waiting_and_status_
         for n in range(1, 5):
             kill_nth_worker(server, payments, run, n)
         server.stderr.wait_event("recovered", rule="resumed", run=run)
-        status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status",
+        status = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status",
                                  str(site.manifest), "--json"], capture_output=True, text=True, check=False)
         server.close_stdin()
         assert server.wait_exit() == 0

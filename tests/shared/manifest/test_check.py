@@ -55,7 +55,7 @@ def test_the_seeds_example_manifest_loads_into_frozen_objects(here):
 
 def test_the_example_manifest_is_valid_by_the_command_line():
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "check", str(ROOT / "examples/manifest.json")],
+        [sys.executable, "-m", "staal.supervisor.app.main", "check", str(ROOT / "examples/manifest.json")],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "valid: 2 tools (refund_order, lookup_order); 1 collection (orders)" in done.stdout
@@ -89,7 +89,7 @@ def test_five_different_mistakes_are_reported_together_with_their_key_paths(here
     tool["once"]["by"] = []
     path = write_manifest(here, data)
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "check", str(path)],
+        [sys.executable, "-m", "staal.supervisor.app.main", "check", str(path)],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -188,7 +188,7 @@ def test_a_manifest_that_does_not_exist_is_named_by_its_resolved_path(tmp_path, 
         load_manifest(Path("sub/../nothere.json"))
     assert caught.value.message == (f"{tmp_path.resolve() / 'nothere.json'}: 1 problem\n"
                                     "  the manifest file does not exist")
-    served = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", "nothere.json"],
+    served = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve", "nothere.json"],
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     assert served.returncode == 2 and served.stdout == ""
     (refused,) = [json.loads(line) for line in served.stderr.splitlines()]
@@ -689,7 +689,7 @@ def test_the_command_line_prints_the_warning_on_stderr(here):
     data = seed_example()
     del data["tools"][0]["once"]
     done = subprocess.run(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "check", str(write_manifest(here, data))],
+        [sys.executable, "-m", "staal.supervisor.app.main", "check", str(write_manifest(here, data))],
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0
     assert "warning: tool 'refund_order' can spend money and has no once" in done.stderr

@@ -33,7 +33,7 @@ MISTAKES = {
 
 
 def check(manifest: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "check", str(manifest)],
                           capture_output=True, text=True, timeout=120, env=server_env(), check=False)
 
 

@@ -78,7 +78,7 @@ def _with_auth(site: Site, **changes: object) -> Site:
 
 
 def check(site: Site) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "check", str(site.manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "check", str(site.manifest)],
                           capture_output=True, text=True, timeout=120, env=server_env(), check=False)
 
 

@@ -65,7 +65,7 @@ def interrupt(manifest, service, env=None):
 
 
 def serve_once(manifest, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)],
                           input=b"", capture_output=True, timeout=60, env=env or server_env(),
                           cwd=manifest.parent, check=False)
 

@@ -37,7 +37,7 @@ ONCE = {"once": {"by": ["n"]}}  # kept for the default keep: 90 days
 
 def forget(manifest: Path, run: str, env: dict[str, str] | None = None
            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "forget", str(manifest),
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "forget", str(manifest),
                            "--run", run], capture_output=True, text=True, timeout=60,
                           env=env or server_env(), check=False)
 
@@ -107,10 +107,10 @@ def test_on_the_file_store_a_run_failed_by_a_bug_runs_again_once_its_key_is_forg
 
 
 def status_of_file(manifest: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest)],
+    human = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest)],
                            capture_output=True, text=True, timeout=60, check=False)
     assert "forgotten once keys: " in human.stdout
     return json.loads(done.stdout)

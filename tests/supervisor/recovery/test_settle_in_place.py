@@ -314,7 +314,7 @@ def test_a_waiting_run_an_operator_answered_in_the_store_is_resumed_in_place_by_
         other["tools"][0]["program"] = str(root / "ticket.py")
         (elsewhere / "manifest.json").write_text(json.dumps(other))
         answered = subprocess.run(
-            [sys.executable, "-m", "staal.supervisor.app.cli", "resolve", str(elsewhere / "manifest.json"),
+            [sys.executable, "-m", "staal.supervisor.app.main", "resolve", str(elsewhere / "manifest.json"),
              "--run", run, "--op", "1", "--happened", "yes", "--result",
              json.dumps({"status": 201, "text": "{}"})],
             capture_output=True, text=True, timeout=BOUND, check=False, env=server_env(**{ENV: dsn}))

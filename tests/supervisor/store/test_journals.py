@@ -374,7 +374,7 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
 
 
 def supervisor_resolve(manifest: Path, pg: PgStore, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "resolve", str(manifest),
+    return subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "resolve", str(manifest),
                            *args], capture_output=True, text=True, timeout=120, check=False,
                           env=env_for(pg))
 

@@ -269,7 +269,7 @@ def test_a_metrics_address_in_use_stops_the_server_at_start_naming_the_key(tmp_p
         (tmp_path / "echo.py").write_text("def main(text: str) -> str:\n    return text\n")
         manifest = write_manifest(tmp_path, [tool("echo", "echo.py")],
                                   metrics={"listen": f"127.0.0.1:{port}"})
-        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "serve", str(manifest)],
+        done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "serve", str(manifest)],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=WAIT_S,
                               env=server_env(), check=False)
     assert done.returncode == 2

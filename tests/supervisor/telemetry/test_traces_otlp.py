@@ -160,7 +160,7 @@ trace.set_tracer_provider(provider)
 
 async def main():
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "staal.supervisor.app.cli", "serve", manifest],
+        command=sys.executable, args=["-m", "staal.supervisor.app.main", "serve", manifest],
         env={k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
         cwd=os.path.dirname(manifest))
     with trace.get_tracer("agent").start_as_current_span("agent turn"):

@@ -117,7 +117,7 @@ def _make_runs(tmp: Path, service: Recorder) -> tuple[Path, dict[str, str]]:
 
 def _start_console(manifest: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "staal.supervisor.app.cli", "console", str(manifest), "--listen",
+        [sys.executable, "-m", "staal.supervisor.app.main", "console", str(manifest), "--listen",
          "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The console prints its address once its socket accepts connections.
     ready, _, _ = select.select([process.stdout], [], [], READY_S)
@@ -277,7 +277,7 @@ def test_browsing_every_page_changes_no_file_in_the_journal_directory(runs):
 def test_a_listen_address_that_is_not_loopback_is_refused_unless_allowed(tmp_path):
     (tmp_path / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
     manifest = write_manifest(tmp_path, [tool("noop", "noop.py")])
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "console", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "console", str(manifest),
                            "--listen", "0.0.0.0:8090"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 2 and "not a loopback address" in done.stderr

@@ -305,7 +305,7 @@ def worker_talking_to(manifest: Path, port: int) -> psutil.Process:
 
 
 def status_json(manifest: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.cli", "status", str(manifest),
+    done = subprocess.run([sys.executable, "-m", "staal.supervisor.app.main", "status", str(manifest),
                            "--json"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
