@@ -204,7 +204,7 @@ def test_the_entry_command_exists_in_the_installed_package():
     assert callable(getattr(importlib.import_module(module), function))
     # The entry hands everything but a plain `serve` to the Typer app, where
     # `serve MANIFEST` is a command taking the manifest as its one argument.
-    cli = importlib.import_module("staal.supervisor.app.main")
+    cli = importlib.import_module("staal.supervisor.app.cli")
     serve = typer.main.get_command(cli.app).commands[ENTRY[1]]
     arguments = [p.name for p in serve.params if p.param_type_name == "argument"]
     assert arguments == ["manifest"]

@@ -53,7 +53,7 @@ _wanted: set[str] = set()
 # module-level function, possibly one imported from elsewhere by name).
 SPANS: dict[str, tuple[str, ...]] = {
     # supervisor
-    "staal.supervisor.app.main": ("load_or_exit",),
+    "staal.supervisor.app.cli": ("load_or_exit",),
     "staal.supervisor.transport.stdio": ("LineWriter.send", "protect_descriptors"),
     "staal.protocol.mcp.connection": ("Connection.receive_data", "Connection.answer_call"),
     "staal.supervisor.app.server": ("Server.start", "Server.outcome_of", "Server.recover",
