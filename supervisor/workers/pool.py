@@ -3,36 +3,38 @@ connect to, and `ahead` of them kept ready (DESIGN.md section 6).
 
 The pool accounts for every fork it asks for: asked (no report yet), then
 each worker by pid, from the zygote's report that it was forked, through its
-states (poolstate.py), to its exit, which the zygote reports for every
+states (pool_states.py), to its exit, which the zygote reports for every
 child, one that dies before its first heartbeat included. Whenever fewer
 than `ahead` are on their way or ready, more are asked for at once (so a
 call's replacement is forked on the other core while the call runs); while
 workers keep dying unused, only after a backoff, so a loop killing them
-cannot make the pool spin.
+cannot make the pool spin (pool_timing.ForkPace).
 
 The zygote is watched too. One that dies is started again, after a backoff
 while they keep dying; one that stops answering (fork requests with no
-report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S) is killed
-and so replaced. Only the first zygote, before it ever said ready, is not:
-a program that kills it on import stops the server at start.
+report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S:
+pool_timing.ZygoteDeadlines) is killed and so replaced. Only the first
+zygote, before it ever said ready, is not: a program that kills it on
+import stops the server at start.
 
 A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
 serving, START_WAIT_S before) in the line of idle workers and waiting calls
-(worker_line.py) and gets `NoWorker` when none came. A worker
-that exits (or stops sending heartbeats) before its run ended is reported to
-whoever waits on it as `WorkerLost`, with how it ended; one killed for its
-silence while it burned CPU is marked a runaway (silence.py), so its run
-ends as `budget` instead of being resumed.
+(line.py) and gets `NoWorker` when none came. A worker that exits (or
+stops sending heartbeats) before its run ended is reported to whoever waits
+on it as `WorkerLost`, with how it ended; one killed for its silence while
+it burned CPU is marked a runaway (silence.py), so its run ends as `budget`
+instead of being resumed.
+
+Every reading of time is the pool's clock's (`Monotonic`), so its
+decisions are tested on a clock the test moves (tests/supervisor/workers/).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import signal
 import subprocess
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -54,6 +56,7 @@ from staal.records.messages import (
     unpack,
 )
 from staal.records.record import Record
+from staal.runtime.clock import MONOTONIC, Monotonic
 from staal.runtime.transitions import advance
 from staal.supervisor.workers.exits import describe_exit, wait_status
 from staal.supervisor.workers.line import WorkerLine
@@ -70,6 +73,7 @@ from staal.supervisor.workers.pool_states import (
     WorkerState,
     ZygoteGone,
 )
+from staal.supervisor.workers.pool_timing import ForkPace, ZygoteDeadlines
 from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
 from staal.supervisor.workers.zygote import Spawned, spawn
 
@@ -81,17 +85,15 @@ END_GRACE_S = 5.0
 # is told the truth (far less than a client's patience).
 START_WAIT_S = 60.0
 CALL_WAIT_S = 10.0
-# A fork takes a millisecond: a zygote that owes an answer this long is stuck.
-ZYGOTE_SILENT_S = 3.0
-ZYGOTE_BOOT_S = 60.0
 WATCH_S = 1.0
 
 
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
                  ahead: int = 2, log: Callable[..., None] | None = None,
-                 early: Spawned | None = None) -> None:
+                 early: Spawned | None = None, clock: Monotonic = MONOTONIC) -> None:
         self.manifest = manifest
+        self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
         self.early = early
         self.env = env
@@ -109,14 +111,11 @@ class Pool:
         self.asked = 0  # forks asked of this zygote that it has not reported yet
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
-        self.fork_backoff = Backoff(first=0.05, cap=1.0, quiet=5.0)
+        self.forks = ForkPace(clock)  # when the next fork may be asked
         self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
-        self.fork_at = 0.0  # no fork is asked before this (monotonic)
-        self.unused_deaths = 0  # since workers were last ready
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
-        self.silence = SilenceWatch()  # why a silent worker is silent
-        self.answer_due: float | None = None  # the zygote owes a report by then
-        self.boot_due = math.inf
+        self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
+        self.due = ZygoteDeadlines(clock)  # by when the zygote owes an answer
         self.timers: set[asyncio.TimerHandle] = set()
         self.fork_timer: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -165,8 +164,7 @@ class Pool:
             spawned = spawn(self.manifest, self.endpoint, self.env)
         self.zygote = spawned.process
         self.asked = 0
-        self.answer_due = None
-        self.boot_due = time.monotonic() + ZYGOTE_BOOT_S
+        self.due.started()
         self.heard_early.clear()
         self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
         self._replenish()
@@ -185,13 +183,14 @@ class Pool:
 
     def _zygote_up(self) -> None:
         self._move("up")
-        self.boot_due = math.inf
+        self.due.up()
         self._owed()
 
     def _zygote_died(self, how: str) -> None:
         self.zygote_exit = how
         self._move("died")
-        self.asked, self.answer_due, self.boot_due = 0, None, math.inf
+        self.asked = 0
+        self.due.clear()
         # Its workers die with it (they ask the kernel to), unreported.
         for worker in list(self.workers.values()):
             if worker.state is not WorkerState.DRAINING:
@@ -200,14 +199,14 @@ class Pool:
             return
         self.log("zygote_exited", level="error", how=how)
         if self.state is PoolState.REPLACING:
-            delay = self.zygote_backoff.strike(time.monotonic())
+            delay = self.zygote_backoff.strike(self.clock.monotonic())
             self.log("zygote_replacing", retry_in_s=delay)
             self._later(delay, self._respawn)
 
     def _kill_zygote(self, why: str) -> None:
         assert self.zygote is not None  # only a zygote that was started is overdue
         self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
-        self.answer_due, self.boot_due = None, math.inf
+        self.due.clear()
         try:
             self.zygote.kill()  # its report pipe then ends, and it is replaced
         except OSError:
@@ -244,7 +243,7 @@ class Pool:
         missing = self.ahead - self.asked - sum(w.state in SUPPLY for w in self.workers.values())
         if missing <= 0:
             return
-        wait = self.fork_at - time.monotonic()
+        wait = self.forks.wait_s()
         if wait > 0:
             if self.fork_timer is None:
                 self.fork_timer = self._later(wait, self._fork_due)
@@ -267,11 +266,8 @@ class Pool:
 
     def _owed(self) -> None:
         """The zygote answered something: it owes the rest of what was asked
-        within ZYGOTE_SILENT_S from now, if anything."""
-        if self.state is PoolState.UP and self.asked > 0:
-            self.answer_due = time.monotonic() + ZYGOTE_SILENT_S
-        else:
-            self.answer_due = None
+        (pool_timing.ZygoteDeadlines), if anything."""
+        self.due.answered(self.state is PoolState.UP and self.asked > 0)
 
     # -- handing out workers ------------------------------------------------
 
@@ -319,7 +315,7 @@ class Pool:
             raise WorkerLost(worker.pid, worker.how)  # it died while lent
         worker.move("run")
         worker.run = message.run
-        worker.last_seen = time.monotonic()
+        worker.last_seen = self.clock.monotonic()
         await self.router.send_multipart([worker.identity, pack(message)])
         while True:
             reply = await self._next(worker)
@@ -353,9 +349,9 @@ class Pool:
             worker = self.workers.get(identity)
             if worker is None:
                 if isinstance(message, Heartbeat):
-                    self.heard_early[identity] = time.monotonic()
+                    self.heard_early[identity] = self.clock.monotonic()
                 continue
-            worker.last_seen = time.monotonic()
+            worker.last_seen = self.clock.monotonic()
             if isinstance(message, Heartbeat):
                 if worker.state is WorkerState.STARTING:
                     self._heard(worker)
@@ -364,9 +360,9 @@ class Pool:
 
     def _heard(self, worker: Worker) -> None:
         worker.move("heard")
-        if self.unused_deaths:
-            self.log("workers_ready_again", unused_deaths=self.unused_deaths)
-            self.unused_deaths = 0
+        deaths = self.forks.ready_again()
+        if deaths:
+            self.log("workers_ready_again", unused_deaths=deaths)
         self.line.offer(worker)
 
     async def _reports(self, fd: int, zygote: subprocess.Popen[bytes]) -> None:
@@ -394,7 +390,7 @@ class Pool:
 
     def _forked(self, pid: int) -> None:
         self.asked = max(0, self.asked - 1)
-        worker = Worker(pid=pid, identity=f"w{pid}".encode())
+        worker = Worker(pid=pid, identity=f"w{pid}".encode(), last_seen=self.clock.monotonic())
         self.workers[worker.identity] = worker
         if self.heard_early.pop(worker.identity, None) is not None:
             self._heard(worker)
@@ -429,10 +425,7 @@ class Pool:
 
     def _died_unused(self, what: str, pid: int | None) -> None:
         """A fork that did no good: the next waits for the backoff."""
-        now = time.monotonic()
-        delay = self.fork_backoff.strike(now)
-        self.fork_at = max(self.fork_at, now + delay)
-        self.unused_deaths += 1
+        delay = self.forks.died_unused()
         self.log("worker_died_unused", level="warning", pid=pid, how=what, retry_in_s=delay)
         self._replenish()
 
@@ -452,20 +445,23 @@ class Pool:
         sending heartbeats (stuck inside C code holding the interpreter, say;
         a running one that burned CPU meanwhile is a runaway: silence.py)."""
         while True:
-            await asyncio.sleep(WATCH_S)
-            now = time.monotonic()
-            if self.state in (PoolState.NEW, PoolState.BOOTING) and now > self.boot_due:
-                self._kill_zygote(f"it did not start within {ZYGOTE_BOOT_S:g} s")
-            elif self.state is PoolState.UP and self.answer_due is not None and now > self.answer_due:
-                self._kill_zygote(f"it answered no fork request for {ZYGOTE_SILENT_S:g} s")
-            for worker in list(self.workers.values()):
-                if worker.state is not WorkerState.DRAINING and not worker.killed:
-                    verdict = self.silence.look(worker.pid, worker.last_seen)
-                    if verdict is not None:
-                        self._kill_silent(worker, verdict)
-            for identity, when in list(self.heard_early.items()):
-                if now - when > SILENT_S:
-                    del self.heard_early[identity]  # a worker of a zygote that is gone
+            await self.clock.sleep(WATCH_S)
+            self.look()
+
+    def look(self) -> None:
+        """One look of the watch, at the clock's time now."""
+        overdue = self.due.overdue(self.state)
+        if overdue is not None:
+            self._kill_zygote(overdue)
+        for worker in list(self.workers.values()):
+            if worker.state is not WorkerState.DRAINING and not worker.killed:
+                verdict = self.silence.look(worker.pid, worker.last_seen)
+                if verdict is not None:
+                    self._kill_silent(worker, verdict)
+        now = self.clock.monotonic()
+        for identity, when in list(self.heard_early.items()):
+            if now - when > SILENT_S:
+                del self.heard_early[identity]  # a worker of a zygote that is gone
 
     def _kill_silent(self, worker: Worker, verdict: Verdict) -> None:
         """Kill a worker silent for SILENT_S. One running a run that burned
