@@ -65,6 +65,9 @@ class Parts:
     pool: Pool
     tools: dict[str, ToolRuntime]
     calls: Calls
+    # The runs a call or recovery of this process holds, shared by the
+    # pipeline and recovery (supervisor/calls/in_flight.py).
+    in_flight: RunsInFlight
     resource_catalogue: ResourceCatalogue
     resources: Resources
     recovery: Recovery
@@ -146,8 +149,8 @@ class Startup:
         await retention.sweep_now()
         descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()
                        if not is_hidden_tool(t.tool.name)]
-        return Parts(lock, ledger, run_journals, waiting, directory, pool, tools, calls, catalogue,
-                     resources, recovery, retention, descriptors,
+        return Parts(lock, ledger, run_journals, waiting, directory, pool, tools, calls, in_flight,
+                     catalogue, resources, recovery, retention, descriptors,
                      ServerInfo(server.name, staal.__version__))
 
     async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:

@@ -76,7 +76,7 @@ class Server:
         store = manifest.server.store
         self.takeover = Takeover(
             manifest.server.journals, parts.ledger, parts.run_journals, parts.waiting.notes,
-            parts.calls.in_flight, lambda files: plan_taken(manifest, parts.ledger, files),
+            parts.in_flight, lambda files: plan_taken(manifest, parts.ledger, files),
             parts.recovery, log, shared=store is not None)
         self.lease_keeper = LeaseKeeper(
             Lease(parts.ledger.renew_lease, LeaseTiming.of(store)), self.readiness, self.stopping,
