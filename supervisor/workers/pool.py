@@ -10,12 +10,8 @@ call's replacement is forked on the other core while the call runs); while
 workers keep dying unused, only after a backoff, so a loop killing them
 cannot make the pool spin (pool_timing.ForkPace).
 
-The zygote is watched too. One that dies is started again, after a backoff
-while they keep dying; one that stops answering (fork requests with no
-report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S:
-pool_timing.ZygoteDeadlines) is killed and so replaced. Only the first
-zygote, before it ever said ready, is not: a program that kills it on
-import stops the server at start.
+The zygote is kept by zygote_keeper.py: watched, and started again when it
+dies (but the first, before it ever said ready).
 
 A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
 serving, START_WAIT_S before) in the line of idle workers and waiting calls
@@ -34,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -57,25 +52,23 @@ from staal.records.messages import (
 )
 from staal.records.record import Record
 from staal.runtime.clock import MONOTONIC, Monotonic
-from staal.runtime.transitions import advance
-from staal.supervisor.workers.exits import describe_exit, wait_status
+from staal.supervisor.workers.exits import describe_exit
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
     HAS_ZYGOTE,
-    POOL_TRANSITIONS,
     SUPPLY,
     UNUSED,
     WATCHED,
-    Backoff,
     PoolState,
     Worker,
     WorkerLost,
     WorkerState,
     ZygoteGone,
 )
-from staal.supervisor.workers.pool_timing import ForkPace, ZygoteDeadlines
+from staal.supervisor.workers.pool_timing import ForkPace
 from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
-from staal.supervisor.workers.zygote import Spawned, spawn
+from staal.supervisor.workers.zygote import Spawned
+from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
 
 # A journal record's commit: None when durable, else why it was refused.
 OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
@@ -95,44 +88,30 @@ class Pool:
         self.manifest = manifest
         self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
-        self.early = early
-        self.env = env
         self.ahead = ahead
         self.log = log or (lambda *a, **k: None)
         self.context = zmq.asyncio.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.state = PoolState.NEW
         self.serving = False  # set by the server once it serves: the calls' wait applies
-        self.zygote: subprocess.Popen[bytes] | None = None
-        self.zygote_exit = ""
+        self.zygote = ZygoteKeeper(manifest, self.endpoint, env, early, self, clock, self.log,
+                                   self._task, self._later)
         self.workers: dict[bytes, Worker] = {}
         self.line = WorkerLine()  # idle workers and the calls waiting for one
-        self.asked = 0  # forks asked of this zygote that it has not reported yet
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
         self.forks = ForkPace(clock)  # when the next fork may be asked
-        self.zygote_backoff = Backoff(first=0.5, cap=5.0, quiet=60.0)
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
         self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
-        self.due = ZygoteDeadlines(clock)  # by when the zygote owes an answer
         self.timers: set[asyncio.TimerHandle] = set()
         self.fork_timer: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task[None]] = []
-        self.reports: asyncio.Task[None] | None = None
 
     # -- the pool's life ---------------------------------------------------
 
-    def _move(self, event: str) -> None:
-        self.state = advance(POOL_TRANSITIONS, self.state, event)
-        if self.state in (PoolState.FAILED, PoolState.CLOSED):
-            self.line.close(ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
-                                       if self.state is PoolState.FAILED
-                                       else "the worker pool is closed"))
-
     async def start(self) -> None:
         self.router.bind(self.endpoint)
-        self._spawn()
+        self.zygote.start()
         self.tasks = [self._task(self._receive()), self._task(self._watch())]
 
     def _task(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
@@ -156,91 +135,53 @@ class Pool:
         self.timers.add(handle)
         return handle
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        """Start a zygote (the first time, the one started early) and ask it
-        for the workers the pool lacks; the zygote started."""
-        spawned, self.early = self.early, None
-        if spawned is None:
-            spawned = spawn(self.manifest, self.endpoint, self.env)
-        self.zygote = spawned.process
-        self.asked = 0
-        self.due.started()
+    async def close(self) -> None:
+        self.zygote.move("close")
+        for handle in self.timers:
+            handle.cancel()
+        for task in self.tasks:
+            task.cancel()
+        await self.zygote.close()
+        self.router.close()
+        self.context.term()
+
+    # -- what the zygote reports (zygote_keeper.Reports) -------------------------
+
+    def started(self) -> None:
         self.heard_early.clear()
-        self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
         self._replenish()
-        return spawned.process
 
-    def _respawn(self) -> None:
-        if self.state is not PoolState.REPLACING:
-            return  # closed meanwhile
-        self._move("spawn")
-        try:
-            zygote = self._spawn()
-        except OSError as exc:
-            self._zygote_died(f"could not be started: {exc}")
-            return
-        self.log("zygote_started", pid=zygote.pid)
+    def forked(self, pid: int) -> None:
+        worker = Worker(pid=pid, identity=f"w{pid}".encode(), last_seen=self.clock.monotonic())
+        self.workers[worker.identity] = worker
+        if self.heard_early.pop(worker.identity, None) is not None:
+            self._heard(worker)
 
-    def _zygote_up(self) -> None:
-        self._move("up")
-        self.due.up()
-        self._owed()
+    def unforked(self, errno: str) -> None:
+        self._died_unused(f"could not be forked (errno {errno})", None)
 
-    def _zygote_died(self, how: str) -> None:
-        self.zygote_exit = how
-        self._move("died")
-        self.asked = 0
-        self.due.clear()
-        # Its workers die with it (they ask the kernel to), unreported.
+    def exited(self, pid: int, status: int) -> None:
+        worker = self.workers.get(f"w{pid}".encode())
+        if worker is not None:
+            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
+
+    def died(self, how: str) -> None:
         for worker in list(self.workers.values()):
             if worker.state is not WorkerState.DRAINING:
                 self._gone(worker, f"died with the zygote, which {how}", strike=False)
-        if self.state is PoolState.CLOSED:
-            return
-        self.log("zygote_exited", level="error", how=how)
-        if self.state is PoolState.REPLACING:
-            delay = self.zygote_backoff.strike(self.clock.monotonic())
-            self.log("zygote_replacing", retry_in_s=delay)
-            self._later(delay, self._respawn)
 
-    def _kill_zygote(self, why: str) -> None:
-        assert self.zygote is not None  # only a zygote that was started is overdue
-        self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
-        self.due.clear()
-        try:
-            self.zygote.kill()  # its report pipe then ends, and it is replaced
-        except OSError:
-            pass
-
-    async def close(self) -> None:
-        self._move("close")
-        for handle in self.timers:
-            handle.cancel()
-        if self.zygote is not None and self.zygote.stdin is not None:
-            try:
-                self.zygote.stdin.close()
-            except OSError:
-                pass
-        # Closing the zygote's stdin makes it kill every worker it forked;
-        # the server closes only after every call in flight was answered.
-        for task in [*self.tasks, *([self.reports] if self.reports else [])]:
-            task.cancel()
-        if self.zygote is not None:
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self.zygote.wait), 5)
-            except TimeoutError:
-                self.zygote.kill()
-        self.router.close()
-        self.context.term()
+    def ended(self, gone: ZygoteGone) -> None:
+        self.line.close(gone)
 
     # -- keeping `ahead` workers on their way ----------------------------------
 
     def _replenish(self) -> None:
         """Ask for as many forks as keep `ahead` workers on their way or
         ready; while workers keep dying unused, not before the backoff says."""
-        if self.state not in HAS_ZYGOTE:
+        if self.zygote.state not in HAS_ZYGOTE:
             return
-        missing = self.ahead - self.asked - sum(w.state in SUPPLY for w in self.workers.values())
+        missing = (self.ahead - self.zygote.asked
+                   - sum(w.state in SUPPLY for w in self.workers.values()))
         if missing <= 0:
             return
         wait = self.forks.wait_s()
@@ -248,26 +189,11 @@ class Pool:
             if self.fork_timer is None:
                 self.fork_timer = self._later(wait, self._fork_due)
             return
-        # HAS_ZYGOTE: one was started, with a pipe for its stdin (zygote.spawn).
-        assert self.zygote is not None and self.zygote.stdin is not None
-        try:
-            self.zygote.stdin.write(f"fork {missing}\n".encode())
-            self.zygote.stdin.flush()
-        except OSError as exc:
-            # It is dead: the end of its report pipe says so next.
-            self.log("zygote_unwritable", level="warning", error=str(exc))
-            return
-        self.asked += missing
-        self._owed()
+        self.zygote.ask(missing)
 
     def _fork_due(self) -> None:
         self.fork_timer = None
         self._replenish()
-
-    def _owed(self) -> None:
-        """The zygote answered something: it owes the rest of what was asked
-        (pool_timing.ZygoteDeadlines), if anything."""
-        self.due.answered(self.state is PoolState.UP and self.asked > 0)
 
     # -- handing out workers ------------------------------------------------
 
@@ -365,41 +291,6 @@ class Pool:
             self.log("workers_ready_again", unused_deaths=deaths)
         self.line.offer(worker)
 
-    async def _reports(self, fd: int, zygote: subprocess.Popen[bytes]) -> None:
-        """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
-        and "exit PID STATUS"; then its own end."""
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
-        while line := await reader.readline():
-            verb, _, rest = line.decode().strip().partition(" ")
-            if verb == "ready":
-                self._zygote_up()
-                continue
-            if verb == "forked":
-                self._forked(int(rest))
-            elif verb == "unforked":
-                self.asked = max(0, self.asked - 1)
-                self._died_unused(f"could not be forked (errno {rest})", None)
-            elif verb == "exit":
-                pid_text, _, status = rest.partition(" ")
-                self._exited(int(pid_text), int(status))
-            self._owed()
-        code = await asyncio.to_thread(zygote.wait)
-        self._zygote_died(describe_exit(wait_status(code)))
-
-    def _forked(self, pid: int) -> None:
-        self.asked = max(0, self.asked - 1)
-        worker = Worker(pid=pid, identity=f"w{pid}".encode(), last_seen=self.clock.monotonic())
-        self.workers[worker.identity] = worker
-        if self.heard_early.pop(worker.identity, None) is not None:
-            self._heard(worker)
-
-    def _exited(self, pid: int, status: int) -> None:
-        worker = self.workers.get(f"w{pid}".encode())
-        if worker is not None:
-            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
-
     def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
               status: int | None = None) -> None:
         """A worker exited: whoever waits on it learns how, and the pool
@@ -408,7 +299,7 @@ class Pool:
         if was is WorkerState.DRAINING:
             return
         self.silence.forget(worker.pid)
-        if not clean and self.state is not PoolState.CLOSED:
+        if not clean and self.zygote.state is not PoolState.CLOSED:
             self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
         if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
             # Keep routing to it for a while: its run's end is on its way.
@@ -419,7 +310,7 @@ class Pool:
         self.line.withdraw(worker)
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
-        if was in UNUSED and strike and self.state is not PoolState.CLOSED:
+        if was in UNUSED and strike and self.zygote.state is not PoolState.CLOSED:
             self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
         self._replenish()
 
@@ -441,7 +332,7 @@ class Pool:
 
     async def _watch(self) -> None:
         """Once a second: a zygote that stopped answering is killed (and so
-        replaced), and so is the process group of a worker that stopped
+        replaced: zygote_keeper.py), and so is the process group of a worker that stopped
         sending heartbeats (stuck inside C code holding the interpreter, say;
         a running one that burned CPU meanwhile is a runaway: silence.py)."""
         while True:
@@ -450,9 +341,7 @@ class Pool:
 
     def look(self) -> None:
         """One look of the watch, at the clock's time now."""
-        overdue = self.due.overdue(self.state)
-        if overdue is not None:
-            self._kill_zygote(overdue)
+        self.zygote.look()
         for worker in list(self.workers.values()):
             if worker.state is not WorkerState.DRAINING and not worker.killed:
                 verdict = self.silence.look(worker.pid, worker.last_seen)

@@ -2,8 +2,9 @@
 when a zygote that does not answer is killed, when the next fork is asked
 while workers keep dying unused, when a silent worker is killed, and when a
 heartbeat that overtook its fork's report is forgotten. The pool is never
-started: its zygote is a stand-in that records what it is asked, and the
-watch looks when the test says (`Pool.look`)."""
+started: its zygote is a stand-in that records what it is asked, its
+reports are lines the test hands to the pool's keeper of it
+(`ZygoteKeeper.report`), and the watch looks when the test says (`Pool.look`)."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def scene(tmp_path):
     pool = Pool(tmp_path / "staal.toml", tmp_path, {}, ahead=1,
                 log=lambda event, **fields: logged.append((event, fields)), clock=clock)
     zygote = StandInZygote()
-    pool.zygote = zygote  # type: ignore[assignment]
-    pool.due.started()  # as a zygote's start does
+    pool.zygote.process = zygote  # type: ignore[assignment]
+    pool.zygote.due.started()  # as a zygote's start does
     yield Scene(pool, clock, zygote, logged)
     for handle in pool.timers:
         handle.cancel()
@@ -97,7 +98,7 @@ def test_a_zygote_that_never_says_ready_is_killed_only_once_its_boot_time_is_ove
 
 @in_loop
 def test_an_up_zygote_that_owes_forks_is_killed_once_it_has_been_silent_too_long(scene):
-    scene.pool._zygote_up()
+    scene.pool.zygote.report("ready")
     scene.pool._replenish()
     assert scene.zygote.stdin.lines == ["fork 1"]
     scene.clock.advance(ZYGOTE_SILENT_S - 0.5)
@@ -112,11 +113,10 @@ def test_an_up_zygote_that_owes_forks_is_killed_once_it_has_been_silent_too_long
 
 @in_loop
 def test_a_zygote_that_reported_its_fork_owes_nothing_and_is_never_killed(scene):
-    scene.pool._zygote_up()
+    scene.pool.zygote.report("ready")
     scene.pool._replenish()
     scene.clock.advance(ZYGOTE_SILENT_S - 0.5)
-    scene.pool._forked(NO_SUCH_PID)
-    scene.pool._owed()  # as each report line does
+    scene.pool.zygote.report(f"forked {NO_SUCH_PID}")
     scene.clock.advance(10 * ZYGOTE_SILENT_S)
     scene.pool.look()
     assert not scene.zygote.killed
@@ -125,13 +125,13 @@ def test_a_zygote_that_reported_its_fork_owes_nothing_and_is_never_killed(scene)
 @in_loop
 def test_while_workers_keep_dying_unused_the_next_fork_waits_for_the_backoff(scene):
     pool = scene.pool
-    pool._zygote_up()
+    pool.zygote.report("ready")
     pool._replenish()
-    pool._forked(NO_SUCH_PID)
-    pool._exited(NO_SUCH_PID, KILLED)  # the first death: forked again at once
+    pool.zygote.report(f"forked {NO_SUCH_PID}")
+    pool.zygote.report(f"exit {NO_SUCH_PID} {KILLED}")  # the first death: forked again at once
     assert scene.zygote.stdin.lines == ["fork 1", "fork 1"]
-    pool._forked(NO_SUCH_PID + 1)
-    pool._exited(NO_SUCH_PID + 1, KILLED)  # the second: after the backoff
+    pool.zygote.report(f"forked {NO_SUCH_PID + 1}")
+    pool.zygote.report(f"exit {NO_SUCH_PID + 1} {KILLED}")  # the second: after the backoff
     assert scene.zygote.stdin.lines == ["fork 1", "fork 1"]
     delay = scene.events("worker_died_unused")[-1]["retry_in_s"]
     assert isinstance(delay, float) and delay > 0
@@ -145,11 +145,11 @@ def test_while_workers_keep_dying_unused_the_next_fork_waits_for_the_backoff(sce
 @in_loop
 def test_a_fork_asked_early_waits_until_the_backoff_is_over(scene):
     pool = scene.pool
-    pool._zygote_up()
+    pool.zygote.report("ready")
     for pid in (NO_SUCH_PID, NO_SUCH_PID + 1):
         pool._replenish()
-        pool._forked(pid)
-        pool._exited(pid, KILLED)
+        pool.zygote.report(f"forked {pid}")
+        pool.zygote.report(f"exit {pid} {KILLED}")
     asked = list(scene.zygote.stdin.lines)
     pool.fork_timer = None  # as if its timer fired too soon
     pool._replenish()
@@ -161,9 +161,9 @@ def test_a_fork_asked_early_waits_until_the_backoff_is_over(scene):
 def test_a_worker_silent_too_long_is_killed_and_one_heard_meanwhile_is_not(scene):
     pool = scene.pool
     pool.silence = SilenceWatch(scene.clock.monotonic, read=lambda pid: None)
-    pool._zygote_up()
-    pool._forked(NO_SUCH_PID)
-    pool._forked(NO_SUCH_PID + 1)
+    pool.zygote.report("ready")
+    pool.zygote.report(f"forked {NO_SUCH_PID}")
+    pool.zygote.report(f"forked {NO_SUCH_PID + 1}")
     silent, heard = (pool.workers[f"w{pid}".encode()] for pid in (NO_SUCH_PID, NO_SUCH_PID + 1))
     for _ in range(int(SILENT_S) + 2):
         scene.clock.advance(1.0)
