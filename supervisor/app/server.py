@@ -30,10 +30,11 @@ from staal.manifest.model import RUN_STATUS_TOOL, Manifest
 from staal.protocol.dispatch import CallTool
 from staal.protocol.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.resources import ReadAnswer, ReadResource
-from staal.protocol.results import CallOutcome, Failed, Refused
+from staal.protocol.results import CallOutcome, Failed
 from staal.supervisor.app.log import Log
 from staal.supervisor.app.parts import Parts, Startup, StartupFailed
 from staal.supervisor.auth.callers import LOCAL, Admitted
+from staal.supervisor.calls.busy_bound import BusyBound
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.recovery.at_start import plan_taken
 from staal.supervisor.recovery.lease import Lease, LeaseTiming
@@ -73,6 +74,8 @@ class Server:
         # Counted only with a `server.metrics` section; else reports are dropped.
         self.metrics = metrics
         self.observer: Observer = metrics or NO_METRICS
+        # What a transport asks before a call reaches the pipeline.
+        self.busy = BusyBound(manifest.server.max_concurrent_runs, self.observer).refuse
         store = manifest.server.store
         self.takeover = Takeover(
             manifest.server.journals, parts.ledger, parts.run_journals, parts.waiting.notes,
@@ -110,19 +113,6 @@ class Server:
         await asyncio.to_thread(self.tracing.close)  # the last spans out, bounded by the exporter
 
     # -- what every transport does with a call ---------------------------------
-
-    def busy(self, in_progress: int, tool: str | None = None) -> Refused | None:
-        """Seed 000 section 5: with more than 4 x max_concurrent_runs + 16
-        calls in progress (being checked or running), a call is busy at once.
-        `tool`: the call's, counted in the metrics (None: a resource read)."""
-        bound = 4 * self.manifest.server.max_concurrent_runs + 16
-        if in_progress < bound:
-            return None
-        refused = Refused("busy", f"the server is busy: more than {bound} calls are in progress; "
-                                  "try again later")
-        if tool is not None:
-            self.observer.call_answered(tool, refused)
-        return refused
 
     async def outcome_of(self, call: CallTool, state: CallState,
                          admitted: Admitted = LOCAL) -> CallOutcome | None:

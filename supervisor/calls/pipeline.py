@@ -44,7 +44,7 @@ from staal.supervisor.calls.outcomes import (
     run_status,
 )
 from staal.supervisor.calls.quota_text import quota_text
-from staal.supervisor.calls.run_crashes import Progress, RunCrashes
+from staal.supervisor.calls.run_crashes import Progress, RunCrashes, increasing
 from staal.supervisor.calls.run_logs import RunLogs, failure_fields
 from staal.supervisor.recovery.waiting import Waiting
 from staal.supervisor.store.files import RunFiles
@@ -396,19 +396,3 @@ class Calls:
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting.notes,
                           self.run_journals)
-
-
-
-def increasing(progress: Progress | None) -> Progress:
-    """`progress`, told only values greater than the last (the protocol's
-    rule; a run resumed after a worker's death begins again at an op the
-    caller was already told of), or nothing at all."""
-    last = -1
-
-    def forward(value: int, message: str) -> None:
-        nonlocal last
-        if progress is not None and value > last:
-            last = value
-            progress(value, message)
-
-    return forward

@@ -2,9 +2,10 @@
 (resumed in a new one, at most MAX_RESUMES times, then given up), it meets
 its own limit or is killed as a runaway (failed as budget, not resumed), or
 the shared store refuses one of its journal records (cut off: answered
-failed, neither settled nor served further here). Kept apart from `Calls`
-so the seven steps read straight through; `Calls` holds one, given how to
-run once in a worker (`Calls.execute`).
+failed, neither settled nor served further here). A run resumed in a new
+worker tells its caller only progress past what it was told (`increasing`).
+Kept apart from `Calls` so the seven steps read straight through; `Calls`
+holds one, given how to run once in a worker (`Calls.execute`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,21 @@ from staal.supervisor.workers.silence import SILENT_S
 MAX_RESUMES = 3
 
 Progress = Callable[[int, str], None]
+
+
+def increasing(progress: Progress | None) -> Progress:
+    """`progress`, told only values greater than the last (the protocol's
+    rule; a run resumed after a worker's death begins again at an op the
+    caller was already told of), or nothing at all."""
+    last = -1
+
+    def forward(value: int, message: str) -> None:
+        nonlocal last
+        if progress is not None and value > last:
+            last = value
+            progress(value, message)
+
+    return forward
 
 
 class Execute(Protocol):
