@@ -86,7 +86,8 @@ class Server:
             self.takeover.after_renewal, log)
 
     def started(self) -> None:
-        """Start-up is over: calls wait for workers as long as a call may."""
+        """Start-up is over: a checkout waits for a worker only as long as a
+        call may (pool.CALL_WAIT_S), and the instance is ready and says so."""
         server = self.manifest.server
         self.pool.serving = True
         self.readiness.note("started")
