@@ -4,7 +4,7 @@ the restarting supervisor its zygotes' and verifiers' restarts
 (supervisor/workers/restarting.py), a worker its re-sends of a keyed request
 (worker/runs/resend.py) and its model calls' retries
 (worker/capabilities/model.py), the server its polls of a held lock
-(supervisor/app/lockfile.py) and the notify command's retries
+(supervisor/store/lockfile.py) and the notify command's retries
 (supervisor/recovery/waiting.py).
 """
 

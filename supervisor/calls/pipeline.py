@@ -21,7 +21,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from staal.errors import StaalError
 from staal.manifest.model import Manifest, Tool
@@ -30,7 +29,7 @@ from staal.protocol.mcp.results import CallOutcome, Failed, Refused, RunStatus, 
 from staal.records.journal import discard_unstarted
 from staal.records.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.records.messages import Progress as ProgressMsg
-from staal.records.record import Record
+from staal.records.record import Json, Record
 from staal.records.runconfig import config_key
 from staal.runtime.inputs import InputError, arguments_to_json, check_arguments
 from staal.runtime.killpoints import kill_point
@@ -43,7 +42,7 @@ from staal.supervisor.calls.outcomes import (
     run_status,
 )
 from staal.supervisor.calls.quota_text import quota_text
-from staal.supervisor.calls.run_crashes import Progress, RunCrashes
+from staal.supervisor.calls.run_crashes import Progress, RunCrashes, increasing
 from staal.supervisor.calls.run_logs import RunLogs, failure_fields
 from staal.supervisor.calls.tool_runtime import ToolRuntime, money_held
 from staal.supervisor.recovery.waiting import Waiting
@@ -87,7 +86,7 @@ class CallState:
 
 
 @dataclass
-class Calls(RunCrashes):
+class Calls:
     manifest: Manifest
     tools: dict[str, ToolRuntime]
     ledger: Ledger
@@ -98,21 +97,23 @@ class Calls(RunCrashes):
     running: int = 0
     # Spans (supervisor/telemetry/tracing.py): the workers' are exported from here.
     tracing: Tracing = NO_TRACING
-    states: dict[Any, CallState] = field(default_factory=dict)
     # Where the runs' journals are durable (the worker's file, or the store's rows).
     run_journals: RunJournals = FILE_JOURNALS
-    # Runs whose journal record the store refused, and why (`commit_record`).
-    cut_off: dict[str, str] = field(default_factory=dict)
-    # Each run's log lines until it ends (supervisor/calls/run_logs.py).
+    # Each run's log lines until it ends (supervisor/calls/run_logs.py);
+    # recovery writes them too.
     logs: RunLogs = field(default_factory=RunLogs)
     # The runs a call or recovery of this process is running (settling in
     # place touches no other: supervisor/calls/in_flight.py).
     in_flight: RunsInFlight = field(default_factory=RunsInFlight)
     # Each tool's secrets by name: a run is handed the values of its own.
     secret_names: dict[str, tuple[str, ...]] = field(init=False)
+    # What a run does when its execution stops short (a worker's death, a
+    # refused record): supervisor/calls/run_crashes.py.
+    crashes: RunCrashes = field(init=False)
 
     def __post_init__(self) -> None:
         self.secret_names = secret_names(self.manifest)
+        self.crashes = RunCrashes(self.manifest, self.log, self.run_journals, self.execute)
 
     @property
     def journals(self) -> Path:
@@ -197,7 +198,7 @@ class Calls(RunCrashes):
         self.metrics.refused(tool.name, "rate" if over.scope == "rate" else "quota")
         return Refused("quota", quota_text(tool, over, admission))
 
-    async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any],
+    async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                               once: OnceRequest | None, call: CallTool, state: CallState,
                               worker: Worker,
                               admitted: Admitted = LOCAL) -> CallOutcome:
@@ -210,7 +211,7 @@ class Calls(RunCrashes):
             if state.run is not None:
                 self.in_flight.let_go([state.run])
 
-    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, Any],
+    async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                                once: OnceRequest | None, call: CallTool, state: CallState,
                                worker: Worker,
                                admitted: Admitted) -> CallOutcome:
@@ -229,13 +230,13 @@ class Calls(RunCrashes):
         files = self.files(tool.name, result.run)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
-        final = await self.execute_with_recovery(tool, files, resume=False, progress=progress,
-                                                 worker=worker, grants=admitted.grants(tool.name),
-                                                 traceparent=state.traceparent)
+        final = await self.crashes.execute_with_recovery(
+            tool, files, resume=False, progress=progress, worker=worker,
+            grants=admitted.grants(tool.name), traceparent=state.traceparent)
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: OnceRequest | None,
-                          arguments: dict[str, Any], state: CallState,
+                          arguments: dict[str, Json], state: CallState,
                           admission: Admission | None) -> ReserveResult:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
         the reservation, then the arguments file."""
@@ -259,7 +260,8 @@ class Calls(RunCrashes):
         assert tool is not None  # recovery resumes only a run whose tool is still there (what_changed)
         entry = self.ledger.run(files.run)
         grants = None if entry is None else entry.grants  # the grant set it was reserved with
-        final = await self.execute_with_recovery(tool, files, resume=True, grants=grants)
+        final = await self.crashes.execute_with_recovery(tool, files, resume=True,
+                                                         grants=grants)
         return await self.conclude(tool, files, final)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
@@ -291,7 +293,7 @@ class Calls(RunCrashes):
                 self.tracing.worker_spans(reply, traceparent)
 
         final = await self.pool.run(worker, message, on_message,
-                                    lambda append: self.commit_record(files, append))
+                                    lambda append: self.crashes.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final
 
@@ -322,7 +324,7 @@ class Calls(RunCrashes):
                        final: Ended | StoppedMsg | None) -> CallOutcome:
         """Step 7: a stopped run waits (no settle); any other is settled,
         its arguments removed, and answered from its outcome."""
-        cut = self.cut_off.pop(files.run, None)
+        cut = self.crashes.cut_off.pop(files.run, None)
         if cut is not None:
             await asyncio.to_thread(self._flush_log, files, "cut off")
             message = (f"run {files.run} stopped on this instance: its journal record was "
@@ -394,19 +396,3 @@ class Calls(RunCrashes):
             return RunStatus(run, "unknown")
         return run_status(entry, self.files(entry.tool, run), self.waiting.notes,
                           self.run_journals)
-
-
-
-def increasing(progress: Progress | None) -> Progress:
-    """`progress`, told only values greater than the last (the protocol's
-    rule; a run resumed after a worker's death begins again at an op the
-    caller was already told of), or nothing at all."""
-    last = -1
-
-    def forward(value: int, message: str) -> None:
-        nonlocal last
-        if progress is not None and value > last:
-            last = value
-            progress(value, message)
-
-    return forward

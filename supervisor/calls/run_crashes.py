@@ -2,15 +2,17 @@
 (resumed in a new one, at most MAX_RESUMES times, then given up), it meets
 its own limit or is killed as a runaway (failed as budget, not resumed), or
 the shared store refuses one of its journal records (cut off: answered
-failed, neither settled nor served further here). Kept apart from `Calls`
-so the seven steps read straight through; `Calls` mixes this in and
-provides what it names.
+failed, neither settled nor served further here). A run resumed in a new
+worker tells its caller only progress past what it was told (`increasing`).
+Kept apart from `Calls` so the seven steps read straight through; `Calls`
+holds one, given how to run once in a worker (`Calls.execute`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Protocol
 
 from staal.errors import StaalError
 from staal.manifest.model import Manifest, Tool
@@ -30,17 +32,42 @@ MAX_RESUMES = 3
 Progress = Callable[[int, str], None]
 
 
-class RunCrashes:
-    """The crash handling of `Calls` (supervisor/calls/pipeline.py), which holds the
-    state named here."""
+def increasing(progress: Progress | None) -> Progress:
+    """`progress`, told only values greater than the last (the protocol's
+    rule; a run resumed after a worker's death begins again at an op the
+    caller was already told of), or nothing at all."""
+    last = -1
 
-    manifest: Manifest
-    log: Log
-    run_journals: RunJournals
-    # Runs whose journal record the store refused, and why (`commit_record`).
-    cut_off: dict[str, str]
-    # Run (or resume) once in a worker: `Calls.execute`.
-    execute: Callable[..., Awaitable[Ended | StoppedMsg]]
+    def forward(value: int, message: str) -> None:
+        nonlocal last
+        if progress is not None and value > last:
+            last = value
+            progress(value, message)
+
+    return forward
+
+
+class Execute(Protocol):
+    """Run (or resume) once in a worker: `Calls.execute`."""
+
+    async def __call__(self, tool: Tool, files: RunFiles, resume: bool,
+                       progress: Progress | None = None, worker: Worker | None = None,
+                       grants: str | None = None,
+                       traceparent: str | None = None) -> Ended | StoppedMsg: ...
+
+
+class RunCrashes:
+    """The crash handling of the call pipeline (supervisor/calls/pipeline.py)."""
+
+    def __init__(self, manifest: Manifest, log: Log, run_journals: RunJournals,
+                 execute: Execute) -> None:
+        self.manifest = manifest
+        self.log = log
+        self.run_journals = run_journals
+        self.execute = execute
+        # Runs whose journal record the store refused, and why
+        # (`commit_record`); the pipeline answers each failed (`Calls.conclude`).
+        self.cut_off: dict[str, str] = {}
 
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
                                     progress: Progress | None = None,

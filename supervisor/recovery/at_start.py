@@ -14,9 +14,9 @@ DESIGN.md section 9), with exactly one rule per case:
 - inputs files left by settled or released runs: removed.
 
 Settling in place (a live instance's own runs a failure left unsettled,
-supervisor/app/server.py `settle_in_place`) plans by the same rules; it never
-looks at a run with a waiting record (resumed, it would only stop at its op
-in doubt again), so a stopped run it plans is one an operator answered, or
+supervisor/recovery/takeover.py) plans by the same rules; it never looks at
+a run with a waiting record (resumed, it would only stop at its op in doubt
+again), so a stopped run it plans is one an operator answered, or
 one whose record could not be written, which stops again and writes it.
 """
 

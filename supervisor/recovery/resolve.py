@@ -9,7 +9,7 @@ ended, and the new row takes the line after the last one read in the same
 transaction, whose primary key refuses it if the run's owner appended
 meanwhile. The owner (or an instance that takes the run over) restores its
 copy from the rows and resumes the run after its next renewal of its lease
-(settling in place, supervisor/app/server.py), or at its next start. The run's
+(settling in place, supervisor/recovery/takeover.py), or at its next start. The run's
 waiting record goes in the same transaction.
 
 The answer is checked by the worker's own `staal resolve` (which knows each

@@ -3,17 +3,23 @@ journals and logs of runs settled longer ago than `server.keep` days, the
 log first and then the journal (a failure in between leaves a journal
 without a log, never a log without its journal); then compact the ledger
 (seed 000 section 6). A run in progress, unsettled or holding a once key
-not yet expired is never deleted, whatever its age."""
+not yet expired is never deleted, whatever its age. `Retention` sweeps at
+start and then once a day, on the clock it is given."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from staal.errors import StaalError
 from staal.manifest.model import Manifest
 from staal.records.fsio import FS
+from staal.runtime.clock import MONOTONIC, Monotonic
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import Compaction, Ledger, RunEntry
+from staal.supervisor.telemetry.log import Log
 
 DAY_S = 24 * 3600
 
@@ -83,3 +89,28 @@ def quota_windows(manifest: Manifest) -> dict[str, int]:
             if caller.rate is not None:
                 count(name, caller.rate.window.ms)
     return windows
+
+
+class Retention:
+    """Sweeps (`sweep`: over the manifest and the ledger) at start, then once
+    a day while the server serves; a failed daily sweep is logged and tried
+    again the next day."""
+
+    def __init__(self, sweep: Callable[[], Sweep], log: Log, clock: Monotonic = MONOTONIC) -> None:
+        self.sweep = sweep
+        self.log = log
+        self.clock = clock
+
+    async def sweep_now(self) -> None:
+        result = await asyncio.to_thread(self.sweep)
+        self.log("retention", deleted=len(result.deleted), kept=len(result.compaction.kept),
+                 dropped=len(result.compaction.dropped))
+
+    async def daily(self) -> None:
+        """Until cancelled (serving ended)."""
+        while True:
+            await self.clock.sleep(DAY_S)
+            try:
+                await self.sweep_now()
+            except StaalError as exc:
+                self.log("retention_failed", level="error", kind=exc.kind, message=exc.message)

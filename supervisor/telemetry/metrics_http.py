@@ -57,7 +57,7 @@ def counted(metrics: Metrics, server: Server) -> list[Metric]:
         refusals.add_metric((tool, reason), n)
     running = GaugeMetricFamily("staal_runs_in_progress", "Calls holding a concurrency slot "
                                 "now (taking a worker, reserving or running).", labels=("tool",))
-    for name, runtime in sorted(server.calls.tools.items()):
+    for name, runtime in sorted(server.tools.items()):
         running.add_metric((name,), runtime.running)
     deaths = CounterMetricFamily(
         "staal_worker_deaths", "Workers that exited other than at the end of their run: "

@@ -1,7 +1,7 @@
 """Answering resources/read (issue 16): a caller's runs, one run's status
 and journal, read from the ledger and journals with their one readers; and
 an operator's records, each read a run of the collection's hidden `get` or
-`list` tool through the one call pipeline (calls.py), so it is checked,
+`list` tool through the one call pipeline (supervisor/calls/pipeline.py), so it is checked,
 confined, journaled and counted as any run is.
 
 Which runs a caller may see is decided in one place, `visible`; every runs
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,14 @@ from staal.protocol.mcp.resources import (
     RunsPage,
     unknown_resource,
 )
-from staal.protocol.mcp.results import CallOutcome, Done, Refused, shape_run_status
+from staal.protocol.mcp.results import CallOutcome, Done, Refused, RunStatus, shape_run_status
 from staal.records.fsio import FS
 from staal.records.journal import read_journal
 from staal.supervisor.auth.callers import Admitted
-from staal.supervisor.calls.pipeline import Calls, CallState
-from staal.supervisor.store.ledger import RunEntry
+from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.store.files import RunFiles
+from staal.supervisor.store.ledger import Ledger, RunEntry
+from staal.supervisor.store.notes import RunNotes
 from staal.supervisor.views.journal_view import header_data, record_data, when
 
 KEY_FILE = "resources.key"
@@ -88,10 +90,22 @@ def visible(entry: RunEntry, admitted: Admitted) -> bool:
     return admitted.owns(entry)
 
 
+# A call through the one pipeline (`Calls.call_tool`): an operator's records
+# are read by a run of a collection's entry.
+CallThrough = Callable[[CallTool, CallState, Admitted], Awaitable[CallOutcome | None]]
+# How the caller's own run stands (`Calls.run_status`, staal_run_status's answer).
+StatusOf = Callable[[str, Admitted], RunStatus]
+
+
 class Resources:
-    def __init__(self, calls: Calls, catalogue: ResourceCatalogue,
+    def __init__(self, ledger: Ledger, notes: RunNotes, journals: Path, run_status: StatusOf,
+                 call_tool: CallThrough, catalogue: ResourceCatalogue,
                  collections: tuple[ResourceDecl, ...]) -> None:
-        self.calls = calls
+        self.ledger = ledger
+        self.notes = notes
+        self.journals = journals
+        self.run_status = run_status
+        self.call_tool = call_tool
         self.catalogue = catalogue
         self.collections = {c.name: c for c in collections}
 
@@ -107,11 +121,11 @@ class Resources:
         assert not isinstance(ref, (RecordItem, RecordsPage))  # read() serves those: records()
         if isinstance(ref, RunsPage):
             return self.runs_page(ref, admitted)
-        entry = self.calls.ledger.run(ref.run)
+        entry = self.ledger.run(ref.run)
         if entry is None or not visible(entry, admitted):
             return unknown_resource(read.uri, f"no run {ref.run} of yours is known here")
         if isinstance(ref, RunItem):
-            status = self.calls.run_status(ref.run, admitted)
+            status = self.run_status(ref.run, admitted)
             data = shape_run_status(status).structured
             return Contents(data, ENDED_TTL_MS if status.status in ENDED else 0)
         return self.journal_page(read, ref, entry)
@@ -123,11 +137,11 @@ class Resources:
         ids are random, and reserves share milliseconds). The cursor holds
         the last run's reserve time and id: the page after it starts past
         that run, or, if retention has dropped it since, past its time."""
-        entries = [e for e in reversed(self.calls.ledger.runs()) if visible(e, admitted)]
+        entries = [e for e in reversed(self.ledger.runs()) if visible(e, admitted)]
         if ref.after is not None:
             entries = _after(entries, ref.after)
         page = entries[:ref.limit]
-        waiting = self.calls.waiting.notes.all_waiting() if any(e.unsettled for e in page) else {}
+        waiting = self.notes.all_waiting() if any(e.unsettled for e in page) else {}
         data: dict[str, Any] = {"items": [_run_item(e, waiting) for e in page]}
         if len(entries) > ref.limit:
             last = page[-1]
@@ -135,7 +149,7 @@ class Resources:
         return Contents(data)
 
     def journal_page(self, read: ReadResource, ref: JournalPage, entry: RunEntry) -> ReadAnswer:
-        files = self.calls.files(entry.tool, entry.run)
+        files = RunFiles(self.journals, entry.tool, entry.run)
         try:
             journal = read_journal(files.journal)
         except FileNotFoundError:
@@ -167,7 +181,7 @@ class Resources:
             tool, arguments = decl.list, {"after": ref.after, "limit": ref.limit + 1}
         call = CallTool(read.request_id, tool.name, arguments, read.revision)
         # The caller's own run (its rate counts it; it lists it among its runs).
-        outcome = await self.calls.call_tool(call, state, admitted)
+        outcome = await self.call_tool(call, state, admitted)
         if not isinstance(outcome, Done):
             return _read_failed(read.uri, outcome)
         if isinstance(ref, RecordItem):

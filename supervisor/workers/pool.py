@@ -3,36 +3,33 @@ connect to, and `ahead` of them kept ready (DESIGN.md section 6).
 
 The pool accounts for every fork it asks for: asked (no report yet), then
 each worker by pid, from the zygote's report that it was forked, through its
-states (poolstate.py), to its exit, which the zygote reports for every
+states (pool_states.py), to its exit, which the zygote reports for every
 child, one that dies before its first heartbeat included. Whenever fewer
 than `ahead` are on their way or ready, more are asked for at once (so a
 call's replacement is forked on the other core while the call runs); while
 workers keep dying unused, only after a backoff, so a loop killing them
-cannot make the pool spin.
+cannot make the pool spin (pool_timing.ForkPace).
 
-The zygote is watched too. One that dies is started again, after a backoff
-while they keep dying; one that stops answering (fork requests with no
-report for ZYGOTE_SILENT_S, or no "ready" within ZYGOTE_BOOT_S) is killed
-and so replaced. Only the first zygote, before it ever said ready, is not:
-a program that kills it on import stops the server at start.
+The zygote is kept by zygote_keeper.py: watched, and started again when it
+dies (but the first, before it ever said ready).
 
 A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
 serving, START_WAIT_S before) in the line of idle workers and waiting calls
-(worker_line.py) and gets `NoWorker` when none came. A worker
-that exits (or stops sending heartbeats) before its run ended is reported to
-whoever waits on it as `WorkerLost`, with how it ended; one killed for its
-silence while it burned CPU is marked a runaway (silence.py), so its run
-ends as `budget` instead of being resumed.
+(line.py) and gets `NoWorker` when none came. A worker that exits (or
+stops sending heartbeats) before its run ended is reported to whoever waits
+on it as `WorkerLost`, with how it ended; one killed for its silence while
+it burned CPU is marked a runaway (silence.py), so its run ends as `budget`
+instead of being resumed.
+
+Every reading of time is the pool's clock's (`Monotonic`), so its
+decisions are tested on a clock the test moves (tests/supervisor/workers/).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import signal
-import subprocess
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -54,23 +51,24 @@ from staal.records.messages import (
     unpack,
 )
 from staal.records.record import Record
-from staal.supervisor.workers.exits import describe_exit, wait_status
+from staal.runtime.clock import MONOTONIC, Monotonic
+from staal.supervisor.workers.exits import describe_exit
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
     HAS_ZYGOTE,
     SUPPLY,
     UNUSED,
     WATCHED,
-    Backoff,
     PoolState,
     Worker,
     WorkerLost,
     WorkerState,
     ZygoteGone,
 )
-from staal.supervisor.workers.restarting import Restarting
+from staal.supervisor.workers.pool_timing import ForkPace
 from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
-from staal.supervisor.workers.zygote import Spawned, spawn
+from staal.supervisor.workers.zygote import Spawned
+from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
 
 # A journal record's commit: None when durable, else why it was refused.
 OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
@@ -80,63 +78,40 @@ END_GRACE_S = 5.0
 # is told the truth (far less than a client's patience).
 START_WAIT_S = 60.0
 CALL_WAIT_S = 10.0
-# A fork takes a millisecond: a zygote that owes an answer this long is stuck.
-ZYGOTE_SILENT_S = 3.0
-ZYGOTE_BOOT_S = 60.0
 WATCH_S = 1.0
 
 
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
                  ahead: int = 2, log: Callable[..., None] | None = None,
-                 early: Spawned | None = None) -> None:
+                 early: Spawned | None = None, clock: Monotonic = MONOTONIC) -> None:
         self.manifest = manifest
+        self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
-        self.early = early
-        self.env = env
         self.ahead = ahead
         self.log = log or (lambda *a, **k: None)
         self.context = zmq.asyncio.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        # The zygote's life, which is the pool's: restarted after a backoff.
-        self.life = Restarting(start=self._respawn, lost=self._zygote_died, moved=self._moved,
-                               backoff=Backoff(first=0.5, cap=5.0, quiet=60.0))
         self.serving = False  # set by the server once it serves: the calls' wait applies
-        self.zygote: subprocess.Popen[bytes] | None = None
-        self.zygote_exit = ""
+        self.zygote = ZygoteKeeper(manifest, self.endpoint, env, early, self, clock, self.log,
+                                   self._task, self._later)
         self.workers: dict[bytes, Worker] = {}
         self.line = WorkerLine()  # idle workers and the calls waiting for one
-        self.asked = 0  # forks asked of this zygote that it has not reported yet
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
-        self.fork_backoff = Backoff(first=0.05, cap=1.0, quiet=5.0)
-        self.fork_at = 0.0  # no fork is asked before this (monotonic)
-        self.unused_deaths = 0  # since workers were last ready
+        self.forks = ForkPace(clock)  # when the next fork may be asked
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
-        self.silence = SilenceWatch()  # why a silent worker is silent
-        self.answer_due: float | None = None  # the zygote owes a report by then
-        self.boot_due = math.inf
+        self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
         self.timers: set[asyncio.TimerHandle] = set()
         self.fork_timer: asyncio.TimerHandle | None = None
         self.tasks: list[asyncio.Task[None]] = []
-        self.reports: asyncio.Task[None] | None = None
 
     # -- the pool's life ---------------------------------------------------
 
-    @property
-    def state(self) -> PoolState:
-        return self.life.state
-
-    def _moved(self, state: PoolState) -> None:
-        if state in (PoolState.FAILED, PoolState.CLOSED):
-            self.line.close(ZygoteGone(f"the zygote exited ({self.zygote_exit}); see the log above"
-                                       if self.state is PoolState.FAILED
-                                       else "the worker pool is closed"))
-
     async def start(self) -> None:
         self.router.bind(self.endpoint)
-        self._spawn()
+        self.zygote.start()
         self.tasks = [self._task(self._receive()), self._task(self._watch())]
 
     def _task(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
@@ -160,112 +135,65 @@ class Pool:
         self.timers.add(handle)
         return handle
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        """Start a zygote (the first time, the one started early) and ask it
-        for the workers the pool lacks; the zygote started."""
-        spawned, self.early = self.early, None
-        if spawned is None:
-            spawned = spawn(self.manifest, self.endpoint, self.env)
-        self.zygote = spawned.process
-        self.asked = 0
-        self.answer_due = None
-        self.boot_due = time.monotonic() + ZYGOTE_BOOT_S
+    async def close(self) -> None:
+        self.zygote.move("close")
+        for handle in self.timers:
+            handle.cancel()
+        for task in self.tasks:
+            task.cancel()
+        await self.zygote.close()
+        self.router.close()
+        self.context.term()
+
+    # -- what the zygote reports (zygote_keeper.Reports) -------------------------
+
+    def started(self) -> None:
         self.heard_early.clear()
-        self.reports = self._task(self._reports(spawned.report_fd, spawned.process))
         self._replenish()
-        return spawned.process
 
-    def _respawn(self) -> None:
-        zygote = self._spawn()
-        self.log("zygote_started", pid=zygote.pid)
+    def forked(self, pid: int) -> None:
+        worker = Worker(pid=pid, identity=f"w{pid}".encode(), last_seen=self.clock.monotonic())
+        self.workers[worker.identity] = worker
+        if self.heard_early.pop(worker.identity, None) is not None:
+            self._heard(worker)
 
-    def _zygote_up(self) -> None:
-        self.life.move("up")
-        self.boot_due = math.inf
-        self._owed()
+    def unforked(self, errno: str) -> None:
+        self._died_unused(f"could not be forked (errno {errno})", None)
 
-    def _zygote_died(self, how: str) -> None:
-        self.zygote_exit = how
-        delay = self.life.died()
-        self.asked, self.answer_due, self.boot_due = 0, None, math.inf
-        # Its workers die with it (they ask the kernel to), unreported.
+    def exited(self, pid: int, status: int) -> None:
+        worker = self.workers.get(f"w{pid}".encode())
+        if worker is not None:
+            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
+
+    def died(self, how: str) -> None:
         for worker in list(self.workers.values()):
             if worker.state is not WorkerState.DRAINING:
                 self._gone(worker, f"died with the zygote, which {how}", strike=False)
-        if self.state is PoolState.CLOSED:
-            return
-        self.log("zygote_exited", level="error", how=how)
-        if delay is not None:
-            self.log("zygote_replacing", retry_in_s=delay)
 
-    def _kill_zygote(self, why: str) -> None:
-        assert self.zygote is not None  # only a zygote that was started is overdue
-        self.log("zygote_silent", level="error", pid=self.zygote.pid, why=why)
-        self.answer_due, self.boot_due = None, math.inf
-        try:
-            self.zygote.kill()  # its report pipe then ends, and it is replaced
-        except OSError:
-            pass
-
-    async def close(self) -> None:
-        self.life.close()
-        for handle in self.timers:
-            handle.cancel()
-        if self.zygote is not None and self.zygote.stdin is not None:
-            try:
-                self.zygote.stdin.close()
-            except OSError:
-                pass
-        # Closing the zygote's stdin makes it kill every worker it forked;
-        # the server closes only after every call in flight was answered.
-        for task in [*self.tasks, *([self.reports] if self.reports else [])]:
-            task.cancel()
-        if self.zygote is not None:
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self.zygote.wait), 5)
-            except TimeoutError:
-                self.zygote.kill()
-        self.router.close()
-        self.context.term()
+    def ended(self, gone: ZygoteGone) -> None:
+        self.line.close(gone)
 
     # -- keeping `ahead` workers on their way ----------------------------------
 
     def _replenish(self) -> None:
         """Ask for as many forks as keep `ahead` workers on their way or
         ready; while workers keep dying unused, not before the backoff says."""
-        if self.state not in HAS_ZYGOTE:
+        if self.zygote.state not in HAS_ZYGOTE:
             return
-        missing = self.ahead - self.asked - sum(w.state in SUPPLY for w in self.workers.values())
+        missing = (self.ahead - self.zygote.asked
+                   - sum(w.state in SUPPLY for w in self.workers.values()))
         if missing <= 0:
             return
-        wait = self.fork_at - time.monotonic()
+        wait = self.forks.wait_s()
         if wait > 0:
             if self.fork_timer is None:
                 self.fork_timer = self._later(wait, self._fork_due)
             return
-        # HAS_ZYGOTE: one was started, with a pipe for its stdin (zygote.spawn).
-        assert self.zygote is not None and self.zygote.stdin is not None
-        try:
-            self.zygote.stdin.write(f"fork {missing}\n".encode())
-            self.zygote.stdin.flush()
-        except OSError as exc:
-            # It is dead: the end of its report pipe says so next.
-            self.log("zygote_unwritable", level="warning", error=str(exc))
-            return
-        self.asked += missing
-        self._owed()
+        self.zygote.ask(missing)
 
     def _fork_due(self) -> None:
         self.fork_timer = None
         self._replenish()
-
-    def _owed(self) -> None:
-        """The zygote answered something: it owes the rest of what was asked
-        within ZYGOTE_SILENT_S from now, if anything."""
-        if self.state is PoolState.UP and self.asked > 0:
-            self.answer_due = time.monotonic() + ZYGOTE_SILENT_S
-        else:
-            self.answer_due = None
 
     # -- handing out workers ------------------------------------------------
 
@@ -313,7 +241,7 @@ class Pool:
             raise WorkerLost(worker.pid, worker.how)  # it died while lent
         worker.move("run")
         worker.run = message.run
-        worker.last_seen = time.monotonic()
+        worker.last_seen = self.clock.monotonic()
         await self.router.send_multipart([worker.identity, pack(message)])
         while True:
             reply = await self._next(worker)
@@ -347,9 +275,9 @@ class Pool:
             worker = self.workers.get(identity)
             if worker is None:
                 if isinstance(message, Heartbeat):
-                    self.heard_early[identity] = time.monotonic()
+                    self.heard_early[identity] = self.clock.monotonic()
                 continue
-            worker.last_seen = time.monotonic()
+            worker.last_seen = self.clock.monotonic()
             if isinstance(message, Heartbeat):
                 if worker.state is WorkerState.STARTING:
                     self._heard(worker)
@@ -358,45 +286,10 @@ class Pool:
 
     def _heard(self, worker: Worker) -> None:
         worker.move("heard")
-        if self.unused_deaths:
-            self.log("workers_ready_again", unused_deaths=self.unused_deaths)
-            self.unused_deaths = 0
+        deaths = self.forks.ready_again()
+        if deaths:
+            self.log("workers_ready_again", unused_deaths=deaths)
         self.line.offer(worker)
-
-    async def _reports(self, fd: int, zygote: subprocess.Popen[bytes]) -> None:
-        """The zygote's report lines: "ready", "forked PID", "unforked ERRNO"
-        and "exit PID STATUS"; then its own end."""
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb"))
-        while line := await reader.readline():
-            verb, _, rest = line.decode().strip().partition(" ")
-            if verb == "ready":
-                self._zygote_up()
-                continue
-            if verb == "forked":
-                self._forked(int(rest))
-            elif verb == "unforked":
-                self.asked = max(0, self.asked - 1)
-                self._died_unused(f"could not be forked (errno {rest})", None)
-            elif verb == "exit":
-                pid_text, _, status = rest.partition(" ")
-                self._exited(int(pid_text), int(status))
-            self._owed()
-        code = await asyncio.to_thread(zygote.wait)
-        self._zygote_died(describe_exit(wait_status(code)))
-
-    def _forked(self, pid: int) -> None:
-        self.asked = max(0, self.asked - 1)
-        worker = Worker(pid=pid, identity=f"w{pid}".encode())
-        self.workers[worker.identity] = worker
-        if self.heard_early.pop(worker.identity, None) is not None:
-            self._heard(worker)
-
-    def _exited(self, pid: int, status: int) -> None:
-        worker = self.workers.get(f"w{pid}".encode())
-        if worker is not None:
-            self._gone(worker, describe_exit(status), clean=status == 0, status=status)
 
     def _gone(self, worker: Worker, how: str, clean: bool = False, strike: bool = True,
               status: int | None = None) -> None:
@@ -406,7 +299,7 @@ class Pool:
         if was is WorkerState.DRAINING:
             return
         self.silence.forget(worker.pid)
-        if not clean and self.state is not PoolState.CLOSED:
+        if not clean and self.zygote.state is not PoolState.CLOSED:
             self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
         if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
             # Keep routing to it for a while: its run's end is on its way.
@@ -417,16 +310,13 @@ class Pool:
         self.line.withdraw(worker)
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
-        if was in UNUSED and strike and self.state is not PoolState.CLOSED:
+        if was in UNUSED and strike and self.zygote.state is not PoolState.CLOSED:
             self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
         self._replenish()
 
     def _died_unused(self, what: str, pid: int | None) -> None:
         """A fork that did no good: the next waits for the backoff."""
-        now = time.monotonic()
-        delay = self.fork_backoff.strike(now)
-        self.fork_at = max(self.fork_at, now + delay)
-        self.unused_deaths += 1
+        delay = self.forks.died_unused()
         self.log("worker_died_unused", level="warning", pid=pid, how=what, retry_in_s=delay)
         self._replenish()
 
@@ -442,24 +332,25 @@ class Pool:
 
     async def _watch(self) -> None:
         """Once a second: a zygote that stopped answering is killed (and so
-        replaced), and so is the process group of a worker that stopped
+        replaced: zygote_keeper.py), and so is the process group of a worker that stopped
         sending heartbeats (stuck inside C code holding the interpreter, say;
         a running one that burned CPU meanwhile is a runaway: silence.py)."""
         while True:
-            await asyncio.sleep(WATCH_S)
-            now = time.monotonic()
-            if self.state in (PoolState.NEW, PoolState.BOOTING) and now > self.boot_due:
-                self._kill_zygote(f"it did not start within {ZYGOTE_BOOT_S:g} s")
-            elif self.state is PoolState.UP and self.answer_due is not None and now > self.answer_due:
-                self._kill_zygote(f"it answered no fork request for {ZYGOTE_SILENT_S:g} s")
-            for worker in list(self.workers.values()):
-                if worker.state is not WorkerState.DRAINING and not worker.killed:
-                    verdict = self.silence.look(worker.pid, worker.last_seen)
-                    if verdict is not None:
-                        self._kill_silent(worker, verdict)
-            for identity, when in list(self.heard_early.items()):
-                if now - when > SILENT_S:
-                    del self.heard_early[identity]  # a worker of a zygote that is gone
+            await self.clock.sleep(WATCH_S)
+            self.look()
+
+    def look(self) -> None:
+        """One look of the watch, at the clock's time now."""
+        self.zygote.look()
+        for worker in list(self.workers.values()):
+            if worker.state is not WorkerState.DRAINING and not worker.killed:
+                verdict = self.silence.look(worker.pid, worker.last_seen)
+                if verdict is not None:
+                    self._kill_silent(worker, verdict)
+        now = self.clock.monotonic()
+        for identity, when in list(self.heard_early.items()):
+            if now - when > SILENT_S:
+                del self.heard_early[identity]  # a worker of a zygote that is gone
 
     def _kill_silent(self, worker: Worker, verdict: Verdict) -> None:
         """Kill a worker silent for SILENT_S. One running a run that burned

@@ -49,7 +49,7 @@ REFUND_OP = 2
 ANSWERED = "answered"
 CLOSED = "connection closed"  # end of file on stdout from a server that is gone
 
-# Recovery, as the servers log it (supervisor/app/server.py, supervisor/calls/pipeline.py).
+# Recovery, as the servers log it (supervisor/recovery/runner.py, supervisor/calls/pipeline.py).
 WORKER_LOST = "worker lost, resumed in a new worker"
 RELEASED = "released: it never started"
 SETTLED = "settled from its end"

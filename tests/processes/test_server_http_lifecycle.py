@@ -20,7 +20,7 @@ import httpx
 from staal.protocol.http.endpoint import Endpoint
 from staal.protocol.mcp.dispatch import Dispatcher
 from staal.protocol.mcp.results import Done
-from staal.supervisor.app.server import Server
+from staal.supervisor.calls.busy_bound import BusyBound
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.telemetry.metrics import NO_METRICS
 from staal.supervisor.transport.http_serving import McpApp, settings_for
@@ -34,11 +34,10 @@ from tests.protocol.test_support import SERVER, descriptor
 
 class HeldServer:
     """What McpApp asks of the server, with every call held until released:
-    the real bound (`Server.busy`) over max_concurrent_runs 1, so 20."""
+    the real bound (`BusyBound`, as `Server.busy`) over max_concurrent_runs 1, so 20."""
 
     manifest = SimpleNamespace(server=SimpleNamespace(max_concurrent_runs=1))
-    busy = Server.busy
-    observer = NO_METRICS
+    busy = BusyBound(1, NO_METRICS).refuse
 
     def __init__(self) -> None:
         self.release = asyncio.Event()

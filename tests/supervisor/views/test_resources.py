@@ -38,8 +38,8 @@ ALICE = Principal("https://issuer.example", "alice", "agent-1")
 
 @dataclass
 class LedgerOnly:
-    """What the runs resources use of the call pipeline: its ledger, where
-    runs' files are, and staal_run_status (Calls' own)."""
+    """What staal_run_status (Calls' own) uses of the call pipeline: its
+    ledger, where runs' files are, and the runs' notes."""
 
     ledger: FileLedger
     journals: Path
@@ -56,6 +56,10 @@ class LedgerOnly:
         return Calls.run_status(self, run, admitted)  # type: ignore[arg-type]
 
 
+async def no_calls(call, state, admitted):
+    raise AssertionError("the runs resources call no tool")
+
+
 @pytest.fixture
 def served(tmp_path):
     ledger = FileLedger.open(tmp_path / "server.ledger", SYSTEM_CLOCK)
@@ -70,7 +74,9 @@ def served(tmp_path):
     alices = ledger.reserve_call("tool0", None, 1, (), None, Admission(ALICE.identity)).run
     ledger.settle(alices, "done", ())
     catalogue = ResourceCatalogue("shop", [], CursorSigner(cursor_key(tmp_path)))
-    resources = Resources(LedgerOnly(ledger, tmp_path), catalogue, ())
+    only = LedgerOnly(ledger, tmp_path)
+    resources = Resources(ledger, only.waiting.notes, tmp_path, only.run_status, no_calls,
+                          catalogue, ())
     yield SimpleNamespace(resources=resources, catalogue=catalogue, runs=runs, released=released,
                           alices=alices)
     ledger.close()

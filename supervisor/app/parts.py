@@ -1,0 +1,167 @@
+"""Start-up, before anything is answered: what serving is made of, opened
+and started in order, each step needing the ones before it.
+
+Take the journal directory's lock, open the ledger (and on a shared store
+the journal rows and notes, making this instance's copies of its
+unfinished runs whole), plan recovery (any problem stops here), start the
+worker pool (its zygote started early) and check every tool in a worker,
+build the call pipeline and the resources, recover, and sweep by the
+retention rules. `Startup.run` hands back the started `Parts`; a start-up
+that fails stops the children it started (`Startup.abandon`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import staal
+from staal.errors import StaalError
+from staal.manifest.model import Manifest
+from staal.manifest.resources import is_hidden_tool
+from staal.protocol.mcp.cursors import CursorSigner
+from staal.protocol.mcp.resources import Collection, ResourceCatalogue
+from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tools import ToolDescriptor, describe_tool
+from staal.records.fsio import make_private_dir
+from staal.runtime.clock import SYSTEM_CLOCK
+from staal.supervisor.app.startup import check_tools
+from staal.supervisor.calls.in_flight import RunsInFlight
+from staal.supervisor.calls.pipeline import Calls
+from staal.supervisor.calls.run_logs import RunLogs
+from staal.supervisor.calls.tool_runtime import ToolRuntime
+from staal.supervisor.recovery.at_start import plan_recovery
+from staal.supervisor.recovery.retention import Retention, sweep
+from staal.supervisor.recovery.runner import Recovery
+from staal.supervisor.recovery.waiting import Waiting
+from staal.supervisor.store.choice import open_journals, open_ledger, open_notes
+from staal.supervisor.store.files import RunFiles, make_run_folders
+from staal.supervisor.store.journals import RunJournals
+from staal.supervisor.store.ledger import Ledger
+from staal.supervisor.store.lockfile import ServerLock
+from staal.supervisor.telemetry.log import Log
+from staal.supervisor.telemetry.metrics import Observer
+from staal.supervisor.telemetry.tracing import Tracing
+from staal.supervisor.views.resources import Resources, cursor_key, entry_problems
+from staal.supervisor.workers.pool import Pool
+from staal.supervisor.workers.zygote import Spawned, runtime_dir, worker_environment
+
+
+class StartupFailed(StaalError):
+    kind = "startup"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What start-up opened and started; closed in the reverse order."""
+
+    lock: ServerLock
+    ledger: Ledger
+    run_journals: RunJournals
+    waiting: Waiting
+    runtime_dir: Path
+    pool: Pool
+    tools: dict[str, ToolRuntime]
+    calls: Calls
+    # The runs a call or recovery of this process holds, shared by the
+    # pipeline and recovery (supervisor/calls/in_flight.py).
+    in_flight: RunsInFlight
+    resource_catalogue: ResourceCatalogue
+    resources: Resources
+    recovery: Recovery
+    retention: Retention
+    descriptors: list[ToolDescriptor]
+    server_info: ServerInfo
+
+    async def close(self) -> None:
+        self.waiting.stopping.set()
+        await self.pool.close()
+        self.run_journals.close()
+        self.ledger.close()
+        self.lock.release()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+class Startup:
+    def __init__(self, manifest: Manifest, log: Log, early: Spawned | None,
+                 tracing: Tracing, observer: Observer) -> None:
+        self.manifest = manifest
+        self.log = log
+        self.early = early
+        self.tracing = tracing
+        self.observer = observer
+        # The pool once started: it owns the zygote (the one started early) from then on.
+        self.pool: Pool | None = None
+
+    async def abandon(self) -> None:
+        """After a failed start: the workers and their zygote stop."""
+        if self.pool is not None:
+            await self.pool.close()
+        elif self.early is not None:
+            self.early.process.kill()
+
+    async def run(self) -> Parts:
+        server = self.manifest.server
+        make_private_dir(server.journals)
+        lock = await asyncio.to_thread(
+            ServerLock.acquire, server.journals, 5.0,
+            lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
+        ledger = await asyncio.to_thread(
+            open_ledger, server, SYSTEM_CLOCK,
+            lambda text: self.log("clock_behind", level="warning", message=text),
+            on_forget=lambda entry: self.log("once_forgotten", run=entry.run, tool=entry.tool,
+                                             by="staal-supervisor forget"))
+        run_journals = await asyncio.to_thread(open_journals, server, ledger)
+        waiting = Waiting(open_notes(server, run_journals), server.notify, server.notify_env,
+                          self.log)
+        # On a shared store the rows are the journals: this instance's copies
+        # of its unfinished runs' are made whole from them before recovery,
+        # and waiting records an older version kept as files become rows.
+        unfinished = [RunFiles(server.journals, e.tool, e.run) for e in ledger.mine()
+                      if e.state == "unsettled"]
+        await asyncio.to_thread(run_journals.restore, unfinished)
+        await asyncio.to_thread(waiting.notes.adopt, unfinished)
+        plan = await asyncio.to_thread(plan_recovery, self.manifest, ledger)
+        if plan.problems:
+            raise StartupFailed("; ".join(plan.problems))
+        directory = self.early.runtime_dir if self.early else runtime_dir()
+        self.pool = pool = Pool(self.manifest.path, directory, worker_environment(self.manifest),
+                                ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
+                                early=self.early)
+        await pool.start()
+        tools, problems = await check_tools(self.manifest, pool)
+        if problems:
+            raise StartupFailed("; ".join(problems))
+        in_flight, logs = RunsInFlight(), RunLogs()
+        calls = Calls(self.manifest, tools, ledger, pool, self.log, waiting,
+                      tracing=self.tracing, metrics=self.observer, run_journals=run_journals,
+                      logs=logs, in_flight=in_flight)
+        catalogue = await self.resource_catalogue(tools)
+        resources = Resources(ledger, waiting.notes, server.journals, calls.run_status,
+                              calls.call_tool, catalogue, self.manifest.resources)
+        await asyncio.to_thread(make_run_folders, server.journals,
+                                [t.name for t in self.manifest.tools])
+        recovery = Recovery(ledger, waiting.notes, logs, calls.resume_run, in_flight, self.log)
+        await recovery.at_start(plan)
+        retention = Retention(lambda: sweep(self.manifest, ledger), self.log)
+        await retention.sweep_now()
+        descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()
+                       if not is_hidden_tool(t.tool.name)]
+        return Parts(lock, ledger, run_journals, waiting, directory, pool, tools, calls, in_flight,
+                     catalogue, resources, recovery, retention, descriptors,
+                     ServerInfo(server.name, staal.__version__))
+
+    async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:
+        """The resources served (supervisor/views/resources.py): the runs, and each
+        collection, whose entries must take what staal passes them."""
+        problems = entry_problems(self.manifest.resources,
+                                  {name: t.inputs for name, t in tools.items()})
+        if problems:
+            raise StartupFailed("; ".join(problems))
+        server = self.manifest.server
+        key = await asyncio.to_thread(cursor_key, server.journals)
+        collections = [Collection(r.name, r.description, r.max_page_size)
+                       for r in self.manifest.resources]
+        return ResourceCatalogue(server.name, collections, CursorSigner(key))

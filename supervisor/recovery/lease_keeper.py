@@ -1,0 +1,59 @@
+"""Renewing this instance's lease (supervisor/recovery/lease.py) while it
+serves: every third of the lease, on the clock it is given. A renewal the
+store does not answer leaves the lease to run down (not ready meanwhile) and
+is tried again at the next; one that finds the instance's identity another
+process's stops serving for good, since the runs this one would settle are
+no longer its. After each renewal that holds, what the renewal leads to
+(supervisor/recovery/takeover.py: takeover, settling in place).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from staal.errors import StaalError
+from staal.runtime.clock import MONOTONIC, Monotonic
+from staal.supervisor.recovery.lease import Lease, LeaseState
+from staal.supervisor.telemetry.log import Log
+from staal.supervisor.transport.readiness import ReadyState
+
+AfterRenewal = Callable[[Lease], Awaitable[None]]
+
+
+class LeaseKeeper:
+    def __init__(self, lease: Lease, readiness: ReadyState, stopping: asyncio.Event,
+                 after_renewal: AfterRenewal, log: Log, clock: Monotonic = MONOTONIC) -> None:
+        self.lease = lease
+        self.readiness = readiness
+        # Set once the lease is lost: serving stops taking calls.
+        self.stopping = stopping
+        self.after_renewal = after_renewal
+        self.log = log
+        self.clock = clock
+
+    async def keep(self) -> None:
+        """Renew until the lease is lost (or the task is cancelled: serving ended)."""
+        while True:
+            await self.clock.sleep(self.lease.timing.renew_every_s)
+            if await self.renew() is LeaseState.LOST:
+                return
+
+    async def renew(self) -> LeaseState:
+        """One renewal and what follows from it; the lease's state after it."""
+        try:
+            state = await asyncio.to_thread(self.lease.renew)
+        except StaalError as exc:  # the store unreachable: the lease runs down, try again
+            self.log("lease_renewal_failed", level="warning", kind=exc.kind, message=exc.message)
+            self.readiness.note("store_failed")
+            return self.lease.state
+        if state is LeaseState.LOST:
+            self.readiness.note("fenced")
+            self.log("lease_lost", level="error", message=(
+                "another process registered this instance (the same host and journal "
+                "directory) in the shared store; this one stops serving"))
+            self.stopping.set()
+            return state
+        self.readiness.note("renewed")
+        await self.after_renewal(self.lease)
+        return state
