@@ -30,6 +30,7 @@ from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.app.startup import check_tools
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.pipeline import Calls
+from staal.supervisor.calls.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.calls.run_logs import RunLogs
 from staal.supervisor.calls.tool_runtime import ToolRuntime
 from staal.supervisor.recovery.at_start import plan_recovery
@@ -44,7 +45,6 @@ from staal.supervisor.store.lockfile import ServerLock
 from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import Observer
 from staal.supervisor.telemetry.tracing import Tracing
-from staal.supervisor.views.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.zygote import Spawned, runtime_dir, worker_environment
 
@@ -154,7 +154,7 @@ class Startup:
                      ServerInfo(server.name, staal.__version__))
 
     async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:
-        """The resources served (supervisor/views/resources.py): the runs, and each
+        """The resources served (supervisor/calls/resources.py): the runs, and each
         collection, whose entries must take what staal passes them."""
         problems = entry_problems(self.manifest.resources,
                                   {name: t.inputs for name, t in tools.items()})

@@ -21,7 +21,7 @@ import shutil
 import signal
 import socket
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 import staal
@@ -43,6 +43,7 @@ from staal.supervisor.store.choice import describe_store
 from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.telemetry.tracing import Tracing, tracing_for
+from staal.supervisor.transport.application import Transport
 from staal.supervisor.transport.readiness import ReadyState
 from staal.supervisor.workers.zygote import STOP_SIGNALS, Spawned
 
@@ -160,7 +161,6 @@ class Server:
         self.stopping.set()
 
 
-Transport = Callable[[Server], Awaitable[None]]
 WhileStarting = Callable[[], AbstractAsyncContextManager[None]]
 
 
@@ -234,12 +234,14 @@ class MetricsListener:
         self.done = asyncio.Event()
         self.task: asyncio.Future[None] | None = None
         if sock is not None and server.metrics is not None:
-            from staal.supervisor.telemetry.metrics_http import metrics_url, serve_metrics
+            from staal.supervisor.telemetry.metrics_http import Observed, metrics_url, serve_metrics
 
             # Said before the transport answers anything: the socket already
             # accepts (connections wait in its backlog until uvicorn runs).
             server.log("serving_metrics", url=metrics_url(sock))
-            self.task = asyncio.ensure_future(serve_metrics(server, server.metrics, sock, self.done))
+            self.task = asyncio.ensure_future(serve_metrics(
+                Observed(server.tools, server.pool.deaths, server.manifest, server.ledger,
+                         server.waiting.notes), server.metrics, sock, self.done))
 
     async def close(self) -> None:
         self.done.set()

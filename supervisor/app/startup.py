@@ -13,8 +13,8 @@ import shutil
 from staal.errors import StaalError
 from staal.manifest.model import Manifest
 from staal.supervisor.auth.verifier import ProviderAuthenticator, VerifierRefused
+from staal.supervisor.calls.resources import entry_problems
 from staal.supervisor.calls.tool_runtime import ToolRuntime, worst_case
-from staal.supervisor.views.resources import entry_problems
 from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.zygote import runtime_dir, worker_environment
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -33,7 +34,7 @@ from staal.supervisor.transport.http_connections import gated_protocol
 from staal.supervisor.transport.listeners import InLoopUvicorn
 
 if TYPE_CHECKING:
-    from staal.supervisor.app.server import Server
+    from staal.supervisor.calls.tool_runtime import ToolRuntime
     from staal.supervisor.store.ledger import Ledger
     from staal.supervisor.store.notes import RunNotes
 
@@ -44,7 +45,20 @@ CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 SCRAPES_AT_ONCE = 32  # past it a scrape is 503
 
 
-def counted(metrics: Metrics, server: Server) -> list[Metric]:
+@dataclass(frozen=True)
+class Observed:
+    """What a scrape reads of the running server: the tools' runtimes and
+    the pool's death counts (held by the loop, read as they are), and the
+    store the stored metrics are read from."""
+
+    tools: Mapping[str, ToolRuntime]
+    deaths: Mapping[str, int]
+    manifest: Manifest
+    ledger: Ledger
+    notes: RunNotes
+
+
+def counted(metrics: Metrics, observed: Observed) -> list[Metric]:
     """What the loop holds, read in the loop (no lock needed)."""
     calls = CounterMetricFamily("staal_calls", "Tool calls answered, by tool and outcome.",
                                 labels=("tool", "outcome"))
@@ -57,12 +71,12 @@ def counted(metrics: Metrics, server: Server) -> list[Metric]:
         refusals.add_metric((tool, reason), n)
     running = GaugeMetricFamily("staal_runs_in_progress", "Calls holding a concurrency slot "
                                 "now (taking a worker, reserving or running).", labels=("tool",))
-    for name, runtime in sorted(server.tools.items()):
+    for name, runtime in sorted(observed.tools.items()):
         running.add_metric((name,), runtime.running)
     deaths = CounterMetricFamily(
         "staal_worker_deaths", "Workers that exited other than at the end of their run: "
         "during a run (it is resumed) or before one.", labels=("during",))
-    for during, n in sorted(server.pool.deaths.items()):
+    for during, n in sorted(observed.deaths.items()):
         deaths.add_metric((during,), n)
     actions = HistogramMetricFamily("staal_action_duration_seconds", "How long each action "
                                     "took in the worker, by capability.", labels=("capability",))
@@ -142,8 +156,8 @@ def exposition(families: list[Metric]) -> bytes:
 class MetricsApp:
     """The listener's ASGI app: GET /metrics, nothing else."""
 
-    def __init__(self, server: Server, metrics: Metrics) -> None:
-        self.server = server
+    def __init__(self, observed: Observed, metrics: Metrics) -> None:
+        self.observed = observed
         self.metrics = metrics
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
@@ -154,9 +168,9 @@ class MetricsApp:
         elif scope["method"] not in ("GET", "HEAD"):
             await _answer(send, 405, b"GET only\n", b"text/plain; charset=utf-8")
         else:
-            families = counted(self.metrics, self.server)
-            families += await asyncio.to_thread(stored, self.server.manifest, self.server.ledger,
-                                                self.server.waiting.notes)
+            families = counted(self.metrics, self.observed)
+            families += await asyncio.to_thread(stored, self.observed.manifest,
+                                                self.observed.ledger, self.observed.notes)
             body = exposition(families)
             await _answer(send, 200, body if scope["method"] == "GET" else b"",
                           CONTENT_TYPE)
@@ -173,14 +187,14 @@ def metrics_url(sock: socket.socket) -> str:
     return f"http://{url_host(host)}:{port}/metrics"
 
 
-async def serve_metrics(server: Server, metrics: Metrics, sock: socket.socket,
+async def serve_metrics(observed: Observed, metrics: Metrics, sock: socket.socket,
                         done: asyncio.Event) -> None:
     """Serve /metrics on `sock` until `done` is set (the server closing)."""
     import uvicorn
 
     # Idle sockets wait apart from scrapes (http_connections.py): uvicorn's
     # limit_concurrency would count them, and 32 of them stopped every scrape.
-    config = uvicorn.Config(MetricsApp(server, metrics), loop="none", lifespan="off",
+    config = uvicorn.Config(MetricsApp(observed, metrics), loop="none", lifespan="off",
                             log_config=None, access_log=False, server_header=False,
                             proxy_headers=False, timeout_keep_alive=5,
                             http=gated_protocol(SCRAPES_AT_ONCE),

@@ -41,11 +41,11 @@ from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.runtime.killpoints import kill_point
-from staal.supervisor.app.server import Server, Transport
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Authenticator, Lifecycle
 from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.transport.application import Application, Transport
 from staal.supervisor.transport.http_connections import gated_protocol
 from staal.supervisor.transport.listeners import InLoopUvicorn, bind
 from staal.supervisor.transport.not_ready import answering_not_ready
@@ -122,7 +122,7 @@ class McpApp:
     listing and calling only that profile's tools; `guard`: the `auth`
     check every request passes first (None: no `auth` section)."""
 
-    def __init__(self, server: Server, endpoints: dict[str | None, Endpoint],
+    def __init__(self, server: Application, endpoints: dict[str | None, Endpoint],
                  guard: Guard | None = None) -> None:
         self.server = server
         self.endpoints = endpoints
@@ -234,7 +234,7 @@ class CallExchange:
     stream (head, progress, keep-alives, result); the client closing it is
     watched throughout."""
 
-    def __init__(self, server: Server, http: HttpCall, state: CallState, admitted: Admitted,
+    def __init__(self, server: Application, http: HttpCall, state: CallState, admitted: Admitted,
                  receive: Receive, send: Send) -> None:
         self.server = server
         self.http = http
@@ -363,7 +363,7 @@ def listen(address: Address) -> socket.socket:
                           f"{exc.strerror or exc}") from None
 
 
-def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, Endpoint]:
+def endpoints_for(server: Application, settings: HttpSettings) -> dict[str | None, Endpoint]:
     """One endpoint per caller profile, listing only the profile's tools (a
     tool outside it is unknown to it, so its existence is not revealed);
     None's lists every tool (no `callers` section, or no `auth`)."""
@@ -377,7 +377,7 @@ def endpoints_for(server: Server, settings: HttpSettings) -> dict[str | None, En
     return endpoints
 
 
-async def serve_http(server: Server, sock: socket.socket,
+async def serve_http(server: Application, sock: socket.socket,
                      authenticator: Authenticator | None = None) -> None:
     """Serve the MCP endpoint on `sock` until the server is stopping, then
     stop accepting, answer every call in flight, and return."""
@@ -393,7 +393,7 @@ async def serve_http(server: Server, sock: socket.socket,
             await authenticator.close()
 
 
-async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
+async def _serve_app(server: Application, sock: socket.socket, app: McpApp) -> None:
     http = server.manifest.server.http
     # Requests in progress (a whole head each), not connections: a socket
     # waiting for a request has bounds of its own (http_connections.py).
@@ -413,7 +413,7 @@ async def _serve_app(server: Server, sock: socket.socket, app: McpApp) -> None:
             stop.cancel()
 
 
-async def _stop_when(server: Server, uv: uvicorn.Server, sock: socket.socket,
+async def _stop_when(server: Application, uv: uvicorn.Server, sock: socket.socket,
                      draining: contextlib.AsyncExitStack) -> None:
     """Once stopping: uvicorn closes its listener and answers the calls in
     flight, while the socket answers anything new as not ready (not_ready.py)
@@ -424,7 +424,7 @@ async def _stop_when(server: Server, uv: uvicorn.Server, sock: socket.socket,
 
 
 def over_http(sock: socket.socket, authenticator: Authenticator | None = None) -> Transport:
-    async def serve(server: Server) -> None:
+    async def serve(server: Application) -> None:
         await serve_http(server, sock, authenticator)
 
     return serve

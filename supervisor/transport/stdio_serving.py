@@ -20,14 +20,14 @@ from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource
 from staal.protocol.mcp.results import CallOutcome
 from staal.runtime.killpoints import kill_point
-from staal.supervisor.app.server import Server, Transport
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.transport.application import Application, Transport
 from staal.supervisor.transport.stdio import LineWriter, Stdio, read_chunks
 
 
 class StdioServing:
-    def __init__(self, server: Server, stdio: Stdio) -> None:
+    def __init__(self, server: Application, stdio: Stdio) -> None:
         self.server = server
         self.stdio = stdio
         self.writer = LineWriter(stdio.writer, self._client_gone)
@@ -145,7 +145,7 @@ class StdioServing:
 def over_stdio(stdio: Stdio) -> Transport:
     """The stdio transport for `serve`."""
 
-    async def serve(server: Server) -> None:
+    async def serve(server: Application) -> None:
         await StdioServing(server, stdio).serve()
 
     return serve

@@ -1,5 +1,5 @@
 """Which runs a caller sees as resources (issue 16), decided in one place
-(`staal.supervisor.views.resources.visible`): with no principal (stdio, or HTTP
+(`staal.supervisor.calls.resources.visible`): with no principal (stdio, or HTTP
 without authentication) every run the server made, newest first and paged
 each run once; an authenticated caller only the runs it owns, another's
 run answered exactly as one that does not exist; a released run (it never
@@ -24,13 +24,13 @@ from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.principal import Principal
 from staal.supervisor.calls.pipeline import Calls
+from staal.supervisor.calls.resources import Resources, cursor_key, visible
 from staal.supervisor.recovery.waiting import Waiting
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.state import Admission
-from staal.supervisor.views.resources import Resources, cursor_key, visible
 
 BASE = "staal://shop"
 ALICE = Principal("https://issuer.example", "alice", "agent-1")

@@ -1,0 +1,54 @@
+"""What a transport serves calls through: the application's side of the
+seam (supervisor/app/server.py's `Server` is it). A transport knows this and
+nothing of how the application was built, so the composition root imports
+the transports and never the reverse."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from staal.manifest.model import Manifest
+from staal.protocol.mcp.dispatch import CallTool
+from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue
+from staal.protocol.mcp.results import CallOutcome, Failed, Refused
+from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tools import ToolDescriptor
+from staal.supervisor.auth.callers import LOCAL, Admitted
+from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.telemetry.log import Log
+from staal.supervisor.transport.readiness import ReadyState
+
+
+class Busy(Protocol):
+    def __call__(self, in_progress: int, tool: str | None = None) -> Refused | None:
+        """The refusal of a call with `in_progress` calls in progress (for
+        `tool`; None: a resource read), or None."""
+
+
+class Application(Protocol):
+    manifest: Manifest
+    log: Log
+    server_info: ServerInfo
+    descriptors: list[ToolDescriptor]
+    resource_catalogue: ResourceCatalogue
+    # Set by SIGTERM or SIGINT, or by the transport's own end: stop taking calls.
+    stopping: asyncio.Event
+    # What a load balancer's check reads (GET /ready over HTTP).
+    readiness: ReadyState
+    busy: Busy
+
+    async def read_resource(self, read: ReadResource, admitted: Admitted,
+                            state: CallState) -> ReadAnswer: ...
+
+    async def outcome_of(self, call: CallTool, state: CallState,
+                         admitted: Admitted = LOCAL) -> CallOutcome | None: ...
+
+    def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed: ...
+
+    def answer_failed(self, call: CallTool, state: CallState, error: Exception) -> None: ...
+
+
+# A transport: serves `Application` until it stops.
+Transport = Callable[[Application], Awaitable[None]]
