@@ -25,6 +25,7 @@ from typing import Any
 
 from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.dispatch import CallTool, Dispatcher
+from staal.protocol.errors import NotAnOutcome
 from staal.protocol.framing import Line, LineReader, Oversized
 from staal.protocol.jsonrpc import (
     INVALID_REQUEST,
@@ -240,4 +241,4 @@ def _answered(call: CallTool | ReadResource) -> _InFlight:
 def _check_outcome_fits(call: CallTool, outcome: CallOutcome) -> None:
     """staal_run_status is answered with a RunStatus, and only it is."""
     if (call.name == RUN_STATUS_TOOL) != isinstance(outcome, RunStatus):
-        raise TypeError(f"{type(outcome).__name__} is not an answer to a {call.name} call")
+        raise NotAnOutcome(f"{type(outcome).__name__} is not an answer to a {call.name} call")

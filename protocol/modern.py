@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from staal.protocol.errors import BadValue
 from staal.protocol.jsonrpc import METHOD_NOT_FOUND, RpcError
 from staal.protocol.results import ToolResult
 from staal.protocol.revisions import MODERN, SERVER_INFO_KEY, SUPPORTED_VERSIONS, ServerInfo
@@ -33,9 +34,9 @@ class ModernHandler:
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
     ) -> None:
         if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 0:
-            raise ValueError("ttl_ms is a whole number of milliseconds, at least 0")
+            raise BadValue("ttl_ms is a whole number of milliseconds, at least 0")
         if cache_scope not in ("public", "private"):
-            raise ValueError('cache_scope is "public" or "private"')
+            raise BadValue('cache_scope is "public" or "private"')
         self._catalogue = catalogue
         self._server_info = server_info
         self._instructions = instructions

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from staal.protocol.cursors import CursorSigner
+from staal.protocol.errors import BadValue
 from staal.protocol.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 from staal.runtime.ids import is_run_id
 
@@ -133,7 +134,7 @@ class ResourceCatalogue:
         self.base = f"{SCHEME}://{server_name}"
         self.collections = {c.segment: c for c in collections}
         if RUNS in self.collections:
-            raise ValueError(f"'{RUNS}' is staal's own collection")
+            raise BadValue(f"'{RUNS}' is staal's own collection")
         self.signer = signer
 
     def templates(self) -> list[dict[str, Any]]:

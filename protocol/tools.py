@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL, Tool
+from staal.protocol.errors import BadValue
 from staal.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.results import ToolResult
 from staal.protocol.revisions import progress_token_of, trace_of
@@ -91,7 +92,7 @@ def describe_tool(tool: Tool, input_schema: dict[str, Any]) -> ToolDescriptor:
 
 def _checked_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise ValueError(f"the input schema of tool '{name}' must be a JSON object schema")
+        raise BadValue(f"the input schema of tool '{name}' must be a JSON object schema")
     # A private copy, and proof that it can be sent.
     copy: dict[str, Any] = orjson.loads(orjson.dumps(schema))
     return copy
@@ -159,7 +160,7 @@ class ToolCatalogue:
         names = [tool.name for tool in listed]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
-            raise ValueError(f"tool names must be unique: {', '.join(duplicates)}")
+            raise BadValue(f"tool names must be unique: {', '.join(duplicates)}")
         self._tools: Sequence[ToolDescriptor] = tuple(listed)
         self._names = frozenset(names)
         self._wire = orjson.dumps([tool.to_wire() for tool in listed])

@@ -44,6 +44,7 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import Holder
 from staal.supervisor.calls.outcomes import charged_of
 from staal.supervisor.calls.pipeline import Calls, CallState
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.recovery.at_start import RecoveryPlan, plan_recovery, plan_taken
 from staal.supervisor.recovery.lease import Lease, LeaseState, LeaseTiming
 from staal.supervisor.recovery.retention import DAY_S, sweep
@@ -63,7 +64,7 @@ from staal.supervisor.workers.zygote import STOP_SIGNALS, Spawned, runtime_dir, 
 CLAIM_WAIT_S = 1.0
 
 
-class StartupFailed(StaalError):
+class StartupFailed(SupervisorError):
     kind = "startup"
 
 

@@ -30,6 +30,7 @@ from staal.manifest.model import AuthConfig
 from staal.protocol.http import Head
 from staal.protocol.http_auth import Malformed, bearer_of
 from staal.supervisor.auth.principal import AuthRefusal, Principal
+from staal.supervisor.errors import SupervisorError
 
 SKEW_S = 60
 REFRESH_COOLDOWN_S = 30.0
@@ -53,8 +54,10 @@ class SigningKey:
     alg: str | None
 
 
-class KeysUnavailable(Exception):
+class KeysUnavailable(SupervisorError):
     """The issuer's keys could not be fetched (no token is checked without them)."""
+
+    kind = "keys_unavailable"
 
 
 class Jwks:

@@ -51,6 +51,7 @@ from staal.runtime.redaction import redact
 from staal.runtime.transitions import advance
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import judge, unavailable
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.workers.exits import describe_exit, wait_status
 from staal.supervisor.workers.pool_states import POOL_TRANSITIONS, Backoff, PoolState
 from staal.supervisor.workers.zygote import runtime_dir, stop_signals_blocked, worker_environment
@@ -62,13 +63,13 @@ MAX_IN_FLIGHT = 64
 __all__ = ["ProviderAuthenticator", "VerifierRefused"]
 
 
-class VerifierRefused(StaalError):
+class VerifierRefused(SupervisorError):
     """The verifier program did not load: the server does not start."""
 
     kind = "verifier"
 
 
-class VerifierLost(StaalError):
+class VerifierLost(SupervisorError):
     kind = "verifier_lost"
 
 

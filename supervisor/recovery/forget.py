@@ -32,13 +32,13 @@ import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
-from staal.errors import StaalError
 from staal.manifest.model import ServerConfig
 from staal.records.ledger_records import Forget
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import is_run_id
 from staal.supervisor.app.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.app.log import log_file_line
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LEDGER_FILE, FileLedger, Stamper, checked_encoding, warn_on_stderr
@@ -51,7 +51,7 @@ from staal.supervisor.store.state import LedgerState, RunEntry
 from staal.supervisor.views.journal_view import when
 
 
-class ForgetRefused(StaalError):
+class ForgetRefused(SupervisorError):
     """The run's key cannot be forgotten: nothing was written."""
 
     kind = "forget_refused"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from staal.manifest.model import Manifest
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import read_state
 from staal.supervisor.store.state import LedgerState, RunEntry
 from staal.supervisor.views.status import collect, in_doubt, ledger_now_ms
@@ -25,8 +26,10 @@ BUCKETS = 12
 QUERY_LIMIT = 200
 
 
-class BadQuery(ValueError):
+class BadQuery(SupervisorError, ValueError):
     """A search the console refuses, with the reason shown to the operator."""
+
+    kind = "bad_query"
 
 
 @dataclass(frozen=True)

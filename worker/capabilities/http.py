@@ -22,6 +22,7 @@ import orjson
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest.model import NetConfig
 from staal.worker.capabilities import Bound, transport
+from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
@@ -32,8 +33,10 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
-class TooSlow(Exception):
-    pass
+class TooSlow(WorkerError):
+    """A request that did not finish within its bound."""
+
+    kind = "too_slow"
 
 
 class HttpAnswer(TypedDict):

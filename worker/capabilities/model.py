@@ -41,6 +41,7 @@ from staal.caps import Model
 from staal.manifest.model import ModelConfig
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
+from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -78,8 +79,10 @@ def _real_sleep(seconds: float) -> None:
 SLEEP: Sleep = _real_sleep
 
 
-class _TooSlow(Exception):
-    pass
+class _TooSlow(WorkerError):
+    """A provider's answer that did not come within its bound."""
+
+    kind = "model_too_slow"
 
 
 @dataclass(frozen=True)

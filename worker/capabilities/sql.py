@@ -34,6 +34,7 @@ from typing import Any, Literal, NoReturn, Protocol
 import orjson
 
 from staal.worker.capabilities import Bound
+from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
 
 MAX_ROWS = 10_000
@@ -41,8 +42,10 @@ MAX_RESULT_BYTES = 8 * 1024 * 1024
 _INT_RANGE = (-(2**63), 2**63 - 1)
 
 
-class NotJson(Exception):
+class NotJson(WorkerError):
     """A value a row holds that has no JSON form here."""
+
+    kind = "not_json"
 
 
 class Database(Protocol):

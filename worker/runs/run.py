@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import staal
-from staal.errors import StaalError
 from staal.program import RunFailed
 from staal.records.canonical import arguments_hash
 from staal.records.journal import JournalSink, JournalState, JournalWriter, read_journal
@@ -36,6 +35,7 @@ from staal.runtime.inputs import InputError, check_arguments
 from staal.worker.capabilities import implementation
 from staal.worker.confinement import confine
 from staal.worker.confinement.limits import StepCounter, WaitBound, bound_process
+from staal.worker.errors import WorkerError
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext, RunOutcome
 from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 RUNTIME = staal.RUNTIME
 
 
-class ResumeRefused(StaalError):
+class ResumeRefused(WorkerError):
     """A journal that cannot be resumed under what is here now."""
 
     kind = "resume_refused"

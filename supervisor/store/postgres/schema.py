@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import staal
-from staal.errors import StaalError
+from staal.supervisor.errors import SupervisorError
 
 SCHEMA_VERSION = 4
 
@@ -114,7 +114,7 @@ EVENTS_SINCE = """
     ORDER BY seq"""
 
 
-class StoreError(StaalError):
+class StoreError(SupervisorError):
     """The PostgreSQL store cannot be used as configured, or a statement on
     it failed; its message never holds the DSN."""
 
