@@ -191,7 +191,7 @@ class AnthropicProvider:
 
         threading.Thread(target=exchange, name="staal-model-attempt", daemon=True).start()
         if not finished.wait(limit):
-            raise _TooSlow()
+            raise _TooSlow(f"no answer within {limit:g} s")
         if errors:
             raise errors[0]
         return answers[0]
@@ -206,7 +206,7 @@ class AnthropicProvider:
             for chunk in response.iter_bytes():
                 data += chunk
                 if time.monotonic() - start > limit:
-                    raise _TooSlow()
+                    raise _TooSlow(f"no complete answer within {limit:g} s")
                 if len(data) > MAX_ANSWER_BYTES:
                     return response.status_code, response.headers, None
             return response.status_code, response.headers, bytes(data)

@@ -29,13 +29,16 @@ import math
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
 
 import orjson
 
 from staal.worker.capabilities import Bound
 from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
+
+if TYPE_CHECKING:
+    from staal.worker.runs.run import Services
 
 MAX_ROWS = 10_000
 MAX_RESULT_BYTES = 8 * 1024 * 1024
@@ -178,13 +181,12 @@ def check_sql_result(action: str, result: Any) -> None:
 # -- one connection per run per grant ----------------------------------------------
 
 
-def connections(services: Any) -> dict[str, Database]:
+def connections(services: Services) -> dict[str, Database]:
     """The run's open database connections, by grant (its parameter); closed
     when the run's services go away or the process exits."""
-    pool: dict[str, Database] | None = getattr(services, "_sql_connections", None)
+    pool = services.databases
     if pool is None:
-        pool = {}
-        services._sql_connections = pool
+        pool = services.databases = {}
         weakref.finalize(services, close_all, pool)
     return pool
 

@@ -43,6 +43,7 @@ from staal.worker.runs.spans import RunRecorder
 
 if TYPE_CHECKING:
     from staal.worker.capabilities.http import HttpClient
+    from staal.worker.capabilities.sql import Database
 
 RUNTIME = staal.RUNTIME
 
@@ -61,6 +62,9 @@ class Services:
     secrets: dict[str, str] = field(default_factory=dict)
     config: RunConfig | None = None
     _http: HttpClient | None = None
+    # The run's open database connections by grant, made on first use and
+    # closed when the services go away (worker/capabilities/sql.py).
+    databases: dict[str, Database] | None = None
 
     @property
     def run_config(self) -> RunConfig:
