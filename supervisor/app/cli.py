@@ -8,13 +8,13 @@ problem at once.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from staal.manifest.model import Manifest
+from staal.supervisor.app.log import Log
 from staal.supervisor.app.serving import EXIT_MANIFEST, read_manifest, run_serve
 from staal.supervisor.app.serving import main as serving_main
 
@@ -41,7 +41,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Serve staal programs as MCP tools, and look after their runs."""
 
 
-def load_or_exit(manifest: Path, log: Callable[..., None] | None = None) -> Manifest:
+def load_or_exit(manifest: Path, log: Log | None = None) -> Manifest:
     """The manifest, or every problem in it and a non-zero exit before
     anything else happens."""
     loaded = read_manifest(manifest, log)

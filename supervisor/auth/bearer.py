@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ import jwt
 from staal.manifest.model import AuthConfig
 from staal.protocol.http import Head
 from staal.protocol.http_auth import Malformed, bearer_of
+from staal.supervisor.app.log import Log
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.errors import SupervisorError
 
@@ -37,7 +37,6 @@ REFRESH_COOLDOWN_S = 30.0
 FETCH_TIMEOUT_S = 5.0
 MAX_JWKS_BYTES = 256 * 1024
 
-Log = Callable[..., None]
 
 NO_TOKEN = AuthRefusal(401, None, "this resource needs a bearer token")
 

@@ -9,17 +9,15 @@ operator's verifier program in its own confined worker (verifier.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from staal.manifest.model import AuthConfig, Manifest
 from staal.protocol.http import Head, HttpResponse
 from staal.protocol.http_auth import ProtectedResource, challenge, denied, without_headers
 from staal.protocol.step_up import Asker, When, least_scopes, step_up_scopes
+from staal.supervisor.app.log import Log
 from staal.supervisor.auth.callers import Admitted, admit
 from staal.supervisor.auth.principal import Authenticator, AuthRefusal, Principal
-
-Log = Callable[..., None]
 
 
 def authenticator_for(manifest: Manifest, log: Log) -> Authenticator:

@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from staal.records.messages import Verified, VerifierReady, Verify, pack, unpack
 from staal.records.outcomes import Failure
 from staal.runtime.redaction import redact
 from staal.runtime.transitions import advance
+from staal.supervisor.app.log import Log
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import judge, unavailable
 from staal.supervisor.errors import SupervisorError
@@ -93,7 +93,7 @@ class VerifierProcess:
 class ProviderAuthenticator:
     """An `Authenticator` (supervisor/auth/principal.py) backed by the verifier process."""
 
-    def __init__(self, manifest: Manifest, log: Callable[..., None]) -> None:
+    def __init__(self, manifest: Manifest, log: Log) -> None:
         assert manifest.auth is not None and manifest.auth.credential.presence == "provider"
         self.manifest_path = manifest.path
         self.credential: CredentialConfig = manifest.auth.credential

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from staal.supervisor.app.log import Log
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.notes import RunNotes
 
@@ -21,7 +21,7 @@ MAX_BACKOFF_S = 300.0
 
 class Waiting:
     def __init__(self, notes: RunNotes, notify: tuple[str, ...] | None,
-                 notify_env: tuple[str, ...], log: Callable[..., None]) -> None:
+                 notify_env: tuple[str, ...], log: Log) -> None:
         self.notes = notes
         self.notify = notify
         self.notify_env = notify_env

@@ -20,7 +20,7 @@ from staal.protocol.dispatch import CallTool
 from staal.protocol.results import CallOutcome
 from staal.protocol.revisions import MODERN
 from staal.runtime.tracecontext import TraceParent
-from staal.supervisor.app.log import Log
+from staal.supervisor.app.log import StderrLog
 from staal.supervisor.app.server import Server, serve
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.pipeline import CallState
@@ -61,7 +61,7 @@ def run_traced(manifest: Path, calls: list[CallTool], log_path: Path,
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        log = Log("json", fd)
+        log = StderrLog("json", fd)
         tracing = tracing_for(None, {}, log, exporter=exporter)
         code = asyncio.run(serve(load_manifest(manifest), transport, log, tracing=tracing))
     finally:
