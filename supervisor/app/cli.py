@@ -108,7 +108,7 @@ def status(
     except StoreError as exc:
         print(f"staal-supervisor status: {exc.message}", file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST) from None
-    print(json.dumps(report, indent=2) if as_json else render(report))
+    print(json.dumps(report.to_json(), indent=2) if as_json else render(report))
 
 
 @app.command()
