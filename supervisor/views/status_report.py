@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from staal.program import Json
+from staal.records.record import Json
 
 WAITING = "waiting_for_operator"
 
