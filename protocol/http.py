@@ -22,7 +22,6 @@ import binascii
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
 
 import orjson
 
@@ -54,6 +53,7 @@ from staal.protocol.revisions import (
     select_revision,
     unsupported_version,
 )
+from staal.records.record import Json
 from staal.runtime.tracecontext import parse_traceparent, tracestate_of
 from staal.runtime.transitions import IllegalTransition, advance
 
@@ -165,7 +165,7 @@ class Read:
 Reply = HttpResponse | Call | Cancel | Read
 
 
-def _json_response(status: int, message: dict[str, Any] | None,
+def _json_response(status: int, message: dict[str, Json] | None,
                    headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
     body = b"" if message is None else orjson.dumps(message)
     kind = (("content-type", JSON),) if message is not None else ()
@@ -173,7 +173,7 @@ def _json_response(status: int, message: dict[str, Any] | None,
 
 
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
-             headers: tuple[tuple[str, str], ...] = (), data: Any = None) -> HttpResponse:
+             headers: tuple[tuple[str, str], ...] = (), data: Json = None) -> HttpResponse:
     return _json_response(status, RpcError(code, text, data).to_message(request_id), headers)
 
 
@@ -240,7 +240,7 @@ class Endpoint:
         return ACCEPTED
 
     def _request(self, head: Head, request_id: RequestId, method: str,
-                 params: dict[str, Any]) -> Reply:
+                 params: dict[str, Json]) -> Reply:
         meta = meta_of(params)
         if isinstance(meta, RpcError):
             return _refused(400, meta.code, meta.message, request_id)
@@ -251,7 +251,7 @@ class Endpoint:
 
     # -- 2025-11-25: the handshake era -------------------------------------------
 
-    def _legacy(self, request_id: RequestId, method: str, params: dict[str, Any],
+    def _legacy(self, request_id: RequestId, method: str, params: dict[str, Json],
                 header: str) -> Reply:
         if method == "initialize":
             return self._answer(LEGACY, request_id, self.dispatcher.initialize(params))
@@ -266,8 +266,8 @@ class Endpoint:
 
     # -- 2026-07-28: stateless, headers mirrored -----------------------------------
 
-    def _modern(self, head: Head, request_id: RequestId, method: str, params: dict[str, Any],
-                meta: dict[str, Any], header: str) -> Reply:
+    def _modern(self, head: Head, request_id: RequestId, method: str, params: dict[str, Json],
+                meta: dict[str, Json], header: str) -> Reply:
         """In order: the envelope the body must carry (-32602, or -32022 for
         a version not served), the headers that mirror it (-32020), then the
         answer; nothing runs before every check has passed."""
@@ -324,7 +324,7 @@ def _accepts_both(accept: str) -> bool:
             and (EVENT_STREAM in kinds or "text/*" in kinds))
 
 
-def _mismatch(head: Head, method: str, params: dict[str, Any], header: str) -> str | None:
+def _mismatch(head: Head, method: str, params: dict[str, Json], header: str) -> str | None:
     """Why the mirrored headers do not agree with the body, if they do not."""
     if not header:
         return "the MCP-Protocol-Version header is required"
@@ -443,6 +443,6 @@ class HttpCall:
         self._to("close")
 
 
-def _event(message: dict[str, Any]) -> bytes:
+def _event(message: dict[str, Json]) -> bytes:
     return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
 

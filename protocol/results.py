@@ -11,17 +11,16 @@ an action in doubt waits for the operator, not for the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.errors import BadValue, NotAnOutcome
 from staal.records.outcomes import ERROR_KINDS, FAILURE_KINDS
+from staal.records.record import Json
 
 MAX_RESULT = 1024 * 1024
-
-Json = Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +121,10 @@ class ToolResult:
 
     text: str
     is_error: bool
-    structured: dict[str, Any] | None = None
+    structured: dict[str, Json] | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"content": [{"type": "text", "text": self.text}]}
+    def to_wire(self) -> dict[str, Json]:
+        wire: dict[str, Json] = {"content": [{"type": "text", "text": self.text}]}
         if self.structured is not None:
             wire["structuredContent"] = self.structured
         wire["isError"] = self.is_error
@@ -196,7 +195,7 @@ def _stopped(outcome: Stopped) -> ToolResult:
 def shape_run_status(status: RunStatus) -> ToolResult:
     """staal_run_status's answer: structuredContent {"run", "status", ...}
     and the same as JSON text. An internal failure's details stay out."""
-    structured: dict[str, Any] = {"run": status.run, "status": status.status}
+    structured: dict[str, Json] = {"run": status.run, "status": status.status}
     if status.status == "done":
         structured["result"] = status.result
     elif status.status == "failed":
