@@ -28,6 +28,7 @@ import jwt
 from staal.manifest.model import AuthConfig
 from staal.protocol.http import Head
 from staal.protocol.http_auth import Malformed, bearer_of
+from staal.records.record import Json
 from staal.supervisor.app.log import Log
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.errors import SupervisorError
@@ -243,7 +244,7 @@ class JwtAuthenticator:
         await self.client.aclose()
 
 
-def principal_of(claims: dict[str, Any]) -> Principal | None:
+def principal_of(claims: dict[str, Json]) -> Principal | None:
     """The principal a checked token names: `scope` (space-separated, RFC
     9068) or `scp` (a list); `client_id`, else `azp`."""
     subject, issuer = claims.get("sub"), claims.get("iss")

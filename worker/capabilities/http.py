@@ -21,6 +21,7 @@ import orjson
 
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest.model import NetConfig
+from staal.records.record import Json
 from staal.worker.capabilities import Bound, transport
 from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
@@ -108,11 +109,11 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def response_of(result: Any) -> Response:
+def response_of(result: Json) -> Response:
     return Response(result["status"], result["headers"], result["text"])
 
 
-def check_http_result(result: Any) -> None:
+def check_http_result(result: Json) -> None:
     """The shape an operator's --result must have for an HTTP action."""
     if not (isinstance(result, dict) and isinstance(result.get("status"), int)
             and isinstance(result.get("text", ""), str)
@@ -156,7 +157,7 @@ class HttpGetCapability(Bound, HttpGet):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_http_result(result)
 
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -171,7 +172,7 @@ class HttpPostCapability(Bound, HttpPost):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_http_result(result)
 
     def post(self, url: str, json: Any = None, data: Mapping[str, str] | None = None,

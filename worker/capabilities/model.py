@@ -39,6 +39,7 @@ import httpx
 
 from staal.caps import Model
 from staal.manifest.model import ModelConfig
+from staal.records.record import Json
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
 from staal.worker.errors import WorkerError
@@ -275,7 +276,7 @@ class ModelCapability(Bound, Model):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         if not isinstance(result, str):
             # ValueError: what `staal resolve` reports as a bad --result.
             raise ValueError('a model completion is a string: --result \'"the answer"\'')

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol
 
 import orjson
 
+from staal.records.record import Json
 from staal.worker.capabilities import Bound
 from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
@@ -164,7 +165,7 @@ def collect_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], what: st
 # -- an operator's --result ----------------------------------------------------------
 
 
-def check_sql_result(action: str, result: Any) -> None:
+def check_sql_result(action: str, result: Json) -> None:
     if action == "query":
         if not (isinstance(result, list) and all(
                 isinstance(row, dict) and all(isinstance(k, str) for k in row) for row in result)):
@@ -209,7 +210,7 @@ class SqlBound(Bound):
     WHAT = ""
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_sql_result(action, result)
 
     def _database(self) -> Database:

@@ -27,6 +27,7 @@ from staal.records.canonical import arguments_hash
 from staal.records.journal import JournalSink, JournalState, JournalWriter, read_journal
 from staal.records.journal_records import Header
 from staal.records.outcomes import Failure, FailureKind
+from staal.records.record import Json
 from staal.records.runconfig import RunConfig
 from staal.runtime.budgets import memory_message
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
@@ -91,7 +92,7 @@ class Services:
 @dataclass(frozen=True)
 class RunRequest:
     config: RunConfig
-    arguments: Any
+    arguments: Json
     journal: Path
     run_id: str | None = None
     clock: Clock = SYSTEM_CLOCK
