@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from staal.protocol.http.messages import Head, HttpResponse
+from staal.records.record import Json
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 CREDENTIAL_HEADER = "authorization"
@@ -104,8 +104,8 @@ class ProtectedResource:
         origin, path = self._split()
         return origin + WELL_KNOWN + path
 
-    def document(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
+    def document(self) -> dict[str, Json]:
+        document: dict[str, Json] = {
             "resource": self.resource,
             "authorization_servers": list(self.authorization_servers),
             "bearer_methods_supported": ["header"],

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, replace
-from typing import Any
 
 from staal.protocol.http.call import HttpCall
 from staal.protocol.http.messages import (
@@ -56,6 +55,7 @@ from staal.protocol.mcp.revisions import (
     select_revision,
     unsupported_version,
 )
+from staal.records.record import Json
 from staal.runtime.tracecontext import parse_traceparent, tracestate_of
 
 HEADER_MISMATCH = -32020
@@ -120,7 +120,7 @@ Reply = HttpResponse | Call | Cancel | Read
 
 
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
-             headers: tuple[tuple[str, str], ...] = (), data: Any = None) -> HttpResponse:
+             headers: tuple[tuple[str, str], ...] = (), data: Json = None) -> HttpResponse:
     return json_response(status, RpcError(code, text, data).to_message(request_id), headers)
 
 
@@ -187,7 +187,7 @@ class Endpoint:
         return ACCEPTED
 
     def _request(self, head: Head, request_id: RequestId, method: str,
-                 params: dict[str, Any]) -> Reply:
+                 params: dict[str, Json]) -> Reply:
         meta = meta_of(params)
         if isinstance(meta, RpcError):
             return _refused(400, meta.code, meta.message, request_id)
@@ -198,7 +198,7 @@ class Endpoint:
 
     # -- 2025-11-25: the handshake era -------------------------------------------
 
-    def _legacy(self, request_id: RequestId, method: str, params: dict[str, Any],
+    def _legacy(self, request_id: RequestId, method: str, params: dict[str, Json],
                 header: str) -> Reply:
         if method == "initialize":
             return self._answer(LEGACY, request_id, self.dispatcher.initialize(params))
@@ -213,8 +213,8 @@ class Endpoint:
 
     # -- 2026-07-28: stateless, headers mirrored -----------------------------------
 
-    def _modern(self, head: Head, request_id: RequestId, method: str, params: dict[str, Any],
-                meta: dict[str, Any], header: str) -> Reply:
+    def _modern(self, head: Head, request_id: RequestId, method: str, params: dict[str, Json],
+                meta: dict[str, Json], header: str) -> Reply:
         """In order: the envelope the body must carry (-32602, or -32022 for
         a version not served), the headers that mirror it (-32020), then the
         answer; nothing runs before every check has passed."""
@@ -271,7 +271,7 @@ def _accepts_both(accept: str) -> bool:
             and (EVENT_STREAM in kinds or "text/*" in kinds))
 
 
-def _mismatch(head: Head, method: str, params: dict[str, Any], header: str) -> str | None:
+def _mismatch(head: Head, method: str, params: dict[str, Json], header: str) -> str | None:
     """Why the mirrored headers do not agree with the body, if they do not."""
     if not header:
         return "the MCP-Protocol-Version header is required"

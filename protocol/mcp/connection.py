@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from staal.manifest.model import RUN_STATUS_TOOL
+from staal.protocol.errors import NotAnOutcome
 from staal.protocol.mcp.dispatch import CallTool, Dispatcher
 from staal.protocol.mcp.framing import Line, LineReader, Oversized
 from staal.protocol.mcp.jsonrpc import (
@@ -44,6 +44,7 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatal
 from staal.protocol.mcp.results import CallOutcome, RunStatus
 from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tools import ToolDescriptor
+from staal.records.record import Json
 from staal.runtime.transitions import IllegalTransition as IllegalTransition
 from staal.runtime.transitions import advance
 
@@ -54,7 +55,7 @@ from staal.runtime.transitions import advance
 class Send:
     """A message to write to the client now."""
 
-    message: dict[str, Any]
+    message: dict[str, Json]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +188,14 @@ class Connection:
 
     # -- outgoing -------------------------------------------------------
 
-    def answer_call(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any] | None:
+    def answer_call(self, call: CallTool, outcome: CallOutcome) -> dict[str, Json] | None:
         """The answer to `call`, or None if the client cancelled it."""
         _check_outcome_fits(call, outcome)
         if self._answered_cancelled(call):
             return None
         return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
 
-    def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Any] | None:
+    def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Json] | None:
         """The answer to a resources/read, or None if the client cancelled it."""
         if self._answered_cancelled(read):
             return None
@@ -212,7 +213,7 @@ class Connection:
         del self._calls[request.request_id]
         return was is CallState.CANCELLED
 
-    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
+    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Json] | None:
         """The notifications/progress for `call`, or None if it asked for no
         progress or was cancelled."""
         entry = self._entry(call)
@@ -240,4 +241,4 @@ def _answered(call: CallTool | ReadResource) -> _InFlight:
 def _check_outcome_fits(call: CallTool, outcome: CallOutcome) -> None:
     """staal_run_status is answered with a RunStatus, and only it is."""
     if (call.name == RUN_STATUS_TOOL) != isinstance(outcome, RunStatus):
-        raise TypeError(f"{type(outcome).__name__} is not an answer to a {call.name} call")
+        raise NotAnOutcome(f"{type(outcome).__name__} is not an answer to a {call.name} call")

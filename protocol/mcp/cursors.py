@@ -15,6 +15,8 @@ import binascii
 import hashlib
 import hmac
 
+from staal.protocol.errors import BadValue
+
 MAC_SIZE = 32
 # A cursor is short: a record id (bounded by the id's own limit) and a MAC.
 MAX_CURSOR = 1024
@@ -23,7 +25,7 @@ MAX_CURSOR = 1024
 class CursorSigner:
     def __init__(self, key: bytes) -> None:
         if len(key) < 32:
-            raise ValueError("a cursor key is at least 32 bytes")
+            raise BadValue("a cursor key is at least 32 bytes")
         self._key = key
 
     def _mac(self, collection: str, position: str) -> bytes:

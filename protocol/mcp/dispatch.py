@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 from staal.protocol.mcp.legacy import LegacyHandler
@@ -19,6 +18,7 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatal
 from staal.protocol.mcp.results import CallOutcome, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
+from staal.records.record import Json
 from staal.runtime.tracecontext import TraceParent
 
 
@@ -28,7 +28,7 @@ class CallTool:
 
     request_id: RequestId
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Json]
     revision: str
     progress_token: str | int | None = None
     # The client's trace context: `_meta.traceparent` (and `tracestate`),
@@ -41,7 +41,7 @@ class CallTool:
 class Result:
     """A request answered at once with this result."""
 
-    result: dict[str, Any]
+    result: dict[str, Json]
 
 
 Answer = Result | RpcError | CallTool | ReadResource
@@ -74,13 +74,13 @@ class Dispatcher:
                 handler.capabilities = {**handler.capabilities,
                                         "resources": {"subscribe": False, "listChanged": False}}
 
-    def initialize(self, params: dict[str, Any]) -> Result | RpcError:
+    def initialize(self, params: dict[str, Json]) -> Result | RpcError:
         """initialize is answered at any time, with or without a `_meta`
         envelope, always as the 2025-11-25 handshake it belongs to."""
         result = self.legacy.initialize(params)
         return result if isinstance(result, RpcError) else Result(result)
 
-    def request(self, request_id: RequestId, method: str, params: dict[str, Any],
+    def request(self, request_id: RequestId, method: str, params: dict[str, Json],
                 initialized: bool) -> Answer:
         """A request other than initialize: `initialized` is whether the
         client has spoken the 2025-11-25 handshake (a request without a
@@ -91,7 +91,7 @@ class Dispatcher:
         return self.in_revision(revision, request_id, method, params)
 
     def in_revision(self, revision: str, request_id: RequestId, method: str,
-                    params: dict[str, Any]) -> Answer:
+                    params: dict[str, Json]) -> Answer:
         if method in RESOURCE_METHODS and self.resources is not None:
             return self._resource(revision, request_id, method, params)
         reply = self._handlers[revision].handle(method, params)
@@ -103,7 +103,7 @@ class Dispatcher:
         return Result(reply)
 
     def _resource(self, revision: str, request_id: RequestId, method: str,
-                  params: dict[str, Any]) -> Result | RpcError | ReadResource:
+                  params: dict[str, Json]) -> Result | RpcError | ReadResource:
         """resources/read is the application's to answer (read_result); the
         listings are fixed, and on one page."""
         assert self.resources is not None
@@ -128,11 +128,11 @@ class Dispatcher:
         body = contents_result(read.uri, answer)
         return Result(self._handlers[read.revision].cached(body, answer.ttl_ms, answer.cache_scope))
 
-    def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Any]:
+    def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Json]:
         """The result a call is answered with, as its revision writes it."""
         return self._handlers[call.revision].call_result(shape_outcome(outcome))
 
-    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Any] | None:
+    def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Json] | None:
         """The params of a notifications/progress for a call: when its run
         starts (value 0), then as each of its actions begins (its op number,
         so the values only grow); None if it asked for no progress."""

@@ -15,9 +15,10 @@ import re
 from array import array
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
 
 import orjson
+
+from staal.records.record import Json
 
 MAX_LINE = 4 * 1024 * 1024
 MAX_DEPTH = 64
@@ -114,7 +115,7 @@ def too_deep(line: bytes, limit: int = MAX_DEPTH) -> bool:
     return max(depths) > limit
 
 
-def encode_line(message: dict[str, Any]) -> bytes:
+def encode_line(message: dict[str, Json]) -> bytes:
     """`message` as one line: compact JSON (which never holds a raw newline)
     and the newline that ends it."""
     return orjson.dumps(message) + _NEWLINE

@@ -13,11 +13,12 @@ error codes kept apart as seed 000 section 3 says.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import orjson
 
 from staal.protocol.mcp.framing import Line, Oversized, too_deep
+from staal.records.record import Json
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -37,10 +38,10 @@ class RpcError:
 
     code: int
     message: str
-    data: Any = None
+    data: Json = None
 
-    def to_message(self, request_id: RequestId | None) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_message(self, request_id: RequestId | None) -> dict[str, Json]:
+        error: dict[str, Json] = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return {"jsonrpc": JSONRPC, "id": request_id, "error": error}
@@ -54,7 +55,7 @@ class Refusal:
     error: RpcError
     request_id: RequestId | None = None
 
-    def to_message(self) -> dict[str, Any]:
+    def to_message(self) -> dict[str, Json]:
         return self.error.to_message(self.request_id)
 
 
@@ -62,13 +63,13 @@ class Refusal:
 class Request:
     id: RequestId
     method: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Json] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Notification:
     method: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Json] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +81,11 @@ class ClientAnswer:
 Message = Request | Notification | ClientAnswer | Refusal
 
 
-def result_message(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:
+def result_message(request_id: RequestId, result: dict[str, Json]) -> dict[str, Json]:
     return {"jsonrpc": JSONRPC, "id": request_id, "result": result}
 
 
-def notification_message(method: str, params: dict[str, Any]) -> dict[str, Any]:
+def notification_message(method: str, params: dict[str, Json]) -> dict[str, Json]:
     return {"jsonrpc": JSONRPC, "method": method, "params": params}
 
 
@@ -111,7 +112,7 @@ def read_message(item: Line | Oversized) -> Message:
     return _read_object(value)
 
 
-def _read_object(value: dict[str, Any]) -> Message:
+def _read_object(value: dict[str, Json]) -> Message:
     has_id = "id" in value
     request_id = value.get("id") if is_request_id(value.get("id")) else None
     if "method" not in value and ("result" in value or "error" in value) and has_id:
@@ -125,7 +126,7 @@ def _read_object(value: dict[str, Any]) -> Message:
     return Notification(value["method"], params)
 
 
-def _envelope_problem(value: dict[str, Any]) -> str | None:
+def _envelope_problem(value: dict[str, Json]) -> str | None:
     if value.get("jsonrpc") != JSONRPC:
         return 'jsonrpc must be "2.0"'
     if "id" in value and not is_request_id(value["id"]):

@@ -5,14 +5,16 @@ tools/list also carry ttlMs and cacheScope. ping does not exist here."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+from staal.protocol.errors import BadValue
 from staal.protocol.mcp.jsonrpc import METHOD_NOT_FOUND, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import MODERN, SERVER_INFO_KEY, SUPPORTED_VERSIONS, ServerInfo
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue
+from staal.records.record import Json
 
-Reply = dict[str, Any] | CallRequest | RpcError
+Reply = dict[str, Json] | CallRequest | RpcError
 CacheScope = Literal["public", "private"]
 
 # The tool list is fixed while the server runs, but a restarted server may
@@ -33,17 +35,17 @@ class ModernHandler:
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
     ) -> None:
         if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms < 0:
-            raise ValueError("ttl_ms is a whole number of milliseconds, at least 0")
+            raise BadValue("ttl_ms is a whole number of milliseconds, at least 0")
         if cache_scope not in ("public", "private"):
-            raise ValueError('cache_scope is "public" or "private"')
+            raise BadValue('cache_scope is "public" or "private"')
         self._catalogue = catalogue
         self._server_info = server_info
         self._instructions = instructions
         self._cache = {"ttlMs": ttl_ms, "cacheScope": cache_scope}
         # The dispatcher adds "resources" when it serves them.
-        self.capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+        self.capabilities: dict[str, Json] = {"tools": {"listChanged": False}}
 
-    def handle(self, method: str, params: dict[str, Any]) -> Reply:
+    def handle(self, method: str, params: dict[str, Json]) -> Reply:
         if method == "server/discover":
             return self._complete(self._discovery())
         if method == "tools/list":
@@ -56,18 +58,18 @@ class ModernHandler:
             return self.call_result(call) if isinstance(call, ToolResult) else call
         return RpcError(METHOD_NOT_FOUND, f"method not found in {MODERN}: {method[:200]!r}")
 
-    def call_result(self, result: ToolResult) -> dict[str, Any]:
+    def call_result(self, result: ToolResult) -> dict[str, Json]:
         return self._complete(result.to_wire())
 
-    def cached(self, body: dict[str, Any], ttl_ms: int, cache_scope: str) -> dict[str, Any]:
+    def cached(self, body: dict[str, Json], ttl_ms: int, cache_scope: str) -> dict[str, Json]:
         """A listing or read result with how long, and for whom, it may be kept."""
         return self._complete({**body, "ttlMs": ttl_ms, "cacheScope": cache_scope})
 
-    def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Any]:
+    def progress(self, token: str | int, message: str, value: int = 0) -> dict[str, Json]:
         return {"progressToken": token, "progress": value, "message": message}
 
-    def _discovery(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def _discovery(self) -> dict[str, Json]:
+        body: dict[str, Json] = {
             "supportedVersions": list(SUPPORTED_VERSIONS),
             "capabilities": self.capabilities,
             "serverInfo": self._server_info.to_wire(),
@@ -76,7 +78,7 @@ class ModernHandler:
             body["instructions"] = self._instructions
         return {**body, **self._cache}
 
-    def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _complete(self, body: dict[str, Json]) -> dict[str, Json]:
         return {
             **body,
             "resultType": "complete",

@@ -23,8 +23,10 @@ from typing import Any, Literal
 
 import orjson
 
+from staal.protocol.errors import BadValue
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RequestId, RpcError
+from staal.records.record import Json
 from staal.runtime.ids import is_run_id
 
 SCHEME = "staal"
@@ -92,7 +94,7 @@ class Contents:
     """What a read found: JSON `data`, and how long (and for whom) a
     2026-07-28 client may keep it."""
 
-    data: Any
+    data: Json
     ttl_ms: int = 0
     cache_scope: CacheScope = "private"
 
@@ -109,7 +111,7 @@ class Collection:
     max_page_size: int = MAX_LIMIT
 
 
-def unknown_resource(uri: Any, why: str) -> RpcError:
+def unknown_resource(uri: Json, why: str) -> RpcError:
     shown = uri[:200] if isinstance(uri, str) else uri
     return RpcError(INVALID_PARAMS, f"unknown resource {shown!r}: {why}",
                     {"uri": uri if isinstance(uri, str) else None})
@@ -133,10 +135,10 @@ class ResourceCatalogue:
         self.base = f"{SCHEME}://{server_name}"
         self.collections = {c.segment: c for c in collections}
         if RUNS in self.collections:
-            raise ValueError(f"'{RUNS}' is staal's own collection")
+            raise BadValue(f"'{RUNS}' is staal's own collection")
         self.signer = signer
 
-    def templates(self) -> list[dict[str, Any]]:
+    def templates(self) -> list[dict[str, Json]]:
         base = self.base
         listed = [
             _template(f"{base}/runs{{?limit,cursor}}", "runs",
@@ -154,7 +156,7 @@ class ResourceCatalogue:
                                     f"{c.description} One record by its id."))
         return listed
 
-    def resources(self) -> list[dict[str, Any]]:
+    def resources(self) -> list[dict[str, Json]]:
         listed = [{"uri": f"{self.base}/runs", "name": "runs", "mimeType": MIME,
                    "description": "Your runs, newest first (the first page)."}]
         listed += [{"uri": f"{self.base}/{c.segment}", "name": c.segment, "mimeType": MIME,
@@ -165,7 +167,7 @@ class ResourceCatalogue:
     def next_cursor(self, ref: RunsPage | JournalPage | RecordsPage, position: str) -> str:
         return self.signer.make(cursor_collection(ref), position)
 
-    def reference(self, uri: Any) -> ResourceRef | RpcError:
+    def reference(self, uri: Json) -> ResourceRef | RpcError:
         """What `uri` refers to, or why it refers to nothing served."""
         if not isinstance(uri, str) or not uri:
             return unknown_resource(uri, "resources/read needs the resource's uri (a string)")
@@ -233,11 +235,11 @@ class ResourceCatalogue:
         return type(ref)(**{**_fields(ref), "after": position})
 
 
-def _fields(ref: Any) -> dict[str, Any]:
+def _fields(ref: Any) -> dict[str, Json]:
     return {name: getattr(ref, name) for name in ref.__slots__}
 
 
-def _template(uri: str, name: str, description: str) -> dict[str, Any]:
+def _template(uri: str, name: str, description: str) -> dict[str, Json]:
     return {"uriTemplate": uri, "name": name, "description": description, "mimeType": MIME}
 
 
@@ -296,7 +298,7 @@ def _limit(text: str | None, cap: int) -> int | str:
 # -- answers ---------------------------------------------------------------------------
 
 
-def contents_result(uri: str, contents: Contents) -> dict[str, Any]:
+def contents_result(uri: str, contents: Contents) -> dict[str, Json]:
     """A resources/read result before a revision adds its own fields."""
     text = orjson.dumps(contents.data, option=orjson.OPT_SORT_KEYS).decode()
     return {"contents": [{"uri": uri, "mimeType": MIME, "text": text}]}

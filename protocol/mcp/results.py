@@ -11,16 +11,16 @@ an action in doubt waits for the operator, not for the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL
+from staal.protocol.errors import BadValue, NotAnOutcome
 from staal.records.outcomes import ERROR_KINDS, FAILURE_KINDS
+from staal.records.record import Json
 
 MAX_RESULT = 1024 * 1024
-
-Json = Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +40,9 @@ class Failed:
 
     def __post_init__(self) -> None:
         if self.kind not in FAILURE_KINDS:
-            raise ValueError(f"a failed run's kind is one of {', '.join(FAILURE_KINDS)}")
+            raise BadValue(f"a failed run's kind is one of {', '.join(FAILURE_KINDS)}")
         if self.run is None and self.kind != "internal":
-            raise ValueError("only an internal error can come before a run")
+            raise BadValue("only an internal error can come before a run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class Errored:
 
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
-            raise ValueError(f"an error's kind is one of {', '.join(ERROR_KINDS)}")
+            raise BadValue(f"an error's kind is one of {', '.join(ERROR_KINDS)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class Refused:
 
     def __post_init__(self) -> None:
         if self.kind not in REFUSAL_KINDS:
-            raise ValueError(f"a refusal's kind is one of {', '.join(REFUSAL_KINDS)}")
+            raise BadValue(f"a refusal's kind is one of {', '.join(REFUSAL_KINDS)}")
 
 
 RunStatusName = Literal["running", "done", "failed", "waiting_for_operator", "expired", "unknown"]
@@ -105,11 +105,11 @@ class RunStatus:
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
-            raise ValueError(f"a run status is one of {', '.join(RUN_STATUSES)}")
+            raise BadValue(f"a run status is one of {', '.join(RUN_STATUSES)}")
         if self.status == "failed" and (self.kind is None or self.message is None):
-            raise ValueError("a failed run's status gives its kind and message")
+            raise BadValue("a failed run's status gives its kind and message")
         if self.status == "waiting_for_operator" and self.op is None:
-            raise ValueError("a waiting run's status gives the operation in doubt")
+            raise BadValue("a waiting run's status gives the operation in doubt")
 
 
 CallOutcome = Done | Failed | Errored | Stopped | Refused | RunStatus
@@ -121,10 +121,10 @@ class ToolResult:
 
     text: str
     is_error: bool
-    structured: dict[str, Any] | None = None
+    structured: dict[str, Json] | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"content": [{"type": "text", "text": self.text}]}
+    def to_wire(self) -> dict[str, Json]:
+        wire: dict[str, Json] = {"content": [{"type": "text", "text": self.text}]}
         if self.structured is not None:
             wire["structuredContent"] = self.structured
         wire["isError"] = self.is_error
@@ -145,7 +145,7 @@ def shape_outcome(outcome: CallOutcome) -> ToolResult:
         return ToolResult(outcome.message, True)
     if isinstance(outcome, RunStatus):
         return shape_run_status(outcome)
-    raise TypeError(f"not a call outcome: {type(outcome).__name__}")
+    raise NotAnOutcome(f"not a call outcome: {type(outcome).__name__}")
 
 
 def _done(outcome: Done) -> ToolResult:
@@ -195,7 +195,7 @@ def _stopped(outcome: Stopped) -> ToolResult:
 def shape_run_status(status: RunStatus) -> ToolResult:
     """staal_run_status's answer: structuredContent {"run", "status", ...}
     and the same as JSON text. An internal failure's details stay out."""
-    structured: dict[str, Any] = {"run": status.run, "status": status.status}
+    structured: dict[str, Json] = {"run": status.run, "status": status.status}
     if status.status == "done":
         structured["result"] = status.result
     elif status.status == "failed":

@@ -18,6 +18,7 @@ from staal.protocol.mcp.jsonrpc import (
     RpcError,
     is_request_id,
 )
+from staal.records.record import Json
 from staal.runtime.tracecontext import TraceParent, parse_traceparent, tracestate_of
 
 LEGACY = "2025-11-25"
@@ -57,7 +58,7 @@ class ServerInfo:
         return {"name": self.name, "version": self.version}
 
 
-def meta_of(params: dict[str, Any]) -> dict[str, Any] | RpcError:
+def meta_of(params: dict[str, Json]) -> dict[str, Json] | RpcError:
     """The request's `_meta`, an empty one when there is none."""
     meta = params.get("_meta")
     if meta is None:
@@ -67,7 +68,7 @@ def meta_of(params: dict[str, Any]) -> dict[str, Any] | RpcError:
     return meta
 
 
-def select_revision(params: dict[str, Any], initialized: bool) -> str | RpcError:
+def select_revision(params: dict[str, Json], initialized: bool) -> str | RpcError:
     """The revision a request with these params is served under, or why it
     cannot be served at all."""
     meta = meta_of(params)
@@ -78,7 +79,7 @@ def select_revision(params: dict[str, Any], initialized: bool) -> str | RpcError
     return _check_envelope(meta)
 
 
-def _check_envelope(meta: dict[str, Any]) -> str | RpcError:
+def _check_envelope(meta: dict[str, Json]) -> str | RpcError:
     requested = meta[PROTOCOL_VERSION_KEY]
     if not isinstance(requested, str):
         return RpcError(INVALID_PARAMS, f"_meta {PROTOCOL_VERSION_KEY} must be a string")
@@ -119,7 +120,7 @@ def _is_implementation(value: Any) -> bool:
     )
 
 
-def progress_token_of(params: dict[str, Any]) -> str | int | RpcError | None:
+def progress_token_of(params: dict[str, Json]) -> str | int | RpcError | None:
     """The progress token the request asked for progress with, if any."""
     meta = meta_of(params)
     if isinstance(meta, RpcError):
@@ -130,7 +131,7 @@ def progress_token_of(params: dict[str, Any]) -> str | int | RpcError | None:
     return RpcError(INVALID_PARAMS, "_meta progressToken must be a string or an integer")
 
 
-def trace_of(params: dict[str, Any]) -> tuple[TraceParent | None, str | None]:
+def trace_of(params: dict[str, Json]) -> tuple[TraceParent | None, str | None]:
     """The client's trace context in `_meta` (`traceparent`, `tracestate`:
     the MCP convention, either revision). A malformed one is ignored, never
     refused: the call then starts a new trace."""
@@ -141,7 +142,7 @@ def trace_of(params: dict[str, Any]) -> tuple[TraceParent | None, str | None]:
     return parent, tracestate_of(meta.get(TRACESTATE_KEY)) if parent is not None else None
 
 
-def negotiated_version(requested: Any) -> str:
+def negotiated_version(requested: Json) -> str:
     """What `initialize` answers: the version asked for if the handshake can
     agree on it, else the newest one it can."""
     return requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]

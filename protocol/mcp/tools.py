@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL, Tool
+from staal.protocol.errors import BadValue
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import progress_token_of, trace_of
+from staal.records.record import Json
 from staal.runtime.ids import is_run_id
 from staal.runtime.tracecontext import TraceParent
 
@@ -30,8 +31,8 @@ class Annotations:
     idempotent: bool
     open_world: bool
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {} if self.title is None else {"title": self.title}
+    def to_wire(self) -> dict[str, Json]:
+        wire: dict[str, Json] = {} if self.title is None else {"title": self.title}
         wire.update(
             readOnlyHint=self.read_only,
             destructiveHint=self.destructive,
@@ -46,12 +47,12 @@ class ToolDescriptor:
     name: str
     title: str | None
     description: str
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Json]
     annotations: Annotations
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, Json]:
         """The Tool object of tools/list; the same under both revisions."""
-        wire: dict[str, Any] = {"name": self.name}
+        wire: dict[str, Json] = {"name": self.name}
         if self.title is not None:
             wire["title"] = self.title
         wire.update(
@@ -77,7 +78,7 @@ def annotations_for(tool: Tool) -> Annotations:
     )
 
 
-def describe_tool(tool: Tool, input_schema: dict[str, Any]) -> ToolDescriptor:
+def describe_tool(tool: Tool, input_schema: dict[str, Json]) -> ToolDescriptor:
     """A manifest tool as tools/list shows it; `input_schema` is the JSON
     Schema of the program's inputs (`staal schema`)."""
     return ToolDescriptor(
@@ -89,11 +90,11 @@ def describe_tool(tool: Tool, input_schema: dict[str, Any]) -> ToolDescriptor:
     )
 
 
-def _checked_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+def _checked_schema(name: str, schema: dict[str, Json]) -> dict[str, Json]:
     if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise ValueError(f"the input schema of tool '{name}' must be a JSON object schema")
+        raise BadValue(f"the input schema of tool '{name}' must be a JSON object schema")
     # A private copy, and proof that it can be sent.
-    copy: dict[str, Any] = orjson.loads(orjson.dumps(schema))
+    copy: dict[str, Json] = orjson.loads(orjson.dumps(schema))
     return copy
 
 
@@ -103,7 +104,7 @@ RUN_STATUS_DESCRIPTION = (
     "result), failed, waiting_for_operator, expired or unknown. Every tool call is a "
     "run; its run id is in the call's answer, or in the progress message at its start."
 )
-RUN_STATUS_INPUT_SCHEMA: dict[str, Any] = {
+RUN_STATUS_INPUT_SCHEMA: dict[str, Json] = {
     "type": "object",
     "properties": {
         "run": {
@@ -131,7 +132,7 @@ def run_status_descriptor() -> ToolDescriptor:
     )
 
 
-def run_status_problem(arguments: dict[str, Any]) -> str | None:
+def run_status_problem(arguments: dict[str, Json]) -> str | None:
     """Why these are not arguments staal_run_status can answer, if they are not."""
     if set(arguments) != {"run"} or not is_run_id(arguments["run"]):
         return 'staal_run_status takes {"run": "<run id>"}, a run id being 32 hexadecimal characters'
@@ -143,7 +144,7 @@ class CallRequest:
     """A tools/call whose tool was found and whose arguments are an object."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Json]
     progress_token: str | int | None = None
     # The client's trace context (`_meta.traceparent`), if a valid one came.
     trace: TraceParent | None = None
@@ -159,7 +160,7 @@ class ToolCatalogue:
         names = [tool.name for tool in listed]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
-            raise ValueError(f"tool names must be unique: {', '.join(duplicates)}")
+            raise BadValue(f"tool names must be unique: {', '.join(duplicates)}")
         self._tools: Sequence[ToolDescriptor] = tuple(listed)
         self._names = frozenset(names)
         self._wire = orjson.dumps([tool.to_wire() for tool in listed])
@@ -168,14 +169,14 @@ class ToolCatalogue:
     def tools(self) -> Sequence[ToolDescriptor]:
         return self._tools
 
-    def listing(self, params: dict[str, Any]) -> list[dict[str, Any]] | RpcError:
+    def listing(self, params: dict[str, Json]) -> list[dict[str, Json]] | RpcError:
         """Every tool on one page; a cursor can only be one this server never gave."""
         if params.get("cursor") is not None:
             return RpcError(INVALID_PARAMS, "every tool is listed on one page: there is no cursor")
-        listing: list[dict[str, Any]] = orjson.loads(self._wire)
+        listing: list[dict[str, Json]] = orjson.loads(self._wire)
         return listing
 
-    def read_call(self, params: dict[str, Any]) -> CallRequest | RpcError | ToolResult:
+    def read_call(self, params: dict[str, Json]) -> CallRequest | RpcError | ToolResult:
         """The tool, arguments and progress token of a tools/call. An unknown
         tool, or arguments that are not an object, are invalid params
         (-32602); arguments staal_run_status cannot take are answered at

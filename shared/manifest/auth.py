@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeGuard, get_args
+from typing import TypeGuard, get_args
 from urllib.parse import urlsplit
 
 from staal.manifest.addresses import same_url
@@ -30,6 +30,7 @@ from staal.manifest.model import (
     WhenKey,
 )
 from staal.manifest.values import ValueReader, show
+from staal.records.record import Json
 
 AUTH = ("issuer", "audience", "jwks_url", "algorithms", "required_scopes", "credential")
 CREDENTIAL = ("presence", "program", "entry", "headers", "timeout_ms")
@@ -59,7 +60,9 @@ TRANSPORT_HEADERS = frozenset({
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-ProgramReader = Callable[[Any, str], "Path | None"]
+ProgramReader = Callable[[Json, str], "Path | None"]
+# Reads a quota object at a path, given the grants its money may name.
+QuotaReader = Callable[[Json, str, "Mapping[str, Grant] | None"], "QuotaConfig | None"]
 
 
 def _is_when_key(key: str) -> TypeGuard[WhenKey]:
@@ -74,7 +77,7 @@ class AuthChecker:
 
     # -- auth -----------------------------------------------------------
 
-    def auth(self, value: Any, server: ServerConfig | None) -> AuthConfig | None:
+    def auth(self, value: Json, server: ServerConfig | None) -> AuthConfig | None:
         v = self.values
         obj = v.obj(value, "auth", AUTH)
         if obj is None:
@@ -135,7 +138,7 @@ class AuthChecker:
         self.values.add("auth.audience", f"{show(audience)} {why}")
         return False
 
-    def issuer(self, value: Any, path: str) -> str | None:
+    def issuer(self, value: Json, path: str) -> str | None:
         """The issuer exactly as tokens name it in `iss` (a trailing slash
         kept): an https URL, or http on a loopback host."""
         text = self.exact_url(value, path)
@@ -148,7 +151,7 @@ class AuthChecker:
             return None
         return text
 
-    def exact_url(self, value: Any, path: str) -> str | None:
+    def exact_url(self, value: Json, path: str) -> str | None:
         text = self.values.string(value, path)
         if text is None:
             return None
@@ -162,7 +165,7 @@ class AuthChecker:
             return None
         return text
 
-    def algorithms(self, value: Any) -> list[str] | None:
+    def algorithms(self, value: Json) -> list[str] | None:
         v = self.values
         names = v.string_list(value, "auth.algorithms", non_empty=True)
         if names is None:
@@ -182,7 +185,7 @@ class AuthChecker:
             v.add(f"auth.algorithms[{i}]", f"{show(name)}: {why}")
         return names if ok else None
 
-    def credential(self, value: Any) -> CredentialConfig | None:
+    def credential(self, value: Json) -> CredentialConfig | None:
         """`auth.credential`: `{"presence": "bearer"}`, the default, or
         `{"presence": "provider", "program", "entry", "headers", "timeout_ms"}`."""
         v = self.values
@@ -213,7 +216,7 @@ class AuthChecker:
         return CredentialConfig(presence="provider", program=program, entry=entry,
                                 headers=headers, timeout_ms=timeout)
 
-    def headers(self, value: Any, path: str) -> tuple[str, ...] | None:
+    def headers(self, value: Json, path: str) -> tuple[str, ...] | None:
         """A provider's credential headers, at least one, each a header name
         once (in any case; kept in lower case), none the transport's own."""
         v = self.values
@@ -239,7 +242,7 @@ class AuthChecker:
 
     # -- a tool's alternative grant sets ------------------------------------
 
-    def profiles(self, value: Any, path: str,
+    def profiles(self, value: Json, path: str,
                  grants: Mapping[str, Grant] | None) -> Mapping[str, Mapping[str, Grant]] | None:
         """`tools[i].profiles`: named grant sets, each with the same
         parameters and capabilities as the tool's `grants` (the program is
@@ -278,7 +281,7 @@ class AuthChecker:
 
     # -- callers --------------------------------------------------------
 
-    def callers(self, value: Any, tools: list[Tool] | None, quota: Any) -> tuple[Caller, ...] | None:
+    def callers(self, value: Json, tools: list[Tool] | None, quota: QuotaReader) -> tuple[Caller, ...] | None:
         """`callers`: a list of profiles. `quota(value, path, grants)` reads
         a quota as a tool's is read."""
         v = self.values
@@ -303,8 +306,8 @@ class AuthChecker:
             callers.append(caller)
         return tuple(callers) if len(callers) == len(items) else None
 
-    def caller(self, value: Any, path: str, tools: dict[str, Tool] | None,
-               quota: Any) -> Caller | None:
+    def caller(self, value: Json, path: str, tools: dict[str, Tool] | None,
+               quota: QuotaReader) -> Caller | None:
         v = self.values
         obj = v.obj(value, path, CALLER, required=("name", "when", "tools"))
         if obj is None:
@@ -320,7 +323,7 @@ class AuthChecker:
             return None
         return Caller(name=name, when=when, tools=allowed, rate=rate)
 
-    def when(self, value: Any, path: str) -> tuple[WhenKey, str] | None:
+    def when(self, value: Json, path: str) -> tuple[WhenKey, str] | None:
         v = self.values
         if not isinstance(value, dict) or len(value) != 1:
             v.add(path, "expected an object with one key: scope, client_id or sub")
@@ -339,8 +342,8 @@ class AuthChecker:
             return None
         return key, text
 
-    def caller_tools(self, value: Any, path: str, tools: dict[str, Tool] | None,
-                     quota: Any) -> Mapping[str, CallerTool] | None:
+    def caller_tools(self, value: Json, path: str, tools: dict[str, Tool] | None,
+                     quota: QuotaReader) -> Mapping[str, CallerTool] | None:
         v = self.values
         if not isinstance(value, dict):
             v.add(path, "expected an object naming the tools this caller may call")
@@ -365,7 +368,7 @@ class AuthChecker:
             allowed[name] = entry
         return MappingProxyType(allowed) if ok else None
 
-    def caller_tool(self, value: Any, path: str, tool: Tool | None, quota: Any) -> CallerTool | None:
+    def caller_tool(self, value: Json, path: str, tool: Tool | None, quota: QuotaReader) -> CallerTool | None:
         v = self.values
         obj = v.obj(value, path, CALLER_TOOL)
         if obj is None:
@@ -383,7 +386,7 @@ class AuthChecker:
             return None
         return CallerTool(grants=grants, quota=limit)
 
-    def rate(self, value: Any, path: str) -> RateConfig | None:
+    def rate(self, value: Json, path: str) -> RateConfig | None:
         v = self.values
         obj = v.obj(value, path, RATE, required=RATE)
         if obj is None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import NoReturn
 
 from staal.errors import ManifestError
 from staal.manifest.auth import AuthChecker
@@ -35,6 +35,7 @@ from staal.manifest.resources import check_resources, check_server_name
 from staal.manifest.server import ServerReader
 from staal.manifest.sizes import machine_mib
 from staal.manifest.values import Table, ValueReader, show
+from staal.records.record import Json
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
@@ -52,13 +53,13 @@ PROVIDERS = ("anthropic",)
 HOUR_MS = 3_600_000
 
 
-class _Pairs(dict[str, Any]):
+class _Pairs(dict[str, Json]):
     """A JSON object that remembers keys written more than once."""
 
     duplicates: list[str]
 
 
-def _object_with_duplicates(pairs: list[tuple[str, Any]]) -> _Pairs:
+def _object_with_duplicates(pairs: list[tuple[str, Json]]) -> _Pairs:
     obj = _Pairs()
     obj.duplicates = []
     for key, value in pairs:
@@ -68,7 +69,7 @@ def _object_with_duplicates(pairs: list[tuple[str, Any]]) -> _Pairs:
     return obj
 
 
-def plain(value: Any) -> Any:
+def plain(value: Json) -> Json:
     """A document read by `read_json` with every object a plain dict again:
     inputs taken from a file are JSON like any call's arguments."""
     if isinstance(value, dict):
@@ -78,11 +79,11 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_json(path: Path, what: str = "manifest") -> Any:
+def read_json(path: Path, what: str = "manifest") -> Json:
     """The JSON document in the file at `path` (resolved: every problem
     names the file as it really is), a manifest or a run config."""
     try:
@@ -112,7 +113,7 @@ def load(path: Path) -> Manifest:
     return check(read_json(path), path)
 
 
-def check(data: Any, path: Path) -> Manifest:
+def check(data: Json, path: Path) -> Manifest:
     """The manifest `data` (read from `path`), or every problem in it."""
     checker = ManifestChecker(path)
     manifest = checker.manifest(data)
@@ -129,7 +130,7 @@ class ManifestChecker:
         self.servers = ServerReader(self.values)
         self.access = AuthChecker(self.values, self.grants, self.program)
 
-    def manifest(self, data: Any) -> Manifest | None:
+    def manifest(self, data: Json) -> Manifest | None:
         v = self.values
         top = v.obj(data, "", TOP, required=("server", "tools"))
         if top is None:
@@ -157,7 +158,7 @@ class ManifestChecker:
 
     # -- model ----------------------------------------------------------
 
-    def model(self, value: Any, tools: list[Tool] | None) -> ModelConfig | None:
+    def model(self, value: Json, tools: list[Tool] | None) -> ModelConfig | None:
         v = self.values
         obj = v.obj(value, "model", MODEL, required=("provider", "model", "api_key"))
         if obj is None:
@@ -193,7 +194,7 @@ class ManifestChecker:
 
     # -- tools ----------------------------------------------------------
 
-    def tools(self, value: Any, server: ServerConfig | None) -> list[Tool] | None:
+    def tools(self, value: Json, server: ServerConfig | None) -> list[Tool] | None:
         v = self.values
         items = v.list(value, "tools")
         if items is None:
@@ -216,7 +217,7 @@ class ManifestChecker:
             tools.append(tool)
         return tools if ok else None
 
-    def tool_name(self, value: Any, path: str) -> str | None:
+    def tool_name(self, value: Json, path: str) -> str | None:
         name = self.values.string(value, path)
         if name is None:
             return None
@@ -228,7 +229,7 @@ class ManifestChecker:
             return None
         return name
 
-    def tool(self, value: Any, path: str, server: ServerConfig | None) -> Tool | None:
+    def tool(self, value: Json, path: str, server: ServerConfig | None) -> Tool | None:
         v = self.values
         obj = v.obj(value, path, TOOL, required=("name", "description", "program", "net"))
         if obj is None:
@@ -267,7 +268,7 @@ class ManifestChecker:
             max_cpu=cpu, profiles=profiles or MappingProxyType({}),
         )
 
-    def program(self, value: Any, path: str) -> Path | None:
+    def program(self, value: Json, path: str) -> Path | None:
         resolved = self.values.path(value, path)
         if resolved is None:
             return None
@@ -279,7 +280,7 @@ class ManifestChecker:
             return None
         return resolved
 
-    def net(self, value: Any, path: str) -> NetConfig | None:
+    def net(self, value: Json, path: str) -> NetConfig | None:
         v = self.values
         obj = v.obj(value, path, NET, required=NET)
         if obj is None:
@@ -292,7 +293,7 @@ class ManifestChecker:
             return None
         return NetConfig(timeout_ms=timeout, connect_timeout_ms=connect)
 
-    def once(self, value: Any, path: str, server: ServerConfig | None,
+    def once(self, value: Json, path: str, server: ServerConfig | None,
              grants: Mapping[str, Grant] | None) -> OnceConfig | None:
         v = self.values
         obj = v.obj(value, path, ONCE, required=("by",))
@@ -313,7 +314,7 @@ class ManifestChecker:
             keep = server.keep
         return OnceConfig(by=by, keep=keep)
 
-    def once_by(self, value: Any, path: str, grants: Mapping[str, Grant] | None) -> tuple[str, ...] | None:
+    def once_by(self, value: Json, path: str, grants: Mapping[str, Grant] | None) -> tuple[str, ...] | None:
         v = self.values
         names = v.string_list(value, path, non_empty=True)
         if names is None:
@@ -331,7 +332,7 @@ class ManifestChecker:
                 ok = False
         return tuple(names) if ok else None
 
-    def quota(self, value: Any, path: str, grants: Mapping[str, Grant] | None) -> QuotaConfig | None:
+    def quota(self, value: Json, path: str, grants: Mapping[str, Grant] | None) -> QuotaConfig | None:
         v = self.values
         obj = v.obj(value, path, QUOTA, required=("window",))
         if obj is None:
@@ -348,7 +349,7 @@ class ManifestChecker:
             return None
         return QuotaConfig(window=window, calls=calls, money=money)
 
-    def quota_money_bounded(self, money: Any, path: str, grants: Mapping[str, Grant]) -> None:
+    def quota_money_bounded(self, money: Json, path: str, grants: Mapping[str, Grant]) -> None:
         """A money quota reserves each run's worst case, so it must be finite
         and in the quota's currency (seed 000 section 6)."""
         for name, grant in grants.items():

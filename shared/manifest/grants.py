@@ -11,6 +11,7 @@ from typing import Any
 from staal.manifest.catalogue import CATALOGUE, REQUIRED_IN_NEEDS, SECRET
 from staal.manifest.model import Grant, SecretRef
 from staal.manifest.values import Table, ValueReader, join, show
+from staal.records.record import Json
 
 MAX_USES = 1_000_000
 
@@ -19,7 +20,7 @@ class GrantReader:
     def __init__(self, values: ValueReader) -> None:
         self.v = values
 
-    def grants(self, value: Any, path: str) -> Mapping[str, Grant] | None:
+    def grants(self, value: Json, path: str) -> Mapping[str, Grant] | None:
         v = self.v
         if not isinstance(value, dict):
             v.add(path, "expected an object of grants by parameter name")
@@ -41,7 +42,7 @@ class GrantReader:
                 grants[name] = grant
         return MappingProxyType(grants) if ok else None
 
-    def grant(self, value: Any, path: str, expected_cap: str | None = None) -> Grant | None:
+    def grant(self, value: Json, path: str, expected_cap: str | None = None) -> Grant | None:
         v = self.v
         if not isinstance(value, dict):
             v.add(path, "expected a grant object with a \"cap\"")
@@ -87,7 +88,7 @@ class GrantReader:
             "dsn": v.secret,
             "library": self.library,
         }
-        fields = {}
+        fields: dict[str, Any] = {}  # each key its reader's type
         for key in sorted(spec.keys & value.keys()):
             fields[key] = readers[key](value[key], join(path, key))
         known = [k for k in value if k == "cap" or k in spec.keys]
@@ -115,7 +116,7 @@ class GrantReader:
                 return False
         return True
 
-    def only(self, value: Any, path: str) -> list[str] | None:
+    def only(self, value: Json, path: str) -> list[str] | None:
         items = self.v.list(value, path)
         if items is None:
             return None
@@ -125,7 +126,7 @@ class GrantReader:
         ok = all(self.v.url_pattern(x, f"{path}[{i}]") is not None for i, x in enumerate(items))
         return items if ok else None
 
-    def library(self, value: Any, path: str) -> str | None:
+    def library(self, value: Json, path: str) -> str | None:
         text = self.v.string(value, path)
         if text is None:
             return None
@@ -137,7 +138,7 @@ class GrantReader:
             return None
         return str(resolved)
 
-    def database(self, value: Any, path: str) -> Path | None:
+    def database(self, value: Json, path: str) -> Path | None:
         """A database file, which must exist: a grant never creates its
         database, and a missing one is found at start, not at the first call."""
         resolved = self.v.path(value, path)
@@ -147,7 +148,7 @@ class GrantReader:
             return None
         return resolved
 
-    def needs(self, value: Any, path: str, cap: str) -> Any:
+    def needs(self, value: Json, path: str, cap: str) -> Mapping[str, Grant | SecretRef] | None:
         v = self.v
         spec = CATALOGUE[cap]
         obj = v.obj(value, path, tuple(spec.needs), required=tuple(spec.needs))

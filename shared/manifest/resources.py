@@ -21,11 +21,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from staal.manifest.grants import GrantReader
 from staal.manifest.model import Grant, NetConfig, ResourceDecl, Tool
 from staal.manifest.values import ValueReader
+from staal.records.record import Json
 
 RESOURCE = ("name", "description", "program", "get", "list", "grants", "net", "max_page_size")
 RESOURCE_REQUIRED = ("name", "description", "program", "get", "list", "net")
@@ -44,9 +45,9 @@ class ToolReader(Protocol):
     values: ValueReader
     grants: GrantReader
 
-    def program(self, value: Any, path: str) -> Path | None: ...
+    def program(self, value: Json, path: str) -> Path | None: ...
 
-    def net(self, value: Any, path: str) -> NetConfig | None: ...
+    def net(self, value: Json, path: str) -> NetConfig | None: ...
 
 
 def hidden_tool_name(segment: str, entry: str) -> str:
@@ -71,13 +72,13 @@ def dns_label_problem(name: str) -> str | None:
     return None
 
 
-def check_server_name(checker: ToolReader, name: Any) -> None:
+def check_server_name(checker: ToolReader, name: Json) -> None:
     if isinstance(name, str) and (problem := dns_label_problem(name)) is not None:
         checker.values.add("server.name", f"{name[:80]!r} {problem} (it is the host of every "
                            "resource URI, staal://<name>/...)")
 
 
-def check_resources(checker: ToolReader, value: Any) -> tuple[ResourceDecl, ...] | None:
+def check_resources(checker: ToolReader, value: Json) -> tuple[ResourceDecl, ...] | None:
     """Every collection in `resources`, or None after adding each problem."""
     v = checker.values
     items = v.list(value, "resources")
@@ -97,7 +98,7 @@ def check_resources(checker: ToolReader, value: Any) -> tuple[ResourceDecl, ...]
     return tuple(found) if ok else None
 
 
-def _resource(checker: ToolReader, value: Any, path: str) -> ResourceDecl | None:
+def _resource(checker: ToolReader, value: Json, path: str) -> ResourceDecl | None:
     v = checker.values
     obj = v.obj(value, path, RESOURCE, required=RESOURCE_REQUIRED)
     if obj is None:
@@ -122,7 +123,7 @@ def _resource(checker: ToolReader, value: Any, path: str) -> ResourceDecl | None
     return ResourceDecl(name, description, size, tools["get"], tools["list"])
 
 
-def _segment(checker: ToolReader, value: Any, path: str) -> str | None:
+def _segment(checker: ToolReader, value: Json, path: str) -> str | None:
     name = checker.values.string(value, path)
     if name is None:
         return None

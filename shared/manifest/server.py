@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from staal.manifest.addresses import is_loopback, split_host_port
@@ -30,6 +30,7 @@ from staal.manifest.model import (
     TracesConfig,
 )
 from staal.manifest.values import ValueReader, show
+from staal.records.record import Json
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -45,7 +46,7 @@ class ServerReader:
     def __init__(self, values: ValueReader) -> None:
         self.v = values
 
-    def server(self, value: Any) -> ServerConfig | None:
+    def server(self, value: Json) -> ServerConfig | None:
         v = self.v
         obj = v.obj(value, "server", SERVER, required=("name", "journals"))
         if obj is None:
@@ -75,7 +76,7 @@ class ServerReader:
             store=store,
         )
 
-    def traces(self, value: Any) -> TracesConfig | Literal[False]:
+    def traces(self, value: Json) -> TracesConfig | Literal[False]:
         """`server.traces`; False when refused."""
         v = self.v
         obj = v.obj(value, "server.traces", TRACES)
@@ -87,7 +88,7 @@ class ServerReader:
             return False
         return TracesConfig(otlp_endpoint=endpoint, service_name=name)
 
-    def metrics(self, value: Any, path: str) -> MetricsConfig | None:
+    def metrics(self, value: Json, path: str) -> MetricsConfig | None:
         """`server.metrics`: where the Prometheus metrics are served; a
         loopback address unless `allow_remote` is true (they name the tools
         and show how busy the server is, and the listener has no auth)."""
@@ -112,7 +113,7 @@ class ServerReader:
             return None
         return MetricsConfig(host=address[0], port=address[1])
 
-    def store(self, value: Any) -> PostgresStore | Literal[False] | None:
+    def store(self, value: Json) -> PostgresStore | Literal[False] | None:
         """`server.store`: "file" (the default) or {"postgres": {"dsn":
         {"env": NAME}, "lease_s": SECONDS}}; False when refused."""
         v = self.v
@@ -132,7 +133,7 @@ class ServerReader:
             return False
         return PostgresStore(dsn, lease_ms)
 
-    def lease_ms(self, value: Any) -> int | None:
+    def lease_ms(self, value: Json) -> int | None:
         """`server.store.postgres.lease_s`: seconds, whole or not, in
         LEASE_S_RANGE; in milliseconds."""
         lo, hi = LEASE_S_RANGE
@@ -143,7 +144,7 @@ class ServerReader:
                    f"lease lasts; it renews it every third of that), not {show(value)}")
         return None
 
-    def http(self, value: Any) -> HttpConfig | None:
+    def http(self, value: Json) -> HttpConfig | None:
         v = self.v
         obj = v.obj(value, "server.http", HTTP)
         if obj is None:
@@ -166,7 +167,7 @@ class ServerReader:
             return None
         return HttpConfig(path=path, origins=tuple(origins), public_url=public)
 
-    def keep(self, value: Any) -> int | Literal[False] | None:
+    def keep(self, value: Json) -> int | Literal[False] | None:
         """Whole days >= 1, or None for "forever"; False when refused."""
         if value == "forever":
             return None
@@ -178,7 +179,7 @@ class ServerReader:
         )
         return False
 
-    def notify(self, value: Any) -> tuple[str, ...] | None:
+    def notify(self, value: Json) -> tuple[str, ...] | None:
         v = self.v
         if value is None:
             return None
@@ -197,7 +198,7 @@ class ServerReader:
             return None
         return tuple(items)
 
-    def env_names(self, value: Any, path: str) -> tuple[str, ...] | None:
+    def env_names(self, value: Json, path: str) -> tuple[str, ...] | None:
         items = self.v.string_list(value, path)
         if items is None:
             return None

@@ -10,7 +10,7 @@ import keyword
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 import orjson
@@ -20,15 +20,16 @@ from staal.manifest.durations import Duration
 from staal.manifest.model import SecretRef
 from staal.manifest.sizes import Size
 from staal.money import Money
+from staal.records.record import Json
 
 T = TypeVar("T")
 # An object of the manifest as parsed (TOML or JSON): its values are of any
 # kind until a reader here checks them.
-Table = dict[str, Any]
+Table = dict[str, Json]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def show(value: Any) -> str:
+def show(value: Json) -> str:
     """A manifest value as JSON, cut short, for a message."""
     try:
         text = orjson.dumps(value).decode()
@@ -37,7 +38,7 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def kind_of(value: Any) -> str:
+def kind_of(value: Json) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -82,14 +83,14 @@ class ValueReader:
         return False
 
     def optional(self, obj: Table, key: str, path: str,
-                 reader: Callable[[Any, str], T | None]) -> T | None:
+                 reader: Callable[[Json, str], T | None]) -> T | None:
         if key not in obj:
             return None
         return reader(obj[key], join(path, key))
 
     # -- shapes ---------------------------------------------------------
 
-    def obj(self, value: Any, path: str, keys: Iterable[str],
+    def obj(self, value: Json, path: str, keys: Iterable[str],
             required: Iterable[str] = ()) -> Table | None:
         keys = tuple(keys)
         if not isinstance(value, dict):
@@ -121,13 +122,13 @@ class ValueReader:
         hint = f"; did you mean '{meant}'?" if meant else ""
         return f"unknown key (allowed here: {', '.join(sorted(keys))}){hint}"
 
-    def list(self, value: Any, path: str) -> builtins.list[Any] | None:
+    def list(self, value: Json, path: str) -> builtins.list[Json] | None:
         if not isinstance(value, list):
             self.add(path, f"expected a list, not {kind_of(value)}")
             return None
         return value
 
-    def string(self, value: Any, path: str) -> str | None:
+    def string(self, value: Json, path: str) -> str | None:
         if not isinstance(value, str):
             self.add(path, f"expected a string, not {kind_of(value)}")
             return None
@@ -136,7 +137,7 @@ class ValueReader:
             return None
         return value
 
-    def string_list(self, value: Any, path: str, non_empty: bool = False) -> builtins.list[str] | None:
+    def string_list(self, value: Json, path: str, non_empty: bool = False) -> builtins.list[str] | None:
         items = self.list(value, path)
         if items is None:
             return None
@@ -146,7 +147,7 @@ class ValueReader:
         ok = all(self.string(item, f"{path}[{i}]") is not None for i, item in enumerate(items))
         return items if ok else None
 
-    def whole(self, value: Any, path: str, lo: int, hi: int) -> int | None:
+    def whole(self, value: Json, path: str, lo: int, hi: int) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
             shown = show(value) if isinstance(value, (int, float)) else kind_of(value)
             self.add(path, f"expected a whole number, not {shown}")
@@ -156,13 +157,13 @@ class ValueReader:
             return None
         return value
 
-    def boolean(self, value: Any, path: str) -> bool | None:
+    def boolean(self, value: Json, path: str) -> bool | None:
         if not isinstance(value, bool):
             self.add(path, f"expected true or false, not {kind_of(value)}")
             return None
         return value
 
-    def identifier(self, value: Any, path: str) -> str | None:
+    def identifier(self, value: Json, path: str) -> str | None:
         name = self.string(value, path)
         if name is None:
             return None
@@ -173,27 +174,27 @@ class ValueReader:
 
     # -- values with meaning ------------------------------------------
 
-    def path(self, value: Any, path: str) -> Path | None:
+    def path(self, value: Json, path: str) -> Path | None:
         text = self.string(value, path)
         if text is None:
             return None
         return (self.base_dir / text).resolve()
 
-    def duration(self, value: Any, path: str, units: str = "smhd") -> Duration | None:
+    def duration(self, value: Json, path: str, units: str = "smhd") -> Duration | None:
         try:
             return Duration.parse(value, units)
         except DurationError as exc:
             self.add(path, exc.message)
             return None
 
-    def size(self, value: Any, path: str, least_mib: int, most_mib: int) -> Size | None:
+    def size(self, value: Json, path: str, least_mib: int, most_mib: int) -> Size | None:
         try:
             return Size.parse(value, least_mib, most_mib)
         except SizeError as exc:
             self.add(path, exc.message)
             return None
 
-    def money(self, value: Any, path: str) -> Money | None:
+    def money(self, value: Json, path: str) -> Money | None:
         try:
             return Money.from_wire(value)
         except MoneyError as exc:
@@ -201,14 +202,14 @@ class ValueReader:
             self.add(where, exc.message)
             return None
 
-    def positive_money(self, value: Any, path: str) -> Money | None:
+    def positive_money(self, value: Json, path: str) -> Money | None:
         money = self.money(value, path)
         if money is not None and money.minor <= 0:
             self.add(join(path, "amount"), f"{show(money.canonical_amount())} must be more than zero")
             return None
         return money
 
-    def secret(self, value: Any, path: str) -> SecretRef | None:
+    def secret(self, value: Json, path: str) -> SecretRef | None:
         """A secret is only ever named: {"env": NAME}. A value written in
         place is refused without being repeated in the message."""
         if isinstance(value, str):
@@ -226,7 +227,7 @@ class ValueReader:
             return None
         return SecretRef(name)
 
-    def url(self, value: Any, path: str) -> str | None:
+    def url(self, value: Json, path: str) -> str | None:
         text = self.string(value, path)
         if text is None:
             return None
@@ -252,7 +253,7 @@ class ValueReader:
             return None
         return parts
 
-    def url_pattern(self, value: Any, path: str) -> str | None:
+    def url_pattern(self, value: Json, path: str) -> str | None:
         """A URL pattern of `only`: `*` matches within one path segment, `**`
         stands for any number of whole segments; the scheme and host are
         written out in full."""

@@ -313,7 +313,8 @@ def resolve_hint(path: str | Path, op: int) -> str:
 
 def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
                      kind: FailureKind = "internal",
-                     reopen: Callable[[], JournalWriter] | None = None) -> End | Stopped:
+                     reopen: Callable[[], JournalWriter] | None = None,
+                     cause: str | None = None) -> End | Stopped:
     """The last word of a journal whose run cannot go on (its workers keep
     dying, its worker failed, or its worker was ended by its own limit),
     durable when this returns: the end it has already; else a stop at the
@@ -323,7 +324,7 @@ def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
     and the usage the journal records (`params`: the run's capability
     parameters). `reopen` gives the writer to append with (default: the
     file at `path`; a journal whose records are a store's rows, the
-    sink that commits them)."""
+    sink that commits them); `cause`, the kind of the error behind `reason`."""
     journal = read_journal(path)
     if journal.end is not None:
         return journal.end
@@ -337,7 +338,7 @@ def close_unfinished(path: str | Path, params: Iterable[str], reason: str,
             record: End | Stopped = Stopped(op=doubt[0], message=message, time=writer.now())
         else:
             record = End(outcome="failed", time=writer.now(),
-                         failure=Failure(kind, reason), usage=journal.usage(params))
+                         failure=Failure(kind, reason, cause=cause), usage=journal.usage(params))
         writer.write(record)
     return record
 

@@ -42,6 +42,11 @@ class Failure:
     # The program's own frames the exception that ended it passed through,
     # most recent call last; empty when it did not come from program code.
     traceback: tuple[Frame, ...] = ()
+    # The `kind` of the staal error behind a failure that was not the
+    # program's (a worker's refusal: `resume_refused`, `journal_refused`),
+    # so the supervisor learns why without reading the message; None when
+    # the program's own exception or a check of the engine ended the run.
+    cause: str | None = None
 
 
 def format_frames(frames: tuple[Frame, ...], indent: str = "") -> list[str]:

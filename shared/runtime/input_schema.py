@@ -6,17 +6,16 @@ config`, the start-up check of every tool)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from staal.currencies import MINOR_UNITS
+from staal.records.record import Json
 from staal.runtime.inputs import DECIMAL_MAX_LENGTH, INT_MAX, INT_MIN, SAFE_INTEGER, SCALAR_TYPES, Description
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def to_json_schema(desc: Description) -> dict[str, Any]:
+def to_json_schema(desc: Description) -> dict[str, Json]:
     """The JSON Schema (Draft 2020-12) of a call's arguments object."""
-    properties: dict[str, Any] = {}
+    properties: dict[str, Json] = {}
     required: list[str] = []
     for item in desc["inputs"]:
         schema = type_schema(item["type"])
@@ -43,7 +42,7 @@ def _pattern(fraction: str) -> str:
 DECIMAL_SCHEMA_PATTERN = _pattern(r"(\.[0-9]+)?")
 
 
-def money_schema() -> dict[str, Any]:
+def money_schema() -> dict[str, Json]:
     """Money's wire form, with at most as many decimals as each currency has."""
     branches = []
     for exponent in sorted(set(MINOR_UNITS.values())):
@@ -66,8 +65,8 @@ def money_schema() -> dict[str, Any]:
     }
 
 
-def _scalar_schema(name: str) -> dict[str, Any]:
-    schemas: dict[str, dict[str, Any]] = {
+def _scalar_schema(name: str) -> dict[str, Json]:
+    schemas: dict[str, dict[str, Json]] = {
         "str": {"type": "string"},
         "int": {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
         "bool": {"type": "boolean"},
@@ -80,7 +79,7 @@ def _scalar_schema(name: str) -> dict[str, Any]:
     return schemas[name]
 
 
-def type_schema(type_desc: Description) -> dict[str, Any]:
+def type_schema(type_desc: Description) -> dict[str, Json]:
     """The JSON Schema of one type description."""
     name = type_desc["type"]
     if name == "money":
@@ -107,7 +106,7 @@ def type_schema(type_desc: Description) -> dict[str, Any]:
 # -- placeholders ------------------------------------------------------------
 
 
-def placeholder_arguments(desc: Description) -> dict[str, Any]:
+def placeholder_arguments(desc: Description) -> dict[str, Json]:
     """Arguments that pass the check: a placeholder for every required input,
     the default for every optional one (for `staal config`)."""
     return {
@@ -116,7 +115,7 @@ def placeholder_arguments(desc: Description) -> dict[str, Any]:
     }
 
 
-def placeholder(type_desc: Description) -> Any:
+def placeholder(type_desc: Description) -> Json:
     """The simplest JSON value of a type."""
     name = type_desc["type"]
     if name == "literal":

@@ -52,6 +52,7 @@ import orjson
 from staal.errors import MoneyError, RecordError, StaalError
 from staal.money import AMOUNT_PATTERN, Money
 from staal.records.canonical import decimal_text
+from staal.records.record import Json
 
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -65,7 +66,7 @@ MAX_PROBLEMS = 100
 
 # A type description or an inputs description: the JSON above, whose shape
 # is checked at run time (check_description, check_type), not known to mypy.
-Description = dict[str, Any]
+Description = dict[str, Json]
 
 SCALAR_TYPES = ("str", "int", "bool", "decimal", "money", "json")
 _TYPE_KEYS: dict[str, frozenset[str]] = {
@@ -102,7 +103,7 @@ class InputError(StaalError):
 # -- small helpers -------------------------------------------------------
 
 
-def show(value: Any) -> str:
+def show(value: Json) -> str:
     """A value as JSON, cut short, for a message."""
     try:
         text = orjson.dumps(value).decode()
@@ -143,7 +144,7 @@ def _whole(value: Any) -> int | None:
 # -- checking a description -------------------------------------------------
 
 
-def check_description(desc: Any) -> None:
+def check_description(desc: Json) -> None:
     """Check an inputs description that crossed a process boundary; raise
     `RecordError` naming the path of the first malformed part."""
     _keys(desc, frozenset({"inputs"}), "")
@@ -172,7 +173,7 @@ def _check_default(type_desc: Description, default: Any, path: str) -> None:
         raise RecordError(f"the default does not fit its type ({exc.problems[0]})", path) from None
 
 
-def check_type(type_desc: Any, path: str = "type", depth: int = 0) -> None:
+def check_type(type_desc: Json, path: str = "type", depth: int = 0) -> None:
     """Check one type description; raise `RecordError` naming the path."""
     if depth > MAX_DEPTH:
         raise RecordError(f"types nested more than {MAX_DEPTH} deep", path)
@@ -245,7 +246,7 @@ def _check_record(type_desc: Description, path: str, depth: int) -> None:
 # -- checking arguments -----------------------------------------------------
 
 
-def check_arguments(desc: Description, arguments: Any,
+def check_arguments(desc: Description, arguments: Json,
                     capabilities: Iterable[str] = ()) -> dict[str, Any]:
     """The runtime's check of a call's arguments against an inputs
     description (one that passed `check_description`).
@@ -282,7 +283,7 @@ def check_arguments(desc: Description, arguments: Any,
     return values
 
 
-def check_value(type_desc: Description, value: Any, path: str = "value") -> Any:
+def check_value(type_desc: Description, value: Json, path: str = "value") -> Any:
     """One JSON value read as one type, by the same rules; raises `InputError`."""
     checker = _Checker()
     result = checker.value(type_desc, value, path)

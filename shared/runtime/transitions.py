@@ -7,7 +7,8 @@ connection and the supervisor's worker pool both use it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from enum import Enum
+from typing import TypeVar
 
 from staal.errors import StaalError
 
@@ -19,7 +20,12 @@ class IllegalTransition(StaalError):
     kind = "illegal_transition"
 
 
-def advance(table: Mapping[tuple[Any, str], Any], state: Any, event: str) -> Any:
+State = TypeVar("State", bound=Enum)
+Event = TypeVar("Event", bound=str)
+
+
+def advance(table: Mapping[tuple[State, Event], State], state: State, event: Event) -> State:
+    """The state `table` moves `state` to on `event`."""
     try:
         return table[(state, event)]
     except KeyError:

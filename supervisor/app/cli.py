@@ -8,7 +8,6 @@ problem at once.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,6 +21,7 @@ from staal.supervisor.app.serving import (
     read_manifest,
     run_serve,
 )
+from staal.supervisor.telemetry.log import Log
 
 app = typer.Typer(
     name="staal-supervisor",
@@ -46,7 +46,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """Serve staal programs as MCP tools, and look after their runs."""
 
 
-def load_or_exit(manifest: Path, log: Callable[..., None] | None = None) -> Manifest:
+def load_or_exit(manifest: Path, log: Log | None = None) -> Manifest:
     """The manifest, or every problem in it and a non-zero exit before
     anything else happens."""
     loaded = read_manifest(manifest, log)
@@ -116,7 +116,7 @@ def status(
     except StoreError as exc:
         print(f"staal-supervisor status: {exc.message}", file=sys.stderr)
         raise typer.Exit(EXIT_MANIFEST) from None
-    print(json.dumps(report, indent=2) if as_json else render(report))
+    print(json.dumps(report.to_json(), indent=2) if as_json else render(report))
 
 
 @app.command()

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import staal
-from staal.errors import StaalError
 from staal.manifest.model import Manifest
 from staal.manifest.resources import is_hidden_tool
 from staal.protocol.mcp.cursors import CursorSigner
@@ -33,6 +32,7 @@ from staal.supervisor.calls.pipeline import Calls
 from staal.supervisor.calls.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.calls.run_logs import RunLogs
 from staal.supervisor.calls.tool_runtime import ToolRuntime
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.recovery.at_start import plan_recovery
 from staal.supervisor.recovery.retention import Retention, sweep
 from staal.supervisor.recovery.runner import Recovery
@@ -49,7 +49,7 @@ from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.zygote import Spawned, runtime_dir, worker_environment
 
 
-class StartupFailed(StaalError):
+class StartupFailed(SupervisorError):
     kind = "startup"
 
 

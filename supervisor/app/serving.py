@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,7 +47,7 @@ SERVE_OPTIONS = {option.dest: option for option in (
 )}
 
 
-def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Manifest | None:
+def read_manifest(manifest: Path, log: Log | None = None) -> Manifest | None:
     """The manifest, or None after reporting every problem in it. Problems
     and warnings go to `log` (the server's structured log) when given, else
     to stderr as text."""
@@ -72,7 +71,7 @@ def read_manifest(manifest: Path, log: Callable[..., None] | None = None) -> Man
 def run_serve(manifest: Path, log_format: str, http: str | None = None,
               insecure_no_auth: bool = False) -> int:
     """`serve`: over stdio, or over Streamable HTTP at `http` (HOST:PORT)."""
-    from staal.supervisor.telemetry.log import Log
+    from staal.supervisor.telemetry.log import StderrLog
     from staal.supervisor.transport.stdio import protect_descriptors
 
     # Before anything else, and before the manifest is read (seed 000 section 3).
@@ -80,7 +79,7 @@ def run_serve(manifest: Path, log_format: str, http: str | None = None,
     if log_format not in ("json", "text"):
         print(f"--log-format: json or text, not {log_format!r}", file=sys.stderr)
         return 2
-    log = Log(log_format)
+    log = StderrLog(log_format)
     loaded = read_manifest(manifest, log)
     if loaded is None:
         return EXIT_MANIFEST
@@ -146,7 +145,7 @@ def _serve_http(loaded: Manifest, http: str, insecure_no_auth: bool, log: Log) -
             return interrupted(log, early)
 
 
-def interrupted(log: Callable[..., None], early: Spawned) -> int:
+def interrupted(log: Log, early: Spawned) -> int:
     """Ctrl-C before the server was serving: asyncio's own SIGINT handling
     (the server's, `terminated`, is installed once it serves) cancelled the
     start. Stopped at once, as SIGTERM stops it then; the zygote dies with

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,14 +28,16 @@ import jwt
 from staal.manifest.model import AuthConfig
 from staal.protocol.http.auth import Malformed, bearer_of
 from staal.protocol.http.messages import Head
+from staal.records.record import Json
 from staal.supervisor.auth.principal import AuthRefusal, Principal
+from staal.supervisor.errors import SupervisorError
+from staal.supervisor.telemetry.log import Log
 
 SKEW_S = 60
 REFRESH_COOLDOWN_S = 30.0
 FETCH_TIMEOUT_S = 5.0
 MAX_JWKS_BYTES = 256 * 1024
 
-Log = Callable[..., None]
 
 NO_TOKEN = AuthRefusal(401, None, "this resource needs a bearer token")
 
@@ -53,8 +54,10 @@ class SigningKey:
     alg: str | None
 
 
-class KeysUnavailable(Exception):
+class KeysUnavailable(SupervisorError):
     """The issuer's keys could not be fetched (no token is checked without them)."""
+
+    kind = "keys_unavailable"
 
 
 class Jwks:
@@ -241,7 +244,7 @@ class JwtAuthenticator:
         await self.client.aclose()
 
 
-def principal_of(claims: dict[str, Any]) -> Principal | None:
+def principal_of(claims: dict[str, Json]) -> Principal | None:
     """The principal a checked token names: `scope` (space-separated, RFC
     9068) or `scp` (a list); `client_id`, else `azp`."""
     subject, issuer = claims.get("sub"), claims.get("iss")

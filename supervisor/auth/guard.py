@@ -9,7 +9,6 @@ operator's verifier program in its own confined worker (verifier.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from staal.manifest.model import AuthConfig, Manifest
@@ -18,8 +17,7 @@ from staal.protocol.http.messages import Head, HttpResponse
 from staal.protocol.http.step_up import Asker, When, least_scopes, step_up_scopes
 from staal.supervisor.auth.callers import Admitted, admit
 from staal.supervisor.auth.principal import Authenticator, AuthRefusal, Principal
-
-Log = Callable[..., None]
+from staal.supervisor.telemetry.log import Log
 
 
 def authenticator_for(manifest: Manifest, log: Log) -> Authenticator:

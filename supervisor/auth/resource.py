@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from staal.errors import StaalError
 from staal.manifest.addresses import EVERY_INTERFACE, answers_at, listening_url
 from staal.manifest.model import Manifest
+from staal.supervisor.errors import SupervisorError
 
 
-class ResourceRefused(StaalError):
+class ResourceRefused(SupervisorError):
     """The URL clients use and the audience a token must name cannot agree."""
 
     kind = "auth"

@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +49,8 @@ from staal.runtime.backoff import Backoff
 from staal.runtime.redaction import redact
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import judge, unavailable
+from staal.supervisor.errors import SupervisorError
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.workers.exits import describe_exit, wait_status
 from staal.supervisor.workers.restarting import ChildState, Restarting
 from staal.supervisor.workers.zygote import runtime_dir, stop_signals_blocked, worker_environment
@@ -61,13 +62,13 @@ MAX_IN_FLIGHT = 64
 __all__ = ["ProviderAuthenticator", "VerifierRefused"]
 
 
-class VerifierRefused(StaalError):
+class VerifierRefused(SupervisorError):
     """The verifier program did not load: the server does not start."""
 
     kind = "verifier"
 
 
-class VerifierLost(StaalError):
+class VerifierLost(SupervisorError):
     kind = "verifier_lost"
 
 
@@ -91,7 +92,7 @@ class VerifierProcess:
 class ProviderAuthenticator:
     """An `Authenticator` (supervisor/auth/principal.py) backed by the verifier process."""
 
-    def __init__(self, manifest: Manifest, log: Callable[..., None]) -> None:
+    def __init__(self, manifest: Manifest, log: Log) -> None:
         assert manifest.auth is not None and manifest.auth.credential.presence == "provider"
         self.manifest_path = manifest.path
         self.credential: CredentialConfig = manifest.auth.credential

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from staal.errors import LogDamaged, StaalError
+from staal.errors import LogDamaged
 from staal.manifest.model import ResourceDecl
 from staal.manifest.resources import ENTRY_INPUTS
 from staal.protocol.mcp.dispatch import CallTool
@@ -41,6 +41,7 @@ from staal.records.fsio import FS
 from staal.records.journal import read_journal
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import Ledger, RunEntry
 from staal.supervisor.store.notes import RunNotes
@@ -52,7 +53,7 @@ KEY_SIZE = 32
 ENDED = ("done", "failed", "expired")
 
 
-class ResourceKeyUnusable(StaalError):
+class ResourceKeyUnusable(SupervisorError):
     kind = "resource_key"
 
 

@@ -41,10 +41,13 @@ class RunLogs:
 
 
 def failure_fields(failure: Failure | None) -> dict[str, Any]:
-    """A failure as log fields: kind, message and the program's frames."""
+    """A failure as log fields: kind, message, the kind of the error behind it
+    (its cause, when a refusal ended the run) and the program's frames."""
     if failure is None:
         return {}
     fields: dict[str, Any] = {"kind": failure.kind, "message": failure.message}
+    if failure.cause is not None:
+        fields["cause"] = failure.cause
     if failure.traceback:
         fields["traceback"] = [
             {"file": f.file, "line": f.line, "function": f.function, "source": f.source}

@@ -7,18 +7,19 @@ in the ledger until it settles.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from staal.manifest.model import Tool
 from staal.money import Money
+from staal.records.record import Json
+from staal.runtime.inputs import Description
 from staal.supervisor.store.state import Admission
 
 
 @dataclass
 class ToolRuntime:
     tool: Tool
-    inputs: dict[str, Any]
-    schema: dict[str, Any]
+    inputs: Description
+    schema: dict[str, Json]
     worst_case: tuple[Money, ...]
     running: int = 0
 

@@ -32,11 +32,11 @@ import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
-from staal.errors import StaalError
 from staal.manifest.model import ServerConfig
 from staal.records.ledger_records import Forget
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import is_run_id
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.file_ledger import FileLedger
@@ -53,7 +53,7 @@ from staal.supervisor.telemetry.log import log_file_line
 from staal.supervisor.views.journal_view import when
 
 
-class ForgetRefused(StaalError):
+class ForgetRefused(SupervisorError):
     """The run's key cannot be forgotten: nothing was written."""
 
     kind = "forget_refused"

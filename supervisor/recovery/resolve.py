@@ -31,19 +31,19 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from staal.errors import StaalError
 from staal.manifest.model import ServerConfig
 from staal.records.appendlog import read_log
 from staal.records.canonical import canonical_json
 from staal.records.fsio import FS
 from staal.records.journal_records import JOURNAL, Resolved
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
 from staal.supervisor.store.postgres.note_rows import drop_waiting
 
 
-class ResolveRefused(StaalError):
+class ResolveRefused(SupervisorError):
     """The answer does not fit the run or its journal: nothing was written."""
 
     kind = "resolve_refused"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from staal.runtime.backoff import Backoff
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.notes import RunNotes
+from staal.supervisor.telemetry.log import Log
 
 NOTIFY_TIMEOUT_S = 60
 MAX_BACKOFF_S = 300.0
@@ -22,7 +22,7 @@ MAX_BACKOFF_S = 300.0
 
 class Waiting:
     def __init__(self, notes: RunNotes, notify: tuple[str, ...] | None,
-                 notify_env: tuple[str, ...], log: Callable[..., None]) -> None:
+                 notify_env: tuple[str, ...], log: Log) -> None:
         self.notes = notes
         self.notify = notify
         self.notify_env = notify_env

@@ -3,10 +3,10 @@ path imports this, never the PostgreSQL schema."""
 
 from __future__ import annotations
 
-from staal.errors import StaalError
+from staal.supervisor.errors import SupervisorError
 
 
-class StoreError(StaalError):
+class StoreError(SupervisorError):
     """The PostgreSQL store cannot be used as configured, or a statement on
     it failed; its message never holds the DSN."""
 

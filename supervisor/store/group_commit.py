@@ -11,13 +11,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from staal.errors import StaalError
 from staal.records.appendlog import AppendLog
+from staal.supervisor.errors import SupervisorError
 
 __all__ = ["GroupCommit", "LedgerUnusable"]
 
 
-class LedgerUnusable(StaalError):
+class LedgerUnusable(SupervisorError):
     """A ledger write or fsync failed: what is on disk is no longer known, so
     nothing more is written or answered. Restarting reopens the ledger, which
     cuts a torn tail."""

@@ -23,19 +23,19 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from staal.errors import StaalError
 from staal.records.appendlog import read_log
 from staal.records.canonical import canonical_json
 from staal.records.fsio import FS, make_private_dir
 from staal.records.journal import JournalState, JournalWriter, read_journal
 from staal.records.journal_records import JOURNAL
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles, write_inputs
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 
 Sink = Literal["file", "supervisor"]
 
 
-class CopyFailed(StaalError):
+class CopyFailed(SupervisorError):
     """A committed record's local copy could not be written."""
 
     kind = "journal_copy"

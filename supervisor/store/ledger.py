@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from staal.errors import LogDamaged, RecordError
@@ -141,7 +141,7 @@ def read_ledger(path: str | os.PathLike[str]) -> LedgerState:
     return build_state(read.records, os.fspath(path))
 
 
-def build_state(records: tuple[Any, ...], name: str) -> LedgerState:
+def build_state(records: Iterable[Event], name: str) -> LedgerState:
     """Apply every event in order; one that breaks an invariant is damage
     naming its line."""
     state = LedgerState()

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from staal.errors import StaalError
 from staal.records.fsio import FS, OS_SYNC, Syncer, make_private_dir
 from staal.runtime.backoff import Backoff
+from staal.supervisor.errors import SupervisorError
 
 LOCK_FILE = "server.lock"
 LOCK_FILE_MODE = 0o600
@@ -30,7 +30,7 @@ _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.1
 
 
-class ServerLockHeld(StaalError):
+class ServerLockHeld(SupervisorError):
     """Another process holds the journal directory's lock past the wait."""
 
     kind = "server_lock_held"

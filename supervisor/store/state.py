@@ -22,12 +22,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from staal.errors import StaalError
 from staal.manifest.model import QuotaConfig, Tool
 from staal.money import Money
 from staal.records.canonical import arguments_hash, canonical_json, once_key, sha256_hex
 from staal.records.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
 from staal.records.outcomes import Outcome
+from staal.supervisor.errors import SupervisorError
 
 RunState = Literal["unsettled", "settled", "released"]
 QuotaKind = Literal["calls", "money"]
@@ -36,7 +36,7 @@ QuotaKind = Literal["calls", "money"]
 QuotaScope = Literal["tool", "caller", "rate"]
 
 
-class LedgerBug(StaalError):
+class LedgerBug(SupervisorError):
     """An event the ledger refuses to commit: a second reserve, settle or
     release for a run, or a settle or release for a run it does not hold.
     Writing it would break the ledger's invariants, so nothing is written."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -30,7 +30,17 @@ def _now() -> str:
     return f"{cached[1]}{int((now - second) * 1000):03d}Z"
 
 
-class Log:
+class Log(Protocol):
+    """What the supervisor's parts log an event with: the server's log
+    (`StderrLog`), or a test's recorder. `fields` are the event's details;
+    one that is None is left out."""
+
+    def __call__(self, event: str, level: str = "info", **fields: Any) -> None: ...
+
+
+class StderrLog:
+    """The server's log, written whole line by whole line to `fd`."""
+
     def __init__(self, fmt: str = "json", fd: int = 2) -> None:
         if fmt not in ("json", "text"):
             raise ValueError(f"log format is json or text, not {fmt!r}")
@@ -64,4 +74,4 @@ def log_file_line(event: str, **fields: Any) -> bytes:
     return orjson.dumps({"time": _now(), "event": event, **fields}, default=str) + b"\n"
 
 
-__all__ = ["Log", "log_file_line"]
+__all__ = ["Log", "StderrLog", "log_file_line"]

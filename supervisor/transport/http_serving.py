@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
-from staal.errors import StaalError
 from staal.manifest.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
 from staal.protocol.http.auth import without_headers
 from staal.protocol.http.call import HttpCall
@@ -45,6 +44,7 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Authenticator, Lifecycle
 from staal.supervisor.calls.pipeline import CallState
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.transport.application import Application, Transport
 from staal.supervisor.transport.http_connections import gated_protocol
 from staal.supervisor.transport.listeners import InLoopUvicorn, bind
@@ -59,7 +59,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class HttpRefused(StaalError):
+class HttpRefused(SupervisorError):
     """`--http` asked for something the server will not do."""
 
     kind = "http"

@@ -15,9 +15,9 @@ from the store, so a flood of checks costs the database nothing.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 
 from staal.runtime.transitions import advance
+from staal.supervisor.telemetry.log import Log
 
 
 class Readiness(enum.Enum):
@@ -48,7 +48,7 @@ class ReadyState:
     """This instance's readiness; each change is logged (`readiness`), so an
     operator sees why a balancer took the instance out."""
 
-    def __init__(self, log: Callable[..., None]) -> None:
+    def __init__(self, log: Log) -> None:
         self.log = log
         self.state = Readiness.STARTING
 

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs
 from staal.errors import StaalError
 from staal.manifest.addresses import is_loopback, split_host_port
 from staal.manifest.model import Manifest
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.views.console_data import BadQuery, WaitingRun, find_run, overview
 from staal.supervisor.views.console_pages import error_page, overview_page, run_page
@@ -30,8 +31,10 @@ DEFAULT_LISTEN = "127.0.0.1:8090"
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class ListenRefused(ValueError):
+class ListenRefused(SupervisorError, ValueError):
     """A --listen address the console will not use, and why."""
+
+    kind = "listen_refused"
 
 
 def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:

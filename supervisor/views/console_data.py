@@ -9,14 +9,16 @@ and each tool's use spread over its window for a chart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from staal.manifest.model import Manifest
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import read_state
 from staal.supervisor.store.state import LedgerState, RunEntry
 from staal.supervisor.views.status import collect, in_doubt, ledger_now_ms
+from staal.supervisor.views.status_report import QuotaStatus, UnfinishedRun
 
 # Runs listed on the overview, newest first: enough to find a recent one by
 # eye, few enough that the page stays quick on a ledger of a busy month.
@@ -25,8 +27,10 @@ BUCKETS = 12
 QUERY_LIMIT = 200
 
 
-class BadQuery(ValueError):
+class BadQuery(SupervisorError, ValueError):
     """A search the console refuses, with the reason shown to the operator."""
+
+    kind = "bad_query"
 
 
 @dataclass(frozen=True)
@@ -88,19 +92,18 @@ def overview(manifest: Manifest, query: str = "") -> Overview:
     query = check_query(query)
     report = collect(manifest)
     state = read_state(manifest.server)
-    unfinished = {run["run"]: run for run in report["runs"]}
-    waiting = tuple(
-        WaitingRun(run["run"], run["tool"], in_doubt(run), run["resolve"])
-        for run in report["runs"] if run["state"] == "waiting_for_operator")
+    unfinished = {run.run: run for run in report.runs}
+    waiting = tuple(WaitingRun(run.run, run.tool, in_doubt(run.doubt), run.doubt.resolve)
+                    for run in report.runs if run.doubt is not None)
     rows = [_row(entry, unfinished) for entry in state.runs()]
     rows.sort(key=lambda row: (row.reserved_ms, row.run), reverse=True)
     needle = query.lower()
     matched = [row for row in rows if not needle or needle in
                f"{row.run}\n{row.tool}\n{row.state}".lower()]
     now = ledger_now_ms(state)
-    quotas = tuple(_chart(state, quota, now) for quota in report["quotas"])
-    server = report["server"]
-    return Overview(server["running"], server["pid"], manifest.server.journals, waiting, quotas,
+    quotas = tuple(_chart(state, quota, now) for quota in report.quotas)
+    server = report.server
+    return Overview(server.running, server.pid, manifest.server.journals, waiting, quotas,
                     tuple(matched[:RUNS_SHOWN]), len(matched), query, now)
 
 
@@ -111,31 +114,32 @@ def find_run(manifest: Manifest, run_id: str) -> RunRow | None:
     if entry is None:
         return None
     unfinished = {} if not entry.unsettled else {
-        run["run"]: run for run in collect(manifest)["runs"]}
+        run.run: run for run in collect(manifest).runs}
     return _row(entry, unfinished)
 
 
-def _row(entry: RunEntry, unfinished: dict[str, dict[str, Any]]) -> RunRow:
+def _row(entry: RunEntry, unfinished: Mapping[str, UnfinishedRun]) -> RunRow:
     state: str
     if entry.state == "settled":
         state = entry.outcome or "settled"
     elif entry.state == "released":
         state = "released: never started"
     else:
-        state = unfinished.get(entry.run, {}).get("state", "in_progress")
+        run = unfinished.get(entry.run)
+        state = "in_progress" if run is None else run.state
     return RunRow(entry.run, entry.tool, state, entry.reserved_ms, entry.ended_ms)
 
 
-def _chart(state: LedgerState, quota: dict[str, Any], now: int) -> QuotaChart:
-    window = quota["window_ms"]
+def _chart(state: LedgerState, quota: QuotaStatus, now: int) -> QuotaChart:
+    window = quota.window_ms
     span = max(1, -(-window // BUCKETS))  # ceiling: the last bucket ends at now
     buckets = [0] * BUCKETS
-    for entry in state.in_window(quota["tool"], window, now):
+    for entry in state.in_window(quota.tool, window, now):
         index = BUCKETS - 1 - min(BUCKETS - 1, (now - entry.reserved_ms) // span)
         buckets[index] += entry.calls_used()
     money = None
-    if "money_limit" in quota:
-        money = (f"money held {quota['money_held']}, spent {quota['money_spent']}, "
-                 f"limit {quota['money_limit']}")
-    return QuotaChart(quota["tool"], window, now, quota["calls"], quota["calls_limit"],
+    if quota.money is not None:
+        money = (f"money held {quota.money.held}, spent {quota.money.spent}, "
+                 f"limit {quota.money.limit}")
+    return QuotaChart(quota.tool, window, now, quota.calls, quota.calls_limit,
                       tuple(buckets), money)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -23,7 +24,23 @@ from staal.supervisor.store.choice import describe_store, read_view, read_waitin
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
 from staal.supervisor.store.notes import store_resolve_hint
-from staal.supervisor.store.state import caller_key
+from staal.supervisor.store.state import QuotaUse, RunEntry, caller_key
+from staal.supervisor.views.status_report import (
+    WAITING,
+    CallerStatus,
+    Doubt,
+    ForgottenRun,
+    InstanceStatus,
+    MoneyUse,
+    QuotaStatus,
+    RateStatus,
+    ServerStatus,
+    StatusReport,
+    UnfinishedRun,
+)
+
+if TYPE_CHECKING:
+    from staal.supervisor.store.postgres.view import Instance
 
 
 def server_pid(journals: Path) -> int | None:
@@ -59,119 +76,111 @@ def _when(ms: int | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def collect(manifest: Manifest) -> dict[str, Any]:
+def collect(manifest: Manifest) -> StatusReport:
     journals = manifest.server.journals
     view = read_view(manifest.server)
     state, me = view.state, this_instance(manifest.server)
     pid = server_pid(journals)
     waiting = read_waiting(manifest.server)
     shared = manifest.server.store is not None
-    runs = [_run(entry, journals, pid is not None, waiting.get(entry.run), shared)
-            if view.owners.get(entry.run, me) == me
-            else _elsewhere(entry, view.owners[entry.run], waiting.get(entry.run))
-            for entry in state.unsettled()]
+    runs = tuple(_run(entry, journals, pid is not None, waiting.get(entry.run), shared)
+                 if view.owners.get(entry.run, me) == me
+                 else _elsewhere(entry, view.owners[entry.run], waiting.get(entry.run))
+                 for entry in state.unsettled())
     now = ledger_now_ms(state)
-    quotas = [_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
-              if tool.quota is not None]
-    report = {"server": {"running": pid is not None, "pid": pid, "journals": str(journals),
-                         "store": describe_store(manifest.server)},
-              "runs": runs, "quotas": quotas, "callers": _callers(manifest, state, now),
-              "forgotten": _forgotten(state)}
-    if view.instances:
-        report["instances"] = [_instance(i, me, view.owners, state, now)
-                               for i in view.instances]
-    return report
+    quotas = tuple(_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
+                   if tool.quota is not None)
+    server = ServerStatus(running=pid is not None, pid=pid, journals=str(journals),
+                          store=describe_store(manifest.server))
+    instances = tuple(_instance(i, me, view.owners, state, now) for i in view.instances) \
+        if view.instances else None
+    return StatusReport(server, runs, quotas, _callers(manifest, state, now), _forgotten(state),
+                        instances)
 
 
-def _forgotten(state: LedgerState) -> list[dict[str, Any]]:
+def _forgotten(state: LedgerState) -> tuple[ForgottenRun, ...]:
     """Ended runs whose once key an operator released (`staal-supervisor
     forget`), while the ledger still holds them."""
-    return [{"run": e.run, "tool": e.tool, "outcome": e.outcome, "ended": _when(e.ended_ms),
-             "forgotten": _when(e.forgotten_ms)}
-            for e in state.runs() if e.forgotten_ms is not None]
+    return tuple(ForgottenRun(e.run, e.tool, e.outcome, _when(e.ended_ms), _when(e.forgotten_ms))
+                 for e in state.runs() if e.forgotten_ms is not None)
 
 
-def _elsewhere(entry: Any, owner: str, record: dict[str, Any] | None) -> dict[str, Any]:
+def _elsewhere(entry: RunEntry, owner: str, record: dict[str, Any] | None) -> UnfinishedRun:
     """An unfinished run another instance owns: its journal's copy is on that
     instance's disk, so the ledger's part is known here, and its waiting
     record, which is the shared store's."""
-    run = {"run": entry.run, "tool": entry.tool, "reserved": _when(entry.reserved_ms),
-           "state": "owned by another instance", "owner": owner}
-    if record is not None:
-        run.update(state="waiting_for_operator", op=record["op"], message=record["message"],
-                   resolve=record["resolve"], waiting_since=_when(record["time"]),
-                   recorded_by=record["instance"])
-    return run
+    run = UnfinishedRun(entry.run, entry.tool, _when(entry.reserved_ms),
+                        "owned by another instance", owner=owner)
+    if record is None:
+        return run
+    doubt = Doubt(record["op"], record["message"], record["resolve"], since=_when(record["time"]),
+                  recorded_by=record["instance"])
+    return replace(run, state=WAITING, doubt=doubt)
 
 
-def _instance(instance: Any, me: str | None, owners: Mapping[str, str],
-              state: LedgerState, now: int) -> dict[str, Any]:
+def _instance(instance: Instance, me: str | None, owners: Mapping[str, str],
+              state: LedgerState, now: int) -> InstanceStatus:
     """One instance; its lease is live while it renews it (supervisor/recovery/lease.py)."""
     unsettled = sum(1 for e in state.unsettled() if owners.get(e.run) == instance.instance)
     until = instance.lease_until_ms
-    return {"instance": instance.instance, "this": instance.instance == me,
-            "fence": instance.fence, "started": _when(instance.started_ms),
-            "version": instance.version, "lease_until": _when(until),
-            "lease": "released" if until is None else "live" if until > now else "expired",
-            "unsettled_runs": unsettled}
+    return InstanceStatus(
+        instance.instance, instance.instance == me, instance.fence, _when(instance.started_ms),
+        instance.version, _when(until),
+        "released" if until is None else "live" if until > now else "expired", unsettled)
 
 
-def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str, Any]]:
+def _callers(manifest: Manifest, state: LedgerState, now: int) -> tuple[CallerStatus, ...]:
     """Each caller the ledger holds runs of: its profile (as of its latest
     run), its runs, and its use of its profile's rate and quotas."""
-    callers: dict[str, dict[str, Any]] = {}
+    callers: dict[str, CallerStatus] = {}
     for entry in state.runs():
         if entry.caller is None:
             continue
-        caller = callers.setdefault(entry.caller, {"caller": entry.caller, "runs": 0,
-                                                   "unsettled_runs": 0})
-        caller["profile"] = entry.profile
-        caller["runs"] += 1
-        caller["unsettled_runs"] += entry.unsettled
+        was = callers.get(entry.caller) or CallerStatus(entry.caller, 0, 0, None)
+        callers[entry.caller] = replace(was, profile=entry.profile, runs=was.runs + 1,
+                                        unsettled_runs=was.unsettled_runs + entry.unsettled)
     profiles = {profile.name: profile for profile in manifest.callers or ()}
     for identity, caller in callers.items():
-        profile = profiles.get(caller["profile"])
+        profile = profiles.get(caller.profile) if caller.profile is not None else None
         if profile is None:
             continue
+        rate = None
         if profile.rate is not None:
-            rate = QuotaConfig(profile.rate.window, calls=profile.rate.calls)
-            use = state.quota_use(caller_key(identity), rate, now)
-            caller["rate"] = {"calls": use.calls, "calls_limit": use.calls_limit,
-                              "window_ms": use.window_ms, "calls_frees_at": _when(use.calls_frees_at_ms)}
-        caller["quotas"] = [_quota(state.quota_use(caller_key(identity, name), allowed.quota, now))
-                            for name, allowed in profile.tools.items() if allowed.quota is not None]
-    return list(callers.values())
+            limit = QuotaConfig(profile.rate.window, calls=profile.rate.calls)
+            use = state.quota_use(caller_key(identity), limit, now)
+            rate = RateStatus(use.calls, use.calls_limit, use.window_ms, _when(use.calls_frees_at_ms))
+        quotas = tuple(_quota(state.quota_use(caller_key(identity, name), allowed.quota, now))
+                       for name, allowed in profile.tools.items() if allowed.quota is not None)
+        callers[identity] = replace(caller, rate=rate, quotas=quotas)
+    return tuple(callers.values())
 
 
-def _run(entry: Any, journals: Path, serving: bool, record: dict[str, Any] | None,
-         shared: bool) -> dict[str, Any]:
+def _run(entry: RunEntry, journals: Path, serving: bool, record: dict[str, Any] | None,
+         shared: bool) -> UnfinishedRun:
     """A run of this instance's, from its journal (on a shared store, its
     local copy) and its waiting record."""
     files = RunFiles(journals, entry.tool, entry.run)
-    run: dict[str, Any] = {"run": entry.run, "tool": entry.tool,
-                           "reserved": _when(entry.reserved_ms), "journal": str(files.journal)}
+    run = UnfinishedRun(entry.run, entry.tool, _when(entry.reserved_ms), "in_progress",
+                        journal=str(files.journal))
     summary = None
     if files.journal.exists():
         try:
             summary = read_journal(files.journal)
         except (LogDamaged, OSError) as exc:  # a damaged journal is itself something to report
-            run["problem"] = str(exc)
+            run = replace(run, problem=str(exc))
     stop = summary.stopped if summary is not None and summary.end is None else None
     waits = record is not None
     if stop is not None and (waits or not serving):
-        run.update(state="waiting_for_operator", op=stop.op, message=stop.message,
-                   resolve=_resolve(files, stop.op, shared))
-    elif waits and summary is not None:
+        return replace(run, state=WAITING,
+                       doubt=Doubt(stop.op, stop.message, _resolve(files, stop.op, shared)))
+    if waits and summary is not None:
         # An operator answered the op it waited at; the server's next start resumes it.
-        run["state"] = "answered: resumed at the next start"
-    elif waits:
-        run.update(state="waiting_for_operator", op=None, message=None,
-                   resolve=_resolve(files, None, shared))
-    elif serving:
-        run["state"] = "in_progress"
-    else:
-        run["state"] = "interrupted: resumed at the next start"
-    return run
+        return replace(run, state="answered: resumed at the next start")
+    if waits:
+        return replace(run, state=WAITING, doubt=Doubt(None, None, _resolve(files, None, shared)))
+    if serving:
+        return run
+    return replace(run, state="interrupted: resumed at the next start")
 
 
 def _resolve(files: RunFiles, op: int | None, shared: bool) -> str:
@@ -183,70 +192,70 @@ def _resolve(files: RunFiles, op: int | None, shared: bool) -> str:
             "--happened yes --result JSON   (or: --happened no)")
 
 
-def _quota(use: Any) -> dict[str, Any]:
-    quota: dict[str, Any] = {"tool": use.tool, "window_ms": use.window_ms,
-                             "calls": use.calls, "calls_limit": use.calls_limit,
-                             "calls_frees_at": _when(use.calls_frees_at_ms),
-                             "unsettled_runs": use.unsettled}
+def _quota(use: QuotaUse) -> QuotaStatus:
+    money = None
     if use.money_limit is not None:
-        quota.update(money_held=str(use.money_held), money_spent=str(use.money_charged),
-                     money_limit=str(use.money_limit), money_frees_at=_when(use.money_frees_at_ms))
-    return quota
+        money = MoneyUse(str(use.money_held), str(use.money_charged), str(use.money_limit),
+                         _when(use.money_frees_at_ms))
+    return QuotaStatus(use.tool, use.window_ms, use.calls, use.calls_limit,
+                       _when(use.calls_frees_at_ms), use.unsettled, money)
 
 
-def render(report: dict[str, Any]) -> str:
-    server = report["server"]
-    lines = [f"server: {'running, pid ' + str(server['pid']) if server['running'] else 'not running'}"
-             f"  journals {server['journals']}", ""]
-    runs = report["runs"]
+def render(report: StatusReport) -> str:
+    server = report.server
+    lines = [f"server: {'running, pid ' + str(server.pid) if server.running else 'not running'}"
+             f"  journals {server.journals}", ""]
+    runs = report.runs
     if not runs:
         lines.append("unfinished runs: none")
     else:
         lines.append(f"unfinished runs: {len(runs)}")
         lines.append(f"  {'run':<32}  {'tool':<20}  {'state':<36}  reserved")
         for run in runs:
-            lines.append(f"  {run['run']:<32}  {run['tool']:<20}  {run['state']:<36}  {run['reserved']}")
-            if run["state"] == "waiting_for_operator":
-                lines.append(f"      in doubt: {in_doubt(run)}")
-                lines.append(f"      resolve:  {run['resolve']}")
-            if "owner" in run:
-                lines.append(f"      owner:    {run['owner']}")
+            lines.append(f"  {run.run:<32}  {run.tool:<20}  {run.state:<36}  {run.reserved}")
+            if run.doubt is not None:
+                lines.append(f"      in doubt: {in_doubt(run.doubt)}")
+                lines.append(f"      resolve:  {run.doubt.resolve}")
+            if run.owner is not None:
+                lines.append(f"      owner:    {run.owner}")
     lines.append("")
-    for instance in report.get("instances", []):
-        this = " (this one)" if instance["this"] else ""
-        until = f" until {instance['lease_until']}" if instance["lease_until"] else ""
-        lines.append(f"instance {instance['instance']}{this}: fencing token {instance['fence']}, "
-                     f"started {instance['started']}, staal {instance['version']}, "
-                     f"lease {instance['lease']}{until}, "
-                     f"{instance['unsettled_runs']} unfinished runs")
-    if report.get("instances"):
+    for instance in report.instances or ():
+        this = " (this one)" if instance.this else ""
+        until = f" until {instance.lease_until}" if instance.lease_until else ""
+        lines.append(f"instance {instance.instance}{this}: fencing token {instance.fence}, "
+                     f"started {instance.started}, staal {instance.version}, "
+                     f"lease {instance.lease}{until}, "
+                     f"{instance.unsettled_runs} unfinished runs")
+    if report.instances:
         lines.append("")
-    if not report["quotas"]:
+    if not report.quotas:
         lines.append("quotas: none")
-    for quota in report["quotas"]:
-        window = _window(quota["window_ms"])
-        calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
-        line = f"quota {quota['tool']}: calls {calls} in the last {window}"
-        if "money_limit" in quota:
-            line += (f"; money held {quota['money_held']}, spent {quota['money_spent']}, "
-                     f"limit {quota['money_limit']}")
-        frees = quota.get("money_frees_at") or quota.get("calls_frees_at")
+    for quota in report.quotas:
+        line = f"quota {quota.tool}: calls {_calls(quota)} in the last {_window(quota.window_ms)}"
+        if quota.money is not None:
+            line += (f"; money held {quota.money.held}, spent {quota.money.spent}, "
+                     f"limit {quota.money.limit}")
+        frees = (quota.money.frees_at if quota.money is not None else None) or quota.calls_frees_at
         if frees:
             line += f"; next frees at {frees}"
         lines.append(line)
-    lines += _render_callers(report.get("callers", []))
-    lines += _render_forgotten(report.get("forgotten", []))
+    lines += _render_callers(report.callers)
+    lines += _render_forgotten(report.forgotten)
     return "\n".join(lines)
 
 
-def _render_forgotten(forgotten: list[dict[str, Any]]) -> list[str]:
+def _calls(quota: QuotaStatus) -> str:
+    return f"{quota.calls}" + (f"/{quota.calls_limit}" if quota.calls_limit else "")
+
+
+def _render_forgotten(forgotten: tuple[ForgottenRun, ...]) -> list[str]:
     """Runs whose once key was released; nothing at all without any."""
     if not forgotten:
         return []
     lines = ["", f"forgotten once keys: {len(forgotten)} (the next identical call starts a new run)"]
     for run in forgotten:
-        lines.append(f"  {run['run']:<32}  {run['tool']:<20}  ended {run['outcome']} "
-                     f"{run['ended']}, key forgotten {run['forgotten']}")
+        lines.append(f"  {run.run:<32}  {run.tool:<20}  ended {run.outcome} "
+                     f"{run.ended}, key forgotten {run.forgotten}")
     return lines
 
 
@@ -254,27 +263,26 @@ def _window(ms: int) -> str:
     return f"{ms // 60000} min" if ms < 3_600_000 else f"{ms // 3_600_000} h"
 
 
-def _render_callers(callers: list[dict[str, Any]]) -> list[str]:
+def _render_callers(callers: tuple[CallerStatus, ...]) -> list[str]:
     """Each authenticated caller's use; nothing at all without any (stdio,
     or HTTP without auth: the report reads as it always has)."""
     lines = [""] if callers else []
     for caller in callers:
-        line = (f"caller {caller['caller']} (profile {caller['profile'] or '-'}): "
-                f"runs {caller['runs']}, unsettled {caller['unsettled_runs']}")
-        rate = caller.get("rate")
+        line = (f"caller {caller.caller} (profile {caller.profile or '-'}): "
+                f"runs {caller.runs}, unsettled {caller.unsettled_runs}")
+        rate = caller.rate
         if rate is not None:
-            line += f"; rate {rate['calls']}/{rate['calls_limit']} in the last {_window(rate['window_ms'])}"
+            line += f"; rate {rate.calls}/{rate.calls_limit} in the last {_window(rate.window_ms)}"
         lines.append(line)
-        for quota in caller.get("quotas", ()):
-            calls = f"{quota['calls']}" + (f"/{quota['calls_limit']}" if quota["calls_limit"] else "")
-            lines.append(f"  quota {quota['tool']}: calls {calls} in the last "
-                         f"{_window(quota['window_ms'])}")
+        for quota in caller.quotas or ():
+            lines.append(f"  quota {quota.tool}: calls {_calls(quota)} in the last "
+                         f"{_window(quota.window_ms)}")
     return lines
 
 
-def in_doubt(run: dict[str, Any]) -> str:
+def in_doubt(doubt: Doubt) -> str:
     """The stop message, which names its op itself unless it is not the
     engine's usual one."""
-    message = run.get("message") or ""
-    prefix = f"op {run['op']}"
+    message = doubt.message or ""
+    prefix = f"op {doubt.op}"
     return message if message.startswith(prefix) else f"{prefix}: {message}".rstrip(": ")

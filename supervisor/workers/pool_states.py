@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from staal.errors import StaalError
 from staal.records.record import Record
 from staal.runtime.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.runtime.transitions import advance
+from staal.supervisor.errors import SupervisorError
 from staal.supervisor.workers.restarting import CHILD_TRANSITIONS, ChildState
 
 
-class PoolError(StaalError):
+class PoolError(SupervisorError):
     """Every error of the worker pool."""
 
     kind = "pool"

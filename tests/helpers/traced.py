@@ -23,7 +23,7 @@ from staal.runtime.tracecontext import TraceParent
 from staal.supervisor.app.server import Server, serve
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.pipeline import CallState
-from staal.supervisor.telemetry.log import Log
+from staal.supervisor.telemetry.log import StderrLog
 from staal.supervisor.telemetry.tracing import tracing_for
 
 CLIENT = TraceParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
@@ -61,7 +61,7 @@ def run_traced(manifest: Path, calls: list[CallTool], log_path: Path,
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        log = Log("json", fd)
+        log = StderrLog("json", fd)
         tracing = tracing_for(None, {}, log, exporter=exporter)
         code = asyncio.run(serve(load_manifest(manifest), transport, log, tracing=tracing))
     finally:

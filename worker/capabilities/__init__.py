@@ -12,6 +12,7 @@ from staal.caps import Capability
 from staal.manifest.model import SecretRef
 from staal.money import Money
 from staal.program import CapabilityRefused
+from staal.records.record import Json
 from staal.worker.runs.broker import GrantState
 
 if TYPE_CHECKING:
@@ -73,12 +74,12 @@ class Bound:
         it before it forks, so no run pays for it. The default: nothing."""
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         """Raise ValueError if an operator's --result is not what `action`
         returns; the default accepts any JSON."""
 
     @staticmethod
-    def charged_of(action: str, result: Any) -> tuple[Money, ...]:
+    def charged_of(action: str, result: Json) -> tuple[Money, ...]:
         """The money an action that an operator says happened charged, read
         from its (checked) result; the default: none."""
         return ()

@@ -11,15 +11,20 @@ never reaches the protocol stream or the outcome.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from staal.caps import Ffi
 from staal.worker.capabilities import Bound
 from staal.worker.runs.refusal import broker_section
 
+if TYPE_CHECKING:
+    from staal.worker.capabilities.services import Services
+    from staal.worker.runs.broker import GrantState
+    from staal.worker.runs.engine import RunContext
+
 
 class FfiCapability(Bound, Ffi):
-    def __init__(self, ctx: Any, state: Any, services: Any) -> None:
+    def __init__(self, ctx: RunContext, state: GrantState, services: Services) -> None:
         super().__init__(ctx, state, services)
         library = state.grant.library
         try:
@@ -28,7 +33,7 @@ class FfiCapability(Bound, Ffi):
         except OSError as exc:
             ctx.refuse(f"'ffi.c' cannot load {library}: {exc}")
 
-    def narrow(self, **limits: Any) -> Any:
+    def narrow(self, **limits: object) -> NoReturn:
         self._ctx.refuse("'ffi.c' has no limits to narrow")
 
     def __getattr__(self, name: str) -> Any:

@@ -20,6 +20,7 @@ import orjson
 
 from staal.caps import HttpGet, HttpPost, Response
 from staal.manifest.model import NetConfig
+from staal.records.record import Json
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.transport import reason
 from staal.worker.runs.engine import ActionSpec, Performed
@@ -88,11 +89,11 @@ class HttpClient:
         pool's, and a worker's die with it."""
 
 
-def response_of(result: Any) -> Response:
+def response_of(result: Json) -> Response:
     return Response(result["status"], result["headers"], result["text"])
 
 
-def check_http_result(result: Any) -> None:
+def check_http_result(result: Json) -> None:
     """The shape an operator's --result must have for an HTTP action."""
     if not (isinstance(result, dict) and isinstance(result.get("status"), int)
             and isinstance(result.get("text", ""), str)
@@ -136,7 +137,7 @@ class HttpGetCapability(Bound, HttpGet):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_http_result(result)
 
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -151,7 +152,7 @@ class HttpPostCapability(Bound, HttpPost):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_http_result(result)
 
     def post(self, url: str, json: Any = None, data: Mapping[str, str] | None = None,

@@ -37,6 +37,7 @@ import httpx
 
 from staal.caps import Model
 from staal.manifest.model import ModelConfig
+from staal.records.record import Json
 from staal.runtime.backoff import Backoff
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
@@ -226,7 +227,7 @@ class ModelCapability(Bound, Model):
     prepare = staticmethod(transport.prepare)
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         if not isinstance(result, str):
             # ValueError: what `staal resolve` reports as a bad --result.
             raise ValueError('a model completion is a string: --result \'"the answer"\'')

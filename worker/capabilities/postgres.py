@@ -32,6 +32,7 @@ from staal.manifest.model import NetConfig
 from staal.records.runconfig import SCRIPT_NET
 from staal.runtime.redaction import redact
 from staal.worker.capabilities.sql import SqlBound, collect_rows
+from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import Performed
 from staal.worker.runs.resend import InDoubt
 
@@ -40,8 +41,10 @@ from staal.worker.runs.resend import InDoubt
 _CHUNK = 256 if pq.version() >= 170000 else 1
 
 
-class Unusable(Exception):
+class Unusable(WorkerError):
     """The DSN cannot be used; the message never holds its value."""
+
+    kind = "dsn_unusable"
 
 
 def _flat(text: str) -> str:

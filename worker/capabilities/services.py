@@ -5,13 +5,24 @@ imports httpx."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from staal.records.runconfig import RunConfig
 from staal.runtime.clock import Clock
 
 if TYPE_CHECKING:
     from staal.worker.capabilities.http import HttpClient
+    from staal.worker.runs.engine import Performed
+
+
+class Database(Protocol):
+    """One grant's open database: what `SqlBound._open()` gives (sql.py)."""
+
+    def query(self, sql: str, params: Any) -> Performed: ...
+
+    def execute(self, sql: str, params: Any) -> Performed: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -22,6 +33,9 @@ class Services:
     secrets: dict[str, str] = field(default_factory=dict)
     config: RunConfig | None = None
     _http: HttpClient | None = None
+    # The run's open database connections by grant, made on first use and
+    # closed when the services go away (worker/capabilities/sql.py).
+    databases: dict[str, Database] | None = None
 
     @property
     def run_config(self) -> RunConfig:

@@ -29,30 +29,27 @@ import math
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import orjson
 
+from staal.records.record import Json
 from staal.worker.capabilities import Bound
+from staal.worker.errors import WorkerError
 from staal.worker.runs.engine import ActionSpec, Performed
+
+if TYPE_CHECKING:
+    from staal.worker.capabilities.services import Database, Services
 
 MAX_ROWS = 10_000
 MAX_RESULT_BYTES = 8 * 1024 * 1024
 _INT_RANGE = (-(2**63), 2**63 - 1)
 
 
-class NotJson(Exception):
+class NotJson(WorkerError):
     """A value a row holds that has no JSON form here."""
 
-
-class Database(Protocol):
-    """One grant's open database: what `SqlBound._open()` gives."""
-
-    def query(self, sql: str, params: Any) -> Performed: ...
-
-    def execute(self, sql: str, params: Any) -> Performed: ...
-
-    def close(self) -> None: ...
+    kind = "not_json"
 
 
 # -- params --------------------------------------------------------------------
@@ -158,7 +155,7 @@ def collect_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]], what: st
 # -- an operator's --result ----------------------------------------------------------
 
 
-def check_sql_result(action: str, result: Any) -> None:
+def check_sql_result(action: str, result: Json) -> None:
     if action == "query":
         if not (isinstance(result, list) and all(
                 isinstance(row, dict) and all(isinstance(k, str) for k in row) for row in result)):
@@ -175,13 +172,12 @@ def check_sql_result(action: str, result: Any) -> None:
 # -- one connection per run per grant ----------------------------------------------
 
 
-def connections(services: Any) -> dict[str, Database]:
+def connections(services: Services) -> dict[str, Database]:
     """The run's open database connections, by grant (its parameter); closed
     when the run's services go away or the process exits."""
-    pool: dict[str, Database] | None = getattr(services, "_sql_connections", None)
+    pool = services.databases
     if pool is None:
-        pool = {}
-        services._sql_connections = pool
+        pool = services.databases = {}
         weakref.finalize(services, close_all, pool)
     return pool
 
@@ -204,7 +200,7 @@ class SqlBound(Bound):
     WHAT = ""
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         check_sql_result(action, result)
 
     def _database(self) -> Database:

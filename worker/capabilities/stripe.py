@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Self
 from staal.caps import StripeRefund
 from staal.errors import MoneyError
 from staal.money import Money
+from staal.records.record import Json
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER, HttpAnswer
 from staal.worker.runs.engine import ActionSpec, Performed
@@ -80,7 +81,7 @@ def _refunded(refund: dict[str, Any]) -> tuple[Money, ...]:
     return (Money.from_minor(refund["amount"], refund["currency"]),)
 
 
-def _check_money_fields(result: Any, what: str) -> None:
+def _check_money_fields(result: Json, what: str) -> None:
     if not isinstance(result, dict):
         raise ValueError(f"a {what} is a JSON object")
     if not isinstance(result.get("id"), str) or not result["id"]:
@@ -94,7 +95,7 @@ def _check_money_fields(result: Any, what: str) -> None:
         raise ValueError(f'a {what} has a "currency" such as "usd": {exc.message}') from None
 
 
-def check_refund(result: Any) -> None:
+def check_refund(result: Json) -> None:
     """The shape of a refund object, as an operator's --result gives it."""
     _check_money_fields(result, "refund object")
     if result.get("object", "refund") != "refund":
@@ -103,7 +104,7 @@ def check_refund(result: Any) -> None:
         raise ValueError('a refund object\'s "status" is a string')
 
 
-def check_payment_intent(result: Any) -> None:
+def check_payment_intent(result: Json) -> None:
     _check_money_fields(result, "payment_intent object")
     if result.get("object", "payment_intent") != "payment_intent":
         raise ValueError('a payment_intent object has "object": "payment_intent"')
@@ -143,7 +144,7 @@ class StripeRefundCapability(Bound, StripeRefund):
         return narrowed
 
     @staticmethod
-    def check_result(action: str, result: Any) -> None:
+    def check_result(action: str, result: Json) -> None:
         if action == "refund":
             check_refund(result)
         elif action == "payment_intent":
@@ -152,7 +153,7 @@ class StripeRefundCapability(Bound, StripeRefund):
             raise ValueError(f"'{CAP}' has no action {action!r}")
 
     @staticmethod
-    def charged_of(action: str, result: Any) -> tuple[Money, ...]:
+    def charged_of(action: str, result: Json) -> tuple[Money, ...]:
         """What a refund an operator says happened charged: its amount,
         unless Stripe's status says nothing was refunded."""
         return _refunded(result) if action == "refund" else ()

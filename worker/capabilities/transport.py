@@ -32,6 +32,8 @@ from typing import Any
 
 import httpx
 
+from staal.worker.errors import WorkerError
+
 _lock = threading.Lock()
 _client: httpx.Client | None = None
 _ssl_context: ssl.SSLContext | None = None
@@ -110,8 +112,10 @@ def reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-class TooSlow(Exception):
+class TooSlow(WorkerError):
     """No complete answer within the exchange's `timeout_ms`."""
+
+    kind = "too_slow"
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from staal.errors import LogDamaged, StaalError
+from staal.errors import LogDamaged
 from staal.records.journal import JournalState, read_journal
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.outcomes import format_frames
+from staal.worker.errors import WorkerError
 
 if TYPE_CHECKING:
     from staal.money import Money
 
 
-class NotAJournal(StaalError):
+class NotAJournal(WorkerError):
     kind = "not_a_journal"
 
 

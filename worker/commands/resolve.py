@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from staal.errors import StaalError
 from staal.records.journal import JournalWriter, read_journal
 from staal.records.journal_records import Resolved
 from staal.worker.capabilities import implementation
+from staal.worker.errors import WorkerError
 
 
-class ResolveRefused(StaalError):
+class ResolveRefused(WorkerError):
     kind = "resolve_refused"
 
 

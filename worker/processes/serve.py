@@ -251,7 +251,9 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
-        report = last_word(message, configs, f"the worker failed: {detail}", channel)
+        # A refusal keeps its kind across the boundary, as data.
+        cause = exc.kind if isinstance(exc, StaalError) else None
+        report = last_word(message, configs, f"the worker failed: {detail}", channel, cause)
     if spans is not None:
         # Before the last word: the supervisor stops listening to a run
         # once it has its end.
@@ -260,7 +262,7 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
 
 
 def last_word(message: Run, configs: dict[str, RunConfig], reason: str,
-              channel: Channel | None = None) -> Ended | StoppedMsg:
+              channel: Channel | None = None, cause: str | None = None) -> Ended | StoppedMsg:
     """What to report after the engine failed: the journal is the evidence.
     An end it already holds is reported as it is (the run did finish), an op
     in doubt makes the run wait, and only a run with nothing at stake fails
@@ -273,10 +275,10 @@ def last_word(message: Run, configs: dict[str, RunConfig], reason: str,
                 sink = sink_of(message, channel)
                 reopen = None if sink is None else (lambda: JournalWriter(sink))
                 return report_of(message.run, close_unfinished(journal, params, reason,
-                                                               reopen=reopen))
+                                                               reopen=reopen, cause=cause))
     except BaseException as exc:  # noqa: BLE001 - the journal itself failed: say so
         reason = f"{reason}; then its journal could not be read or written: {exc}"
-    return Ended(run=message.run, outcome="failed", failure=Failure("internal", reason))
+    return Ended(run=message.run, outcome="failed", failure=Failure("internal", reason, cause=cause))
 
 
 def sink_of(message: Run, channel: Channel | None) -> ChannelSink | None:

@@ -27,7 +27,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import orjson
 import zmq
@@ -47,7 +46,7 @@ VERIFIER_MEMORY_MIB = 256
 MAX_PRINTED = 16 * 1024  # characters kept of what one verify prints
 LOAD_FAILED = 3
 
-Entry = Callable[[VerifierRequest], Any]
+Entry = Callable[[VerifierRequest], object]  # whatever the operator's code returns
 _violations: list[str] = []
 
 
@@ -94,7 +93,7 @@ def answer(entry: Entry, message: Verify) -> Verified:
     printed = _Printed()
     _violations.clear()
     failure: Failure | None = None
-    returned: Any = None
+    returned: object = None
     try:
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             returned = entry(request)
@@ -109,7 +108,7 @@ def answer(entry: Entry, message: Verify) -> Verified:
     return shaped(message.id, returned, printed.lines())
 
 
-def shaped(id_: int, returned: Any, printed: tuple[str, ...]) -> Verified:
+def shaped(id_: int, returned: object, printed: tuple[str, ...]) -> Verified:
     """A `Refusal` as its fields; anything else that is JSON as it is, for
     the supervisor to judge (supervisor/auth/verdict.py)."""
     if isinstance(returned, Refusal):

@@ -31,6 +31,7 @@ from staal.errors import StaalError
 from staal.money import Money
 from staal.program import JSON_MARKER
 from staal.runtime import inputs
+from staal.worker.errors import WorkerError
 
 SUPPORTED = ("str, int, bool, decimal.Decimal, staal.Money, list[T], dict[str, T], "
              "T | None, Literal[...], a TypedDict or staal.Json")
@@ -51,9 +52,11 @@ _ADVICE: tuple[tuple[Any, str], ...] = (
 _SEQUENCES = (tuple, set, frozenset)
 
 
-class UnsupportedType(TypeError):
+class UnsupportedType(WorkerError, TypeError):
     """An annotation staal cannot check arguments against. `part` names the
     unsupported annotation; `message` says why and what to use instead."""
+
+    kind = "unsupported_type"
 
     def __init__(self, part: str, reason: str, where: str = "") -> None:
         self.part = part
@@ -65,8 +68,10 @@ class UnsupportedType(TypeError):
         super().__init__(self.message)
 
 
-class BadDefault(ValueError):
+class BadDefault(WorkerError, ValueError):
     """A parameter's default that does not fit the parameter's type."""
+
+    kind = "bad_default"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

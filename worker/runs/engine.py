@@ -29,6 +29,7 @@ from staal.records.journal import JournalState, JournalWriter, OpEntry, resolve_
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.records.messages import ActionOutcome
 from staal.records.outcomes import Failure, FailureKind, Frame, Usage
+from staal.records.record import Json
 from staal.records.runconfig import DEFAULT_WAIT_MS
 from staal.runtime.clock import Clock
 from staal.runtime.killpoints import kill_point
@@ -52,7 +53,7 @@ class ActionSpec:
     cap: str
     action: str
     # What identifies the action for replay; never holds a secret.
-    args: Any
+    args: Json
     money: Money | None = None
     # When an op found in doubt may be sent again: always (a read), keyed
     # (with the same idempotency key, inside RESEND_WINDOW_MS; a keyed op is
@@ -71,7 +72,7 @@ class ActionSpec:
 class Performed:
     """An action that was performed; `failure` if it failed for certain."""
 
-    result: Any = None
+    result: Json = None
     charged: tuple[Money, ...] = ()
     failure: str | None = None
     # "action", or "provider" for a model provider that failed every attempt.
@@ -82,7 +83,7 @@ class Performed:
 class RunOutcome:
     outcome: Literal["done", "failed", "stopped", "error"]
     run: str | None = None
-    result: Any = None
+    result: Json = None
     failure: Failure | None = None
     op: int | None = None
     message: str | None = None

@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from staal.errors import StaalError
 from staal.records.messages import JournalAck, JournalAppend
 from staal.records.record import Record
+from staal.worker.errors import WorkerError
 
 
-class JournalRefused(StaalError):
+class JournalRefused(WorkerError):
     """The supervisor did not commit a journal record: nothing was written."""
 
     kind = "journal_refused"

@@ -22,6 +22,7 @@ from typing import Any
 
 from staal.caps import Capability
 from staal.manifest.model import Grant
+from staal.runtime.inputs import Description
 from staal.worker.runs.annotations import (
     BadDefault,
     UnsupportedType,
@@ -36,7 +37,7 @@ class ProgramInfo:
     path: Path
     entry: str
     # The inputs description (`staal.runtime.inputs`): {"inputs": [...]}.
-    inputs: dict[str, Any]
+    inputs: Description
     # Capability parameters: name -> capability name.
     capabilities: dict[str, str]
     problems: tuple[str, ...] = ()

@@ -36,6 +36,7 @@ from typing import TypeVar
 
 from staal.runtime.backoff import Backoff
 from staal.runtime.clock import Clock
+from staal.worker.errors import WorkerError
 
 # How long a service keeps an idempotency key (Stripe: 24 hours); a keyed
 # request in doubt for longer could be performed twice if sent again.
@@ -49,8 +50,10 @@ Sleep = Callable[[float], None]
 T = TypeVar("T")
 
 
-class InDoubt(Exception):
+class InDoubt(WorkerError):
     """An action may or may not have happened (the answer was lost)."""
+
+    kind = "in_doubt"
 
     def __init__(self, message: str, resendable: bool = True) -> None:
         super().__init__(message)
@@ -66,9 +69,11 @@ class Attempted(Enum):
     REFUSED = "did not happen; another attempt would be refused the same (401, 403, a bad URL)"
 
 
-class NotSent(Exception):
+class NotSent(WorkerError):
     """This attempt did not happen: it never left, or the service refused
     it before it looked at the key (401, 403, 429)."""
+
+    kind = "not_sent"
 
     def __init__(self, message: str, attempted: Attempted = Attempted.NOT_SENT) -> None:
         super().__init__(message)

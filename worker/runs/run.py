@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import staal
-from staal.errors import StaalError
 from staal.program import RunFailed
 from staal.records.canonical import arguments_hash
 from staal.records.journal import JournalSink, JournalState, JournalWriter, read_journal
 from staal.records.journal_records import Header
 from staal.records.outcomes import Failure, FailureKind
+from staal.records.record import Json
 from staal.records.runconfig import RunConfig
 from staal.runtime.budgets import memory_message
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
@@ -38,6 +38,7 @@ from staal.worker.capabilities.services import Services
 from staal.worker.confinement import confine
 from staal.worker.confinement.limits import WaitBound, bound_process
 from staal.worker.confinement.steps import StepCounter
+from staal.worker.errors import WorkerError
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext, RunOutcome
 from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256
@@ -46,7 +47,7 @@ from staal.worker.runs.spans import RunRecorder
 RUNTIME = staal.RUNTIME
 
 
-class ResumeRefused(StaalError):
+class ResumeRefused(WorkerError):
     """A journal that cannot be resumed under what is here now."""
 
     kind = "resume_refused"
@@ -55,7 +56,7 @@ class ResumeRefused(StaalError):
 @dataclass(frozen=True)
 class RunRequest:
     config: RunConfig
-    arguments: Any
+    arguments: Json
     journal: Path
     run_id: str | None = None
     clock: Clock = SYSTEM_CLOCK

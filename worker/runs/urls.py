@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
 
+from staal.worker.errors import WorkerError
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SUSPICIOUS = re.compile(r"%2f|%5c|%2e", re.IGNORECASE)
 
 
-class UrlRefused(ValueError):
+class UrlRefused(WorkerError, ValueError):
     """A URL the broker will not send a request to; reads as the object of
     "'<cap>' refuses ...": "URL '<url>': <why>"."""
+
+    kind = "url_refused"
 
     def __init__(self, url: object, why: str) -> None:
         shown = repr(url) if isinstance(url, str) else f"{url!r} ({type(url).__name__})"

@@ -20,10 +20,14 @@ that existing rows lack.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import staal
 from staal.supervisor.store.errors import StoreError
+
+if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycopg
+    from psycopg import Cursor
+    from psycopg.rows import TupleRow
 
 SCHEMA_VERSION = 4
 
@@ -124,12 +128,12 @@ def lock_key(purpose: str) -> str:
     return f"hashtext('staal:{purpose}:' || current_schema())"
 
 
-def ensure_schema(cur: Any) -> int:
+def ensure_schema(cur: Cursor[TupleRow]) -> int:
     """Create or upgrade the schema to `SCHEMA_VERSION` in the caller's open
     transaction; the version found before. Raises `SchemaNewer` for a newer
     one, `StoreError` when the search path names no schema to create in."""
     cur.execute("SELECT current_schema()")
-    if cur.fetchone()[0] is None:
+    if _first(cur) is None:
         raise StoreError("the PostgreSQL store's search_path names no existing schema to "
                          "create staal's tables in; create it, or set search_path in the DSN")
     cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('schema')})")
@@ -138,13 +142,22 @@ def ensure_schema(cur: Any) -> int:
         version integer NOT NULL CHECK (version >= 0))""")
     cur.execute("INSERT INTO staal_schema (version) VALUES (0) ON CONFLICT (one) DO NOTHING")
     cur.execute("SELECT version FROM staal_schema")
-    found: int = cur.fetchone()[0]
+    found = _first(cur)
+    if not isinstance(found, int):
+        raise StoreError("the PostgreSQL store's staal_schema table holds no version: "
+                         "its schema is damaged")
     check_version(found)
     for steps in MIGRATIONS[found:]:
         for statement in steps:
             cur.execute(statement)
     cur.execute("UPDATE staal_schema SET version = %s", (SCHEMA_VERSION,))
     return found
+
+
+def _first(cur: Cursor[TupleRow]) -> object:
+    """The first column of a statement's one row (None: no row, or NULL)."""
+    row = cur.fetchone()
+    return None if row is None else row[0]
 
 
 def check_version(found: int) -> None:

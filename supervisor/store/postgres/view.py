@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from staal.records.ledger_records import LEDGER
 from staal.supervisor.store.ledger import build_state
 from staal.supervisor.store.postgres.connection import connect, one_row
 from staal.supervisor.store.postgres.schema import EVENTS_SINCE, check_version
-from staal.supervisor.store.state import LedgerState
+from staal.supervisor.store.state import LedgerState, decode_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +51,7 @@ def read_postgres(dsn: str) -> SharedView:
             check_version(one_row(cur)[0])
             cur.execute(EVENTS_SINCE, {"seq": 0})
             rows = cur.fetchall()
-            state = build_state(tuple(LEDGER.decode(row[1]) for row in rows),
+            state = build_state((decode_event(row[1]) for row in rows),
                                 "the PostgreSQL store")
             cur.execute("SELECT last_ms FROM staal_head")
             state.last_ms = max(state.last_ms, one_row(cur)[0])

@@ -20,7 +20,7 @@ from staal.records.messages import Verify
 from staal.supervisor.auth.principal import AuthRefusal, Principal
 from staal.supervisor.auth.verdict import VERIFIER_ISSUER
 from staal.supervisor.auth.verifier import ProviderAuthenticator, VerifierRefused
-from staal.supervisor.telemetry.log import Log
+from staal.supervisor.telemetry.log import StderrLog
 from staal.verifier import VerifierRequest
 from tests.helpers.servers import WAIT, Site
 from tests.helpers.verifiers import new_key, verifier_site
@@ -41,7 +41,7 @@ class Logged:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.log = Log(fd=self.fd)
+        self.log = StderrLog(fd=self.fd)
 
     def events(self, event: str) -> list[dict[str, Any]]:
         lines = self.path.read_text().splitlines()

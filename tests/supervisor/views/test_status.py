@@ -7,9 +7,11 @@ from staal.records.ledger_records import Reserve
 from staal.runtime.clock import FixedClock
 from staal.supervisor.store.state import LedgerState
 from staal.supervisor.views.status import in_doubt, ledger_now_ms
+from staal.supervisor.views.status_report import Doubt
 
 T0 = 1_700_000_000_000
 RUN_A, RUN_B = "a" * 32, "b" * 32
+RESOLVE = "staal resolve --journal j --op N --happened yes --result JSON"
 
 
 def _state(*times: int) -> LedgerState:
@@ -31,8 +33,8 @@ def test_a_clock_past_every_reservation_is_now():
 
 
 def test_the_in_doubt_line_names_its_op_once_whatever_the_stop_message_says():
-    engines = {"op": 3, "message": "op 3 (http.post) has no outcome"}
+    engines = Doubt(3, "op 3 (http.post) has no outcome", RESOLVE)
     assert in_doubt(engines) == "op 3 (http.post) has no outcome"
-    other = {"op": 4, "message": "the service answered 409"}
+    other = Doubt(4, "the service answered 409", RESOLVE)
     assert in_doubt(other) == "op 4: the service answered 409"
-    assert in_doubt({"op": 5, "message": None}) == "op 5"
+    assert in_doubt(Doubt(5, None, RESOLVE)) == "op 5"

@@ -5,6 +5,7 @@ ROUTER on a real ipc endpoint; every wait is a bounded poll."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -13,10 +14,16 @@ import pytest
 import zmq
 
 from staal.errors import StaalError
-from staal.records.messages import Check, Ended, Heartbeat, PrintLine, Run, pack, unpack
+from staal.records.journal import close_unfinished, read_journal
+from staal.records.journal_records import JOURNAL, End, Header
+from staal.records.messages import Check, Ended, Heartbeat, PrintLine, Run, Started, pack, unpack
+from staal.supervisor.calls.run_logs import failure_fields
+from staal.worker.processes import serve
 from staal.worker.processes.serve import Channel
+from staal.worker.runs.run import ResumeRefused
 
 BOUND_MS = 20_000  # what a message may take to arrive on a loaded machine
+SHA = "0" * 64
 
 
 @pytest.fixture
@@ -109,3 +116,38 @@ def test_a_frame_that_is_not_a_message_is_refused_by_name_and_the_channel_still_
     socket.send_multipart([identity, b"not json"])
     with pytest.raises(StaalError, match="a message frame is not JSON"):
         channel.receive()
+
+
+# -- a refusal's kind crosses as data -----------------------------------------------------
+
+
+def refuse_the_resume(*_args: object, **_kwargs: object) -> object:
+    raise ResumeRefused("j.journal: cannot resume run: the program changed since the run began")
+
+
+def test_a_refusal_in_the_worker_reaches_the_supervisor_with_its_kind(started, monkeypatch, tmp_path):
+    socket, channel, _ = started
+    monkeypatch.setattr(serve, "execute", refuse_the_resume)
+    run = Run(run="c" * 32, tool="noop", journal=str(tmp_path / "none.journal"), inputs="i")
+    channel.begin_run(run.run)
+    serve.serve_run(channel, run, {}, {})
+    got = next_message(socket)[1]
+    while isinstance(got, (Heartbeat, Started)):
+        got = next_message(socket)[1]
+    # What the supervisor decoded from the frame: the failure the run ends
+    # with, and the kind of the refusal behind it.
+    assert isinstance(got, Ended) and got.failure is not None
+    assert (got.failure.kind, got.failure.cause) == ("internal", "resume_refused")
+    assert "ResumeRefused" in got.failure.message
+    assert failure_fields(got.failure)["cause"] == "resume_refused"
+
+
+def test_a_journal_closed_after_a_refusal_keeps_the_refusals_kind_in_its_end(tmp_path):
+    path = tmp_path / f"{'d' * 32}.journal"
+    header = Header(run="d" * 32, tool="t", program="/p.py", program_sha256=SHA,
+                    config_sha256=SHA, inputs_sha256=SHA, runtime="staal 0.1.0", time=1)
+    path.write_bytes(json.dumps(JOURNAL.encode(header)).encode() + b"\n")
+    end = close_unfinished(path, (), "the worker failed", cause="journal_refused")
+    assert isinstance(end, End) and end.failure is not None
+    assert end.failure.cause == "journal_refused"
+    assert read_journal(path).end == end
