@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
+from staal.protocol.http.call import KEEPALIVE
 from staal.protocol.http.endpoint import (
     HEADER_MISMATCH,
-    KEEPALIVE,
     Call,
     Cancel,
     Endpoint,
