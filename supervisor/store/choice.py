@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from staal.manifest.model import ServerConfig
 from staal.runtime.clock import Clock
@@ -23,7 +22,7 @@ from staal.supervisor.store.ledger import (
     Warn,
     read_ledger,
 )
-from staal.supervisor.store.notes import FileNotes, RunNotes, StoreNotes
+from staal.supervisor.store.notes import AllWaiting, FileNotes, RunNotes, StoreNotes
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import PostgresLedger, instance_name
 from staal.supervisor.store.postgres.note_rows import NoteRows, read_all_waiting
@@ -70,7 +69,7 @@ def open_notes(server: ServerConfig, journals: RunJournals) -> RunNotes:
 
 
 def read_waiting(server: ServerConfig,
-                 environ: Mapping[str, str] = os.environ) -> dict[str, dict[str, Any]]:
+                 environ: Mapping[str, str] = os.environ) -> AllWaiting:
     """Every waiting record, by run, read without changing any (status):
     this directory's files, or the shared store's rows, any instance's."""
     if server.store is None:

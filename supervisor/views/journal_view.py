@@ -13,13 +13,13 @@ result, and for an internal failure the text its call was answered with.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from staal.money import Money
 from staal.records.journal import JournalState
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.record import Record
+from staal.runtime.utc import for_machines
 from staal.supervisor.views.disclosure import (
     CALLER,
     action_failure,
@@ -33,8 +33,7 @@ from staal.supervisor.views.disclosure import (
 def when(ms: int | None) -> str | None:
     if ms is None:
         return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return for_machines(ms)
 
 
 def _money(amounts: tuple[Money, ...]) -> list[dict[str, str]]:

@@ -8,7 +8,6 @@ name): its runs, its rate and its own quotas."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,12 @@ import psutil
 from staal.errors import LogDamaged
 from staal.manifest.model import Manifest, QuotaConfig
 from staal.records.journal import read_journal
+from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
+from staal.runtime.utc import for_machines
 from staal.supervisor.store.choice import describe_store, read_view, read_waiting, this_instance
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
-from staal.supervisor.store.notes import store_resolve_hint
 from staal.supervisor.store.state import caller_key
 
 
@@ -55,8 +55,7 @@ def ledger_now_ms(state: LedgerState, clock: Clock = SYSTEM_CLOCK) -> int:
 def _when(ms: int | None) -> str | None:
     if ms is None:
         return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return for_machines(ms, millis=False)
 
 
 def collect(manifest: Manifest) -> dict[str, Any]:
@@ -91,16 +90,16 @@ def _forgotten(state: LedgerState) -> list[dict[str, Any]]:
             for e in state.runs() if e.forgotten_ms is not None]
 
 
-def _elsewhere(entry: Any, owner: str, record: dict[str, Any] | None) -> dict[str, Any]:
+def _elsewhere(entry: Any, owner: str, record: WaitingRecord | None) -> dict[str, Any]:
     """An unfinished run another instance owns: its journal's copy is on that
     instance's disk, so the ledger's part is known here, and its waiting
     record, which is the shared store's."""
     run = {"run": entry.run, "tool": entry.tool, "reserved": _when(entry.reserved_ms),
            "state": "owned by another instance", "owner": owner}
     if record is not None:
-        run.update(state="waiting_for_operator", op=record["op"], message=record["message"],
-                   resolve=record["resolve"], waiting_since=_when(record["time"]),
-                   recorded_by=record["instance"])
+        run.update(state="waiting_for_operator", op=record.op, message=record.message,
+                   resolve=record.resolve, waiting_since=_when(record.time),
+                   recorded_by=record.instance)
     return run
 
 
@@ -143,7 +142,7 @@ def _callers(manifest: Manifest, state: LedgerState, now: int) -> list[dict[str,
     return list(callers.values())
 
 
-def _run(entry: Any, journals: Path, serving: bool, record: dict[str, Any] | None,
+def _run(entry: Any, journals: Path, serving: bool, record: WaitingRecord | None,
          shared: bool) -> dict[str, Any]:
     """A run of this instance's, from its journal (on a shared store, its
     local copy) and its waiting record."""
@@ -178,9 +177,8 @@ def _resolve(files: RunFiles, op: int | None, shared: bool) -> str:
     """How to answer the op in doubt: on a shared store from any machine
     (the rows are the journal), else on this one, with its journal's path."""
     if shared:
-        return store_resolve_hint(files.run, op)
-    return (f"staal resolve --journal {files.journal} --op {'N' if op is None else op} "
-            "--happened yes --result JSON   (or: --happened no)")
+        return resolve_in_the_store(files.run, op)
+    return resolve_on_this_machine(files.journal, op)
 
 
 def _quota(use: Any) -> dict[str, Any]:

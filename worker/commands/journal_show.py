@@ -6,7 +6,6 @@ program failed). An audit must be able to see that a person decided."""
 
 from __future__ import annotations
 
-import datetime
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from staal.errors import LogDamaged, StaalError
 from staal.records.journal import JournalState, read_journal
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.outcomes import format_frames
+from staal.runtime.utc import for_people as _when
 
 if TYPE_CHECKING:
     from staal.money import Money
@@ -38,11 +38,6 @@ def show(path: Path) -> str:
             raise NotAJournal(f"{path}: not a staal journal: its first line is not a journal "
                               f"header ({exc.reason})") from exc
         raise
-
-
-def _when(ms: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def _short(value: Any, limit: int = 100) -> str:
