@@ -20,10 +20,10 @@ from typing import Any, Protocol
 import orjson
 
 from staal.errors import RecordError
-from staal.records.fsio import FS
+from staal.records.fsio import FS, write_durably
 from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK
-from staal.supervisor.store.files import RunFiles, append_log, remove_inputs, write_durably
+from staal.supervisor.store.files import RunFiles, append_log, remove_inputs
 from staal.supervisor.store.postgres.note_rows import NoteRows
 
 # Every waiting record, by run; None for a file that holds none (damaged),

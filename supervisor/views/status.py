@@ -20,6 +20,7 @@ from staal.records.journal import read_journal
 from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.utc import for_machines
+from staal.supervisor.app.lockfile import lock_holder
 from staal.supervisor.store.choice import describe_store, read_view, read_waiting, this_instance
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
@@ -29,13 +30,9 @@ from staal.supervisor.store.state import caller_key
 def server_pid(journals: Path) -> int | None:
     """The pid of the server using `journals`, if one is running (the lock
     file holds its pid; the lock itself is not touched)."""
-    try:
-        text = (journals / "server.lock").read_text().strip()
-    except (FileNotFoundError, PermissionError):
+    pid = lock_holder(journals)
+    if pid is None:
         return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
     try:
         process = psutil.Process(pid)
         command = " ".join(process.cmdline())
