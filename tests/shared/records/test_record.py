@@ -300,7 +300,7 @@ def test_encodings_prepared_ahead_leave_a_forked_worker_no_type_hints_to_evaluat
 
     script = """
 import json
-from staal.records.record import record as records
+from staal.records import record as records
 from staal.records.journal_records import JOURNAL, End
 from staal.records.messages import MESSAGES
 from staal.money import Money
