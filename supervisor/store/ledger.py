@@ -27,8 +27,7 @@ from typing import Any, Protocol, TypeVar
 from staal.errors import LogDamaged, RecordError
 from staal.manifest.model import QuotaConfig
 from staal.money import Money
-from staal.records.appendlog import AppendLog, read_log
-from staal.records.canonical import canonical_json
+from staal.records.appendlog import AppendLog, line_of, read_log
 from staal.records.fsio import FS, OS_SYNC, Syncer
 from staal.records.ledger_records import LEDGER, Forget, Release, Reserve, Settle
 from staal.records.outcomes import Outcome
@@ -416,7 +415,7 @@ class FileLedger(EndsRuns):
             return Compaction(kept, dropped)
 
     def _rewrite(self, temp: Path, events: list[Event]) -> None:
-        data = b"".join(canonical_json(LEDGER.encode(e)) + b"\n" for e in events)
+        data = b"".join(line_of(LEDGER.encode(e)) for e in events)
         try:
             _write_synced(temp, data, self._syncer)
         except BaseException:
