@@ -33,6 +33,11 @@ _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
 Decode = Callable[[dict[str, Any]], Any]
 
 
+def line_of(record: Mapping[str, Any]) -> bytes:
+    """A record as one line of a log: the one way a line is written."""
+    return canonical_json(record) + b"\n"
+
+
 @dataclass(frozen=True)
 class LogRead:
     """What a log holds: its records, and how much of the file they cover."""
@@ -107,7 +112,7 @@ class AppendLog:
         and before anything is written to it (a crash test's kill point)."""
         target = Path(path)
         make_private_dir(target.parent, syncer)
-        line = None if first is None else canonical_json(first) + b"\n"
+        line = None if first is None else line_of(first)
         try:
             fd = FS.open(target, _CREATE_FLAGS, LOG_FILE_MODE)
         except FileExistsError:
@@ -192,7 +197,7 @@ class AppendLog:
             raise TypeError(f"a log record is a mapping, not {type(record).__name__}")
         # Serialize before taking the lock: a value with no canonical form
         # raises here, with nothing written.
-        line = canonical_json(record) + b"\n"
+        line = line_of(record)
         with self._lock:
             self._check_usable()
             try:

@@ -233,3 +233,21 @@ def _make_one_private_dir(directory: Path, syncer: Syncer) -> None:
         # own bits would leave a directory we cannot use, so set it exactly.
         os.chmod(directory, PRIVATE_DIR_MODE)
     syncer.sync_dir(directory.parent)
+
+
+def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:
+    """Create `path` holding `data`, 0600, file and directory fsync'd.
+    False if the file already exists (it is kept as first written)."""
+    make_private_dir(path.parent, syncer)
+    try:
+        fd = FS.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+        FS.write(fd, data)
+        syncer.sync_file(fd)
+    finally:
+        os.close(fd)
+    syncer.sync_dir(path.parent)
+    return True

@@ -37,6 +37,7 @@ from staal.records.journal_records import (
 )
 from staal.records.outcomes import Failure, FailureKind, Usage
 from staal.records.record import Record
+from staal.records.waiting import resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.killpoints import kill_point
 
@@ -307,8 +308,7 @@ class _Builder:
 
 def resolve_hint(path: str | Path, op: int) -> str:
     """What an operator does about an op in doubt, for a stop's message."""
-    return (f"find out from the service, then run: staal resolve --journal {path} --op {op} "
-            "--happened yes --result JSON (or --happened no)")
+    return "find out from the service, then run: " + resolve_on_this_machine(path, op)
 
 
 def close_unfinished(path: str | Path, params: Iterable[str], reason: str,

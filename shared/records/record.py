@@ -95,6 +95,18 @@ class Family:
         return _decode_dataclass(record_type, body, "")
 
 
+def encode_plain(record: object) -> dict[str, Any]:
+    """A record kept outside any family, with no version or tag (a waiting
+    record), as a JSON object; fields that are None are left out."""
+    return _encode_fields(record)
+
+
+def decode_plain(cls: type[_T], data: Any) -> _T:
+    """A record kept outside any family, read and checked field by field as
+    a family's are (`RecordError` names the field)."""
+    return _decode_dataclass(cls, data, "")
+
+
 # -- encoding ------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ def answer_earlier(entry: RunEntry, args_hash: str, files: RunFiles, notes: RunN
     if entry.state == "unsettled":
         stopped = notes.waiting(files)
         if stopped is not None:
-            return Stopped(entry.run, stopped["op"], stopped["message"])
+            return Stopped(entry.run, stopped.op, stopped.message)
         return Refused(
             "in_progress",
             f"this call is already in progress as run {entry.run}; follow it with "
@@ -94,8 +94,8 @@ def run_status(entry: RunEntry, files: RunFiles, notes: RunNotes,
     if entry.state == "unsettled":
         stopped = notes.waiting(files)
         if stopped is not None:
-            return RunStatus(run, "waiting_for_operator", op=stopped["op"],
-                             message=stopped["message"])
+            return RunStatus(run, "waiting_for_operator", op=stopped.op,
+                             message=stopped.message)
         return RunStatus(run, "running")
     try:
         end = journal_end(files, journals)

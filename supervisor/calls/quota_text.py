@@ -5,9 +5,8 @@ the ledger's decision (quota.py), which is numbers, not sentences.
 
 from __future__ import annotations
 
-import datetime
-
 from staal.manifest.model import Tool
+from staal.runtime.utc import for_people
 from staal.supervisor.store.state import Admission, OverQuota
 
 
@@ -21,8 +20,7 @@ def quota_text(tool: Tool, over: OverQuota, admission: Admission | None = None) 
     if over.frees_at_ms is None:
         when = "this call alone needs more than the whole quota"
     else:
-        moment = datetime.datetime.fromtimestamp(over.frees_at_ms / 1000, tz=datetime.UTC)
-        when = f"it frees up at {moment.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+        when = f"it frees up at {for_people(over.frees_at_ms)}"
     if over.which == "calls":
         used = f"{over.in_use} of {over.limit} calls per {window} are used"
     else:

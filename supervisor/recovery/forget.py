@@ -34,8 +34,10 @@ from psycopg.types.json import Jsonb
 
 from staal.manifest.model import ServerConfig
 from staal.records.ledger_records import Forget
+from staal.records.waiting import WaitingRecord
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import is_run_id
+from staal.runtime.utc import for_people as when
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
 from staal.supervisor.store.errors import StoreError
@@ -50,7 +52,6 @@ from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
 from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
 from staal.supervisor.store.state import LedgerState, RunEntry
 from staal.supervisor.telemetry.log import log_file_line
-from staal.supervisor.views.journal_view import when
 
 
 class ForgetRefused(SupervisorError):
@@ -81,12 +82,13 @@ def forget_run(server: ServerConfig, run: str, clock: Clock = SYSTEM_CLOCK,
     else:
         entry = forget_in_store(dsn_of(server, environ), run, clock)
         seen = "every instance sees it at its next call"
+    assert entry.ended_ms is not None  # only an ended run's key is forgotten (`refusal`)
     return (f"run {run} ({entry.tool}, ended {entry.outcome} at {when(entry.ended_ms)}): its "
             f"once key is forgotten; the next identical call starts a new run ({seen}). Its "
             "journal is kept as any run's, and what it spent still counts against its quota")
 
 
-def refusal(entry: RunEntry | None, run: str, waiting: Mapping[str, Any] | None, now_ms: int,
+def refusal(entry: RunEntry | None, run: str, waiting: WaitingRecord | None, now_ms: int,
             unfinished: str = _RUNNING) -> str | None:
     """Why `run`'s key cannot be forgotten at `now_ms`, or None. `waiting`
     is its waiting record; `unfinished` names the state of a run that has
@@ -96,8 +98,8 @@ def refusal(entry: RunEntry | None, run: str, waiting: Mapping[str, Any] | None,
         return (f"run {run} is not in the ledger: no such run, or it was dropped from it "
                 "long after it ended")
     if entry.state == "unsettled" and waiting is not None:
-        return (f"run {run} is waiting for an operator (op {waiting.get('op')} in doubt), not "
-                f"ended: {only}; answer it first ({waiting.get('resolve')})")
+        return (f"run {run} is waiting for an operator (op {waiting.op} in doubt), not "
+                f"ended: {only}; answer it first ({waiting.resolve})")
     if entry.state == "unsettled":
         return f"run {run} is {unfinished}, not ended: {only}"
     if entry.state == "released":

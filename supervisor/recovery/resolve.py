@@ -32,9 +32,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from staal.manifest.model import ServerConfig
-from staal.records.appendlog import read_log
-from staal.records.canonical import canonical_json
-from staal.records.fsio import FS
+from staal.records.journal_copy import read_copy, write_copy
 from staal.records.journal_records import JOURNAL, Resolved
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
@@ -98,11 +96,7 @@ def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: boo
     """The Resolved record `staal resolve` appends to a copy of the rows."""
     with tempfile.TemporaryDirectory(prefix="staal-resolve-") as folder:
         copy = Path(folder) / f"{run}.journal"
-        fd = FS.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            FS.write(fd, b"".join(canonical_json(row) + b"\n" for row in rows))
-        finally:
-            os.close(fd)
+        write_copy(copy, rows, append=False)
         command = [sys.executable, "-m", "staal.worker.commands.cli", "resolve", "--journal", str(copy),
                    "--op", str(op), "--happened", "yes" if happened else "no"]
         if result_text is not None:
@@ -112,7 +106,7 @@ def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: boo
         if done.returncode != 0:
             said = " ".join(done.stderr.replace(str(copy), f"run {run}").split())
             raise ResolveRefused(said or f"staal resolve exited with {done.returncode}")
-        written: list[dict[str, Any]] = list(read_log(copy).records)
+        written = read_copy(copy)
     if len(written) != len(rows) + 1 or not isinstance(JOURNAL.decode(written[-1]), Resolved):
         raise ResolveRefused(f"run {run}: staal resolve did not append one answer")
     return written[-1]

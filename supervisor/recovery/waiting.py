@@ -36,7 +36,7 @@ class Waiting:
         record = self.notes.waiting_record(tool, files, op, message)
         written = self.notes.wait(files, record)
         self.log("run_waits_for_operator", level="warning", run=files.run, tool=tool, op=op,
-                 record=str(files.waiting), resolve=record["resolve"])
+                 record=str(files.waiting), resolve=record.resolve)
         if written is not None and self.notify:
             threading.Thread(target=self._notify, args=(self.notify, written), daemon=True,
                              name=f"staal-notify-{files.run[:8]}").start()

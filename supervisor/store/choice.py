@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from staal.manifest.model import ServerConfig
 from staal.runtime.clock import Clock
@@ -17,7 +16,7 @@ from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals, StoreJournals
 from staal.supervisor.store.ledger import LEDGER_FILE, Ledger, LedgerState, RunEntry, Warn, read_ledger
-from staal.supervisor.store.notes import FileNotes, RunNotes, StoreNotes
+from staal.supervisor.store.notes import AllWaiting, FileNotes, RunNotes, StoreNotes
 from staal.supervisor.store.postgres.instances import instance_name
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import PostgresLedger
@@ -64,7 +63,7 @@ def open_notes(server: ServerConfig, journals: RunJournals) -> RunNotes:
 
 
 def read_waiting(server: ServerConfig,
-                 environ: Mapping[str, str] = os.environ) -> dict[str, dict[str, Any]]:
+                 environ: Mapping[str, str] = os.environ) -> AllWaiting:
     """Every waiting record, by run, read without changing any (status):
     this directory's files, or the shared store's rows, any instance's."""
     if server.store is None:

@@ -15,8 +15,7 @@ from typing import TypeVar
 
 from staal.manifest.model import QuotaConfig
 from staal.money import Money
-from staal.records.appendlog import AppendLog
-from staal.records.canonical import canonical_json
+from staal.records.appendlog import AppendLog, line_of
 from staal.records.fsio import FS, OS_SYNC, Syncer
 from staal.records.ledger_records import LEDGER, Forget
 from staal.runtime.clock import Clock
@@ -213,7 +212,7 @@ class FileLedger(EndsRuns):
             return Compaction(kept, dropped)
 
     def _rewrite(self, temp: Path, events: list[Event]) -> None:
-        data = b"".join(canonical_json(LEDGER.encode(e)) + b"\n" for e in events)
+        data = b"".join(line_of(LEDGER.encode(e)) for e in events)
         try:
             _write_synced(temp, data, self._syncer)
         except BaseException:

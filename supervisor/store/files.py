@@ -11,12 +11,12 @@ ones the supervisor owns (seed 000 section 7).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from staal.records import kept_arguments
 from staal.records.fsio import FS, OS_SYNC, Syncer, make_private_dir
 from staal.runtime.ids import is_run_id
 
@@ -37,7 +37,7 @@ class RunFiles:
 
     @property
     def inputs(self) -> Path:
-        return self.folder / f"{self.run}.inputs.json"
+        return self.folder / kept_arguments.file_name(self.run)
 
     @property
     def log(self) -> Path:
@@ -61,26 +61,8 @@ def find_journals(journals: Path) -> dict[str, tuple[str, Path]]:
     return found
 
 
-def write_durably(path: Path, data: bytes, syncer: Syncer = OS_SYNC) -> bool:
-    """Create `path` holding `data`, 0600, file and directory fsync'd.
-    False if the file already exists (it is kept as first written)."""
-    make_private_dir(path.parent, syncer)
-    try:
-        fd = FS.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return False
-    try:
-        os.fchmod(fd, 0o600)
-        FS.write(fd, data)
-        syncer.sync_file(fd)
-    finally:
-        os.close(fd)
-    syncer.sync_dir(path.parent)
-    return True
-
-
-def write_inputs(files: RunFiles, arguments: dict[str, Any]) -> None:
-    write_durably(files.inputs, orjson.dumps(arguments))
+def write_inputs(files: RunFiles, arguments: Mapping[str, Any]) -> None:
+    kept_arguments.keep(files.inputs, arguments)
 
 
 def remove_inputs(files: RunFiles) -> None:

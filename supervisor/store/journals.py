@@ -18,15 +18,12 @@ record (supervisor/store/notes.py `end`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from staal.records.appendlog import read_log
-from staal.records.canonical import canonical_json
-from staal.records.fsio import FS, make_private_dir
 from staal.records.journal import JournalState, JournalWriter, read_journal
+from staal.records.journal_copy import read_copy, write_copy
 from staal.records.journal_records import JOURNAL
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles, write_inputs
@@ -113,7 +110,7 @@ class StoreJournals:
     def append(self, files: RunFiles, record: dict[str, Any]) -> None:
         self.rows.append(files.run, record)
         try:
-            _copy(files, (record,), append=True)
+            write_copy(files.journal, (record,), append=True)
         except OSError as exc:
             # Durable, but the worker resumes from the copy: the run stops
             # here and is resumed from its rows at the next start.
@@ -138,13 +135,13 @@ class StoreJournals:
         answer is the store's too."""
         for files in runs:
             rows = self.rows.records(files.run)
-            local = _local(files)
+            local = read_copy(files.journal)
             if [JOURNAL.decode(r) for r in local[:len(rows)]] == [JOURNAL.decode(r) for r in rows]:
                 for record in local[len(rows):]:
                     self.rows.append(files.run, record)
                 rows = rows + local[len(rows):]
             if rows and local != rows:
-                _copy(files, rows, append=False)
+                write_copy(files.journal, rows, append=False)
             arguments = self.rows.inputs(files.run)
             if arguments is not None and not files.inputs.exists():
                 write_inputs(files, arguments)
@@ -173,27 +170,3 @@ class _SupervisorSink:
     def close(self) -> None:
         pass
 
-
-def _local(files: RunFiles) -> list[dict[str, Any]]:
-    """The records of the run's local copy (none if it has none)."""
-    try:
-        return list(read_log(files.journal).records)
-    except FileNotFoundError:
-        return []
-
-
-def _copy(files: RunFiles, records: Iterable[Mapping[str, Any]], append: bool) -> None:
-    """Write records to the run's local copy: appended after a commit, or
-    the whole copy replaced (write, then rename). Not fsync'd: the rows are
-    durable, and a copy cut by a crash is restored from them."""
-    data = b"".join(canonical_json(record) + b"\n" for record in records)
-    make_private_dir(files.folder)
-    target = files.journal if append else files.journal.with_suffix(".journal.restoring")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-    fd = FS.open(target, flags, 0o600)
-    try:
-        FS.write(fd, data)
-    finally:
-        os.close(fd)
-    if not append:
-        FS.replace(target, files.journal)

@@ -35,7 +35,7 @@ class ServerLockHeld(SupervisorError):
 
     kind = "server_lock_held"
 
-    def __init__(self, path: Path, waited_s: float, holder: str | None) -> None:
+    def __init__(self, path: Path, waited_s: float, holder: int | None) -> None:
         by = f" (process {holder})" if holder else ""
         super().__init__(
             f"{path} is locked by another staal-supervisor{by}: another server is using the "
@@ -143,6 +143,21 @@ def _write_holder(fd: int) -> None:
     FS.write(fd, f"{os.getpid()}\n".encode(), 0)
 
 
-def _read_holder(fd: int) -> str | None:
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    return text if text.isdigit() else None
+def _read_holder(fd: int) -> int | None:
+    return _pid_in(os.pread(fd, 32, 0))
+
+
+def lock_holder(journals: Path) -> int | None:
+    """The pid the lock file of `journals` names, read without taking the
+    lock (status, beside a running server): the server that holds it, or
+    the last one that did (None: no lock file, or no pid in it)."""
+    try:
+        return _pid_in((journals / LOCK_FILE).read_bytes())
+    except (FileNotFoundError, PermissionError):
+        return None
+
+
+def _pid_in(data: bytes) -> int | None:
+    """The one reader of what `_write_holder` wrote."""
+    text = data[:32].decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None

@@ -13,34 +13,40 @@ the resources use:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
-from staal.records.fsio import FS
+from staal.errors import RecordError
+from staal.records.fsio import FS, write_durably
+from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK
-from staal.supervisor.store.files import RunFiles, append_log, remove_inputs, write_durably
+from staal.supervisor.store.files import RunFiles, append_log, remove_inputs
 from staal.supervisor.store.postgres.note_rows import NoteRows
+
+# Every waiting record, by run; None for a file that holds none (damaged),
+# whose run waits all the same.
+AllWaiting = Mapping[str, WaitingRecord | None]
 
 
 class RunNotes(Protocol):
-    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> dict[str, Any]:
+    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> WaitingRecord:
         """The record of a run that stopped at `op`, waiting for an operator."""
 
     def resolve_hint(self, files: RunFiles, op: int | None) -> str:
         """The command an operator answers the op in doubt with (None: not known)."""
 
-    def wait(self, files: RunFiles, record: dict[str, Any]) -> Path | None:
+    def wait(self, files: RunFiles, record: WaitingRecord) -> Path | None:
         """Keep the run's waiting record; the file the notify command is
         given, or None if the run has one already (kept as first written).
         `Fenced` on a shared store if the run is not this instance's."""
 
-    def waiting(self, files: RunFiles) -> dict[str, Any] | None:
+    def waiting(self, files: RunFiles) -> WaitingRecord | None:
         """The run's waiting record (None: it waits for no one)."""
 
-    def all_waiting(self) -> dict[str, dict[str, Any]]:
+    def all_waiting(self) -> AllWaiting:
         """Every waiting record, by run."""
 
     def unwait(self, files: RunFiles) -> None:
@@ -69,35 +75,31 @@ class FileNotes:
     def __init__(self, journals: Path) -> None:
         self.journals = journals
 
-    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> dict[str, Any]:
-        return {"run": files.run, "tool": tool, "op": op, "message": message,
-                "journal": str(files.journal), "time": _time(),
-                "resolve": self.resolve_hint(files, op)}
+    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> WaitingRecord:
+        return WaitingRecord.in_files(files.run, tool, op, message, _time(), files.journal)
 
     def resolve_hint(self, files: RunFiles, op: int | None) -> str:
-        said = "N" if op is None else str(op)
-        return (f"staal resolve --journal {files.journal} --op {said} --happened yes "
-                "--result JSON   (or --happened no)")
+        return resolve_on_this_machine(files.journal, op)
 
-    def wait(self, files: RunFiles, record: dict[str, Any]) -> Path | None:
-        return files.waiting if write_durably(files.waiting, _encoded(record)) else None
+    def wait(self, files: RunFiles, record: WaitingRecord) -> Path | None:
+        return files.waiting if write_durably(files.waiting, record.to_file()) else None
 
-    def waiting(self, files: RunFiles) -> dict[str, Any] | None:
+    def waiting(self, files: RunFiles) -> WaitingRecord | None:
+        """`RecordError` for a damaged record."""
         try:
-            record: dict[str, Any] = orjson.loads(files.waiting.read_bytes())
+            return WaitingRecord.from_file(files.waiting.read_bytes())
         except FileNotFoundError:
             return None
-        return record
 
-    def all_waiting(self) -> dict[str, dict[str, Any]]:
-        found = {}
+    def all_waiting(self) -> AllWaiting:
+        found: dict[str, WaitingRecord | None] = {}
         for path in sorted((self.journals / "waiting").glob("*.json")):
             try:
-                found[path.stem] = orjson.loads(path.read_bytes())
+                found[path.stem] = WaitingRecord.from_file(path.read_bytes())
             except FileNotFoundError:
                 continue  # removed meanwhile
-            except orjson.JSONDecodeError:
-                found[path.stem] = {}  # damaged, but the run still waits
+            except RecordError:
+                found[path.stem] = None  # damaged, but the run still waits
         return found
 
     def unwait(self, files: RunFiles) -> None:
@@ -126,25 +128,22 @@ class StoreNotes:
     def __init__(self, rows: NoteRows) -> None:
         self.rows = rows
 
-    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> dict[str, Any]:
-        # No path of this host: the record is read, and answered, from any machine.
-        return {"run": files.run, "tool": tool, "op": op, "message": message,
-                "instance": self.rows.instance, "time": _time(),
-                "resolve": self.resolve_hint(files, op)}
+    def waiting_record(self, tool: str, files: RunFiles, op: int, message: str) -> WaitingRecord:
+        return WaitingRecord.in_store(files.run, tool, op, message, _time(), self.rows.instance)
 
     def resolve_hint(self, files: RunFiles, op: int | None) -> str:
-        return store_resolve_hint(files.run, op)
+        return resolve_in_the_store(files.run, op)
 
-    def wait(self, files: RunFiles, record: dict[str, Any]) -> Path | None:
+    def wait(self, files: RunFiles, record: WaitingRecord) -> Path | None:
         if not self.rows.wait(files.run, record):
             return None
         _replace_copy(files, record)
         return files.waiting
 
-    def waiting(self, files: RunFiles) -> dict[str, Any] | None:
+    def waiting(self, files: RunFiles) -> WaitingRecord | None:
         return self.rows.waiting(files.run)
 
-    def all_waiting(self) -> dict[str, dict[str, Any]]:
+    def all_waiting(self) -> AllWaiting:
         return self.rows.all_waiting()
 
     def unwait(self, files: RunFiles) -> None:
@@ -172,33 +171,20 @@ class StoreNotes:
         for files in runs:
             try:
                 found = FileNotes(files.journals).waiting(files)
-            except orjson.JSONDecodeError:
+            except RecordError:
                 continue  # damaged: the run stops again when resumed, and that is its record
-            if found is None or "instance" in found:
+            if found is None or found.instance is not None:
                 continue
-            record = {key: value for key, value in found.items() if key != "journal"}
-            record.update(instance=self.rows.instance,
-                          resolve=self.resolve_hint(files, record.get("op")))
+            record = found.moved_to_store(self.rows.instance)
             if self.rows.wait(files.run, record):
                 _replace_copy(files, record)
 
 
-def store_resolve_hint(run: str, op: int | None) -> str:
-    """The answer on a shared store, from any machine with the DSN."""
-    said = "N" if op is None else str(op)
-    return (f"staal-supervisor resolve MANIFEST --run {run} --op {said} --happened yes "
-            "--result JSON   (or --happened no)")
-
-
-def _encoded(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_INDENT_2)
-
-
-def _replace_copy(files: RunFiles, record: dict[str, Any]) -> None:
+def _replace_copy(files: RunFiles, record: WaitingRecord) -> None:
     """The notify command's copy of a row: one left by an earlier wait,
     answered since, is replaced."""
     _unlink(files.waiting)
-    write_durably(files.waiting, _encoded(record))
+    write_durably(files.waiting, record.to_file())
 
 
 def _entries(lines: bytes) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@ import orjson
 
 from staal.records.fsio import write_all
 
-# The last second formatted: a call logs several lines, and a strftime for
+# The last second formatted (staal.runtime.utc.for_machines's format, made
+# here once a second): a call logs several lines, and a strftime for
 # each was ~5% of the supervisor's Python per call. (second, its text), one
 # tuple, so a thread reading it while another replaces it sees a whole one.
 _second: tuple[int, str] = (-1, "")

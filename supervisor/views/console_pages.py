@@ -9,10 +9,10 @@ layout can change without breaking them.
 
 from __future__ import annotations
 
-import datetime
 import html
 from urllib.parse import quote
 
+from staal.runtime.utc import for_people
 from staal.supervisor.views.console_data import Overview, QuotaChart, RunRow, WaitingRun
 from staal.supervisor.views.timeline import Event, Timeline
 
@@ -36,8 +36,7 @@ def esc(text: object) -> str:
 def when(ms: int | None) -> str:
     if ms is None:
         return ""
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return for_people(ms)
 
 
 def page(title: str, body: str) -> str:

@@ -1,7 +1,7 @@
 """A run's journal as data for its caller (the `.../runs/{run}/journal`
 resource): what it did, op by op, from the one journal reader
 (`staal.records.journal.read_journal`), with nothing the caller must not see: what
-that is, is `disclosure.py`'s rule for the `CALLER` audience.
+that is, is the `CALLER` row of staal.records.disclosure's table.
 
 Shown: each op's capability, action, parameter, time, idempotency key and
 the SHA-256 of its arguments; whether its outcome succeeded, the failure's
@@ -13,28 +13,28 @@ result, and for an internal failure the text its call was answered with.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from staal.money import Money
+from staal.records.disclosure import NoDisclosureRule, row
 from staal.records.journal import JournalState
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.record import Record
+from staal.runtime.utc import for_machines
 from staal.supervisor.views.disclosure import (
     CALLER,
     action_failure,
     end_failure,
     end_result,
+    hashed,
     printed,
-    sha256_of,
 )
 
 
 def when(ms: int | None) -> str | None:
     if ms is None:
         return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return for_machines(ms)
 
 
 def _money(amounts: tuple[Money, ...]) -> list[dict[str, str]]:
@@ -43,13 +43,16 @@ def _money(amounts: tuple[Money, ...]) -> list[dict[str, str]]:
 
 def header_data(state: JournalState) -> dict[str, Any]:
     h = state.header
+    row(h, CALLER)  # the header's paths (program, config) are not the caller's
     return {"run": h.run, "tool": h.tool, "began": when(h.time), "runtime": h.runtime,
             "program_sha256": h.program_sha256, "config_sha256": h.config_sha256,
             "inputs_sha256": h.inputs_sha256}
 
 
-def record_data(record: Record, run: str) -> dict[str, Any] | None:
-    """One record after the header, as the caller may see it."""
+def record_data(record: Record, run: str) -> dict[str, Any]:
+    """One record after the header, as the caller may see it;
+    `NoDisclosureRule` for a kind the table has no row for."""
+    row(record, CALLER)
     if isinstance(record, Intent):
         return {"type": "intent", "op": record.op, "param": record.param, "cap": record.cap,
                 "action": record.action, "args_sha256": record.args_sha256,
@@ -59,13 +62,13 @@ def record_data(record: Record, run: str) -> dict[str, Any] | None:
         data: dict[str, Any] = {"type": "outcome", "op": record.op, "ok": record.ok,
                                 "time": when(record.time), "charged": _money(record.charged)}
         if record.ok:
-            data["result_sha256"] = sha256_of(record.result)
+            data["result_sha256"] = hashed(record, "result", CALLER)
         else:
-            data["failure"] = {"kind": action_failure(record)}
+            data["failure"] = {"kind": action_failure(record, CALLER)}
         return data
     if isinstance(record, Value):
         return {"type": "value", "op": record.op, "cap": record.cap, "param": record.param,
-                "value_sha256": sha256_of(record.value), "time": when(record.time)}
+                "value_sha256": hashed(record, "value", CALLER), "time": when(record.time)}
     if isinstance(record, Print):
         data = {"type": "print", "seq": record.seq, "time": when(record.time)}
         text = printed(record, CALLER)
@@ -79,11 +82,11 @@ def record_data(record: Record, run: str) -> dict[str, Any] | None:
         answer: dict[str, Any] = {"type": "resolved", "op": record.op, "happened": record.happened,
                                   "time": when(record.time), "charged": _money(record.charged)}
         if record.happened:
-            answer["result_sha256"] = sha256_of(record.result)
+            answer["result_sha256"] = hashed(record, "result", CALLER)
         return answer
     if isinstance(record, End):
         return end_data(record, run)
-    return None
+    raise NoDisclosureRule(f"the caller's journal has no form for {record.TYPE} records")
 
 
 def end_data(end: End, run: str) -> dict[str, Any]:

@@ -8,22 +8,23 @@ name): its runs, its rate and its own quotas."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from staal.errors import LogDamaged
 from staal.manifest.model import Manifest, QuotaConfig
 from staal.records.journal import read_journal
+from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
+from staal.runtime.utc import for_machines
 from staal.supervisor.store.choice import describe_store, read_view, read_waiting, this_instance
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
-from staal.supervisor.store.notes import store_resolve_hint
+from staal.supervisor.store.lockfile import lock_holder
 from staal.supervisor.store.state import QuotaUse, RunEntry, caller_key
 from staal.supervisor.views.status_report import (
     WAITING,
@@ -46,13 +47,9 @@ if TYPE_CHECKING:
 def server_pid(journals: Path) -> int | None:
     """The pid of the server using `journals`, if one is running (the lock
     file holds its pid; the lock itself is not touched)."""
-    try:
-        text = (journals / "server.lock").read_text().strip()
-    except (FileNotFoundError, PermissionError):
+    pid = lock_holder(journals)
+    if pid is None:
         return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
     try:
         process = psutil.Process(pid)
         command = " ".join(process.cmdline())
@@ -72,8 +69,7 @@ def ledger_now_ms(state: LedgerState, clock: Clock = SYSTEM_CLOCK) -> int:
 def _when(ms: int | None) -> str | None:
     if ms is None:
         return None
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return for_machines(ms, millis=False)
 
 
 def collect(manifest: Manifest) -> StatusReport:
@@ -105,7 +101,7 @@ def _forgotten(state: LedgerState) -> tuple[ForgottenRun, ...]:
                  for e in state.runs() if e.forgotten_ms is not None)
 
 
-def _elsewhere(entry: RunEntry, owner: str, record: dict[str, Any] | None) -> UnfinishedRun:
+def _elsewhere(entry: RunEntry, owner: str, record: WaitingRecord | None) -> UnfinishedRun:
     """An unfinished run another instance owns: its journal's copy is on that
     instance's disk, so the ledger's part is known here, and its waiting
     record, which is the shared store's."""
@@ -113,8 +109,8 @@ def _elsewhere(entry: RunEntry, owner: str, record: dict[str, Any] | None) -> Un
                         "owned by another instance", owner=owner)
     if record is None:
         return run
-    doubt = Doubt(record["op"], record["message"], record["resolve"], since=_when(record["time"]),
-                  recorded_by=record["instance"])
+    doubt = Doubt(record.op, record.message, record.resolve, since=_when(record.time),
+                  recorded_by=record.instance)
     return replace(run, state=WAITING, doubt=doubt)
 
 
@@ -155,7 +151,7 @@ def _callers(manifest: Manifest, state: LedgerState, now: int) -> tuple[CallerSt
     return tuple(callers.values())
 
 
-def _run(entry: RunEntry, journals: Path, serving: bool, record: dict[str, Any] | None,
+def _run(entry: RunEntry, journals: Path, serving: bool, record: WaitingRecord | None,
          shared: bool) -> UnfinishedRun:
     """A run of this instance's, from its journal (on a shared store, its
     local copy) and its waiting record."""
@@ -187,9 +183,8 @@ def _resolve(files: RunFiles, op: int | None, shared: bool) -> str:
     """How to answer the op in doubt: on a shared store from any machine
     (the rows are the journal), else on this one, with its journal's path."""
     if shared:
-        return store_resolve_hint(files.run, op)
-    return (f"staal resolve --journal {files.journal} --op {'N' if op is None else op} "
-            "--happened yes --result JSON   (or: --happened no)")
+        return resolve_in_the_store(files.run, op)
+    return resolve_on_this_machine(files.journal, op)
 
 
 def _quota(use: QuotaUse) -> QuotaStatus:

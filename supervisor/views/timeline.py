@@ -2,8 +2,8 @@
 the one reader): each op from its intent to its outcome, the prints, a stop,
 an operator's answer and the end, in the journal's order.
 
-What a page may show is `disclosure.py`'s rule for the `OPERATOR`
-audience: no argument values (the journal holds only their hash), no results
+What a page may show is the `OPERATOR` row of staal.records.disclosure's
+table: no argument values (the journal holds only their hash), no results
 (a result may repeat an argument or a secret a service echoed), an action's
 failure by its kind alone; the stop and the end with their messages, the
 program's frames, prints as printed.
@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 from staal.errors import LogDamaged
+from staal.records.disclosure import NoDisclosureRule, row
 from staal.records.journal import read_journal
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.records.record import Record
 from staal.supervisor.views.disclosure import OPERATOR, action_failure, end_failure, end_frames, printed
 
 EventKind = Literal["op", "value", "print", "stop", "answer", "end"]
@@ -88,7 +90,10 @@ def timeline(journal: Path, run: str, tool: str) -> Timeline:
     return Timeline(run, tool, start, tuple(events))
 
 
-def _event(record: object, start: int, run: str) -> Event | None:
+def _event(record: Record, start: int, run: str) -> Event | None:
+    """The record's row of the timeline (None: an outcome, which closes its
+    op's row); `NoDisclosureRule` for a kind the table has no row for."""
+    row(record, OPERATOR)
     if isinstance(record, Intent):
         read = ", a read" if record.read else ""
         return Event("op", f"op {record.op}: {record.action} via {record.param!r}",
@@ -113,7 +118,9 @@ def _event(record: object, start: int, run: str) -> Event | None:
         return Event("end", f"end: {record.outcome}", detail, record.time - start,
                      record.time - start, ok=record.outcome == "done",
                      traceback=end_frames(record, OPERATOR))
-    return None
+    if isinstance(record, OutcomeRecord):
+        return None
+    raise NoDisclosureRule(f"the console's timeline has no form for {record.TYPE} records")
 
 
 def _closed(opened: Event, outcome: OutcomeRecord, start: int) -> Event:
@@ -122,7 +129,7 @@ def _closed(opened: Event, outcome: OutcomeRecord, start: int) -> Event:
     else:
         # The kind only (disclosure.py): an action's message may quote its URL
         # or the service's answer; the run's end says what it told the caller.
-        kind = action_failure(outcome)
+        kind = action_failure(outcome, OPERATOR)
         said = f"failed: {kind}" if kind else "failed"
         detail = opened.detail.replace("no outcome yet", said)
     return Event("op", opened.label, detail, opened.start_ms, outcome.time - start,

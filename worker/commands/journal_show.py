@@ -2,19 +2,25 @@
 in the order it happened: every attempt at an op, the stop when one was in
 doubt, the operator's answer and when it was given, the new attempt under
 its new key, what was printed, and how the run ended (with where the
-program failed). An audit must be able to see that a person decided."""
+program failed). An audit must be able to see that a person decided.
+
+Whoever runs it can read the journal file itself: the `JOURNAL_SHOW` row
+of staal.records.disclosure's table shows them every field, and a record
+kind with no row there stops the command rather than being left out."""
 
 from __future__ import annotations
 
-import datetime
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from staal.errors import LogDamaged
+from staal.records.disclosure import JOURNAL_SHOW, NoDisclosureRule, row, shown
 from staal.records.journal import JournalState, read_journal
 from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.outcomes import format_frames
+from staal.records.record import Record
+from staal.runtime.utc import for_people as _when
 from staal.worker.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -41,11 +47,6 @@ def show(path: Path) -> str:
         raise
 
 
-def _when(ms: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
-
-
 def _short(value: Any, limit: int = 100) -> str:
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -57,11 +58,13 @@ def _money(amounts: tuple[Money, ...]) -> str:
 
 def render(state: JournalState) -> str:
     h = state.header
+    row(h, JOURNAL_SHOW)
+    config = shown(h, "config", JOURNAL_SHOW)
     lines = [
         f"run {h.run}  tool {h.tool}  began {_when(h.time)}",
-        f"program {h.program}  sha256 {h.program_sha256[:16]}...  {h.runtime}",
+        f"program {shown(h, 'program', JOURNAL_SHOW)}  sha256 {h.program_sha256[:16]}...  {h.runtime}",
         f"config sha256 {h.config_sha256[:16]}...  inputs sha256 {h.inputs_sha256[:16]}..."
-        + (f"  from {h.config}" if h.config else ""),
+        + (f"  from {config}" if config else ""),
         "",
     ]
     attempts: dict[int, int] = {}
@@ -73,7 +76,9 @@ def render(state: JournalState) -> str:
     return "\n".join(lines)
 
 
-def _record_lines(record: Any, previous: Any, attempts: dict[int, int]) -> list[str]:
+def _record_lines(record: Record, previous: Record | None,
+                  attempts: dict[int, int]) -> list[str]:
+    row(record, JOURNAL_SHOW)
     if isinstance(record, Intent):
         attempts[record.op] = attempts.get(record.op, 0) + 1
         again = f" (attempt {attempts[record.op]})" if attempts[record.op] > 1 else ""
@@ -81,14 +86,15 @@ def _record_lines(record: Any, previous: Any, attempts: dict[int, int]) -> list[
         return [f"op {record.op:>3}  intent{again}  {record.cap} {record.action} through "
                 f"'{record.param}'  at {_when(record.time)}{key}"]
     if isinstance(record, OutcomeRecord):
-        failed = None if record.ok else record.failure
-        what = _short(record.result) if failed is None else f"FAILED: {failed.message}"
+        failed = None if record.ok else shown(record, "failure", JOURNAL_SHOW)
+        what = (_short(shown(record, "result", JOURNAL_SHOW)) if failed is None
+                else f"FAILED: {failed.message}")
         charged = f"  charged {_money(record.charged)}" if record.charged else ""
         if isinstance(previous, Intent) and previous.op == record.op:
             return [f"         outcome {what}{charged}"]  # under its intent
         return [f"op {record.op:>3}  outcome  {what}{charged}  at {_when(record.time)}"]
     if isinstance(record, Value):
-        return [f"op {record.op:>3}  value  {record.cap} = {_short(record.value)}"
+        return [f"op {record.op:>3}  value  {record.cap} = {_short(shown(record, 'value', JOURNAL_SHOW))}"
                 f"  at {_when(record.time)}"]
     if isinstance(record, Stopped):
         return [f"STOPPED at op {record.op}, {_when(record.time)}: {record.message}"]
@@ -96,17 +102,17 @@ def _record_lines(record: Any, previous: Any, attempts: dict[int, int]) -> list[
         return [f"op {record.op:>3}  resolved by an operator at {_when(record.time)}: "
                 + _answer(record)]
     if isinstance(record, Print):
-        return [f"printed  {_short(record.text)}"]
+        return [f"printed  {_short(shown(record, 'text', JOURNAL_SHOW))}"]
     if isinstance(record, End):
         return _end_lines(record)
-    return []
+    raise NoDisclosureRule(f"staal journal show has no form for {record.TYPE} records")
 
 
 def _answer(record: Resolved) -> str:
     if not record.happened:
         return "did not happen (it is attempted again, under a new idempotency key if keyed)"
     charged = f", charged {_money(record.charged)}" if record.charged else ""
-    return f"happened, result {_short(record.result)}{charged}"
+    return f"happened, result {_short(shown(record, 'result', JOURNAL_SHOW))}{charged}"
 
 
 def _now_lines(state: JournalState) -> list[str]:
@@ -128,15 +134,16 @@ def _end_lines(end: End) -> list[str]:
         f"{name}: {u.actions} action{'s' if u.actions != 1 else ''}"
         + (f", charged {_money(u.charged)}" if u.charged else "")
         for name, u in sorted(end.usage.items()))
+    failure = shown(end, "failure", JOURNAL_SHOW)
     if end.outcome == "done":
-        what = f"done: {_short(end.result)}"
-    elif end.failure is not None:
-        what = f"{end.outcome}: {end.failure.kind}: {end.failure.message}"
+        what = f"done: {_short(shown(end, 'result', JOURNAL_SHOW))}"
+    elif failure is not None:
+        what = f"{end.outcome}: {failure.kind}: {failure.message}"
     else:  # a failed or error end always has its failure: not reached
         what = end.outcome
     lines = [f"END {_when(end.time)}  {what}"]
-    if end.failure is not None:
-        lines.extend(format_frames(end.failure.traceback, indent="  "))
+    if failure is not None:
+        lines.extend(format_frames(failure.traceback, indent="  "))
     if usage:
         lines.append(f"usage  {usage}")
     return lines

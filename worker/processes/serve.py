@@ -16,10 +16,10 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-import orjson
 import zmq
 
 from staal.errors import StaalError
+from staal.records import kept_arguments
 from staal.records.journal import JournalWriter, close_unfinished, discard_unstarted, journal_started
 from staal.records.messages import (
     Check,
@@ -299,7 +299,7 @@ def execute(message: Run, configs: dict[str, RunConfig],
     confine.narrow_tripwire(uses_ffi(config), note_violation)
     bound_process(config.limits)
     with confine.broker_section():
-        arguments = orjson.loads(Path(message.inputs).read_bytes())
+        arguments = kept_arguments.read(Path(message.inputs))
     request = RunRequest(
         config=config, arguments=arguments, journal=Path(message.journal), run_id=message.run,
         on_print=lambda text: channel.send(PrintLine(run=message.run, text=text)),

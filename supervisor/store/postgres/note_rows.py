@@ -14,12 +14,12 @@ alone before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from staal.records.waiting import WaitingRecord
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
 from staal.supervisor.store.postgres.journal_rows import JournalRows
@@ -45,25 +45,25 @@ class NoteRows:
     def instance(self) -> str:
         return self.rows.instance
 
-    def wait(self, run: str, record: Mapping[str, Any]) -> bool:
+    def wait(self, run: str, record: WaitingRecord) -> bool:
         """Keep the run's waiting record, fenced; False if it has one already
         (kept as first written). `Fenced` if the run is not this instance's."""
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> bool:
             self.rows.check_owned(cur, run, "write the waiting record of")
             cur.execute("INSERT INTO staal_waiting (run, instance, record) VALUES (%s, %s, %s) "
-                        "ON CONFLICT (run) DO NOTHING", (run, self.instance, Jsonb(dict(record))))
+                        "ON CONFLICT (run) DO NOTHING", (run, self.instance, Jsonb(record.to_json())))
             if cur.rowcount == 1:
                 return True
             # A retry whose first try committed wrote this very record.
-            return again and _record_of(cur, run) == dict(record)
+            return again and _record_of(cur, run) == record
 
         return self.rows.run(attempt)
 
-    def waiting(self, run: str) -> dict[str, Any] | None:
+    def waiting(self, run: str) -> WaitingRecord | None:
         """The run's waiting record (None: it waits for no one)."""
         return self.rows.run(lambda cur, again: _record_of(cur, run), alone=True)
 
-    def all_waiting(self) -> dict[str, dict[str, Any]]:
+    def all_waiting(self) -> dict[str, WaitingRecord]:
         """Every run's waiting record, whichever instance wrote it."""
         return self.rows.run(lambda cur, again: _all_of(cur), alone=True)
 
@@ -101,7 +101,7 @@ def drop_waiting(cur: psycopg.Cursor[Any], run: str) -> None:
     cur.execute("DELETE FROM staal_waiting WHERE run = %s", (run,))
 
 
-def waiting_in(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
+def waiting_in(cur: psycopg.Cursor[Any], run: str) -> WaitingRecord | None:
     """In the caller's transaction: the run's waiting record (an operator's
     forget, which refuses a waiting run)."""
     return _record_of(cur, run)
@@ -112,18 +112,18 @@ def log_in(cur: psycopg.Cursor[Any], run: str, entries: list[dict[str, Any]]) ->
     _write(cur, _LOG, run, entries, False)
 
 
-def _record_of(cur: psycopg.Cursor[Any], run: str) -> dict[str, Any] | None:
+def _record_of(cur: psycopg.Cursor[Any], run: str) -> WaitingRecord | None:
     cur.execute("SELECT record FROM staal_waiting WHERE run = %s", (run,))
     row = cur.fetchone()
-    return None if row is None else row[0]
+    return None if row is None else WaitingRecord.from_json(row[0])
 
 
-def _all_of(cur: psycopg.Cursor[Any]) -> dict[str, dict[str, Any]]:
+def _all_of(cur: psycopg.Cursor[Any]) -> dict[str, WaitingRecord]:
     cur.execute("SELECT run, record FROM staal_waiting")
-    return {str(run): record for run, record in cur.fetchall()}
+    return {str(run): WaitingRecord.from_json(record) for run, record in cur.fetchall()}
 
 
-def read_all_waiting(dsn: str) -> dict[str, dict[str, Any]]:
+def read_all_waiting(dsn: str) -> dict[str, WaitingRecord]:
     """Every waiting record in the store, read on a connection of its own
     (status and the console, beside the servers)."""
     try:

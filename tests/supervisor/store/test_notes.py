@@ -6,12 +6,14 @@ upgrade from version 2 keeps every row."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from psycopg.types.json import Jsonb
 
+from staal.records.waiting import WaitingRecord
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.notes import FileNotes, StoreNotes
 from staal.supervisor.store.postgres.connection import connect
@@ -27,8 +29,8 @@ from tests.supervisor.recovery.test_at_start import lookup_manifest
 from tests.supervisor.store.test_journals import HEADER, open_rows
 from tests.supervisor.telemetry.test_metrics import metrics_url, scrape, value
 
-RECORD = {"run": "", "tool": "t", "op": 1, "message": "op 1: in doubt", "time": 1,
-          "instance": "a", "resolve": "staal-supervisor resolve MANIFEST --run R --op 1"}
+RECORD = WaitingRecord(run="0" * 32, tool="t", op=1, message="op 1: in doubt", time=1,
+                       instance="a", resolve="staal-supervisor resolve MANIFEST --run R --op 1")
 
 
 def waiting_rows(pg: PgStore) -> list[tuple[str, str, dict]]:
@@ -41,12 +43,12 @@ def test_a_runs_waiting_record_is_one_row_kept_as_first_written(
     run = ledger.reserve_call("t", None, 1, (), None).run
     notes = StoreNotes(NoteRows(rows))
     files = RunFiles(tmp_path, "t", run)
-    first = dict(RECORD, run=run, instance=rows.instance)
+    first = replace(RECORD, run=run, instance=rows.instance)
     assert notes.wait(files, first) == files.waiting  # the notify command's copy
-    assert notes.wait(files, dict(first, op=2, message="op 2: in doubt")) is None
-    assert waiting_rows(pg_store) == [(run, rows.instance, first)]
+    assert notes.wait(files, replace(first, op=2, message="op 2: in doubt")) is None
+    assert waiting_rows(pg_store) == [(run, rows.instance, first.to_json())]
     assert notes.waiting(files) == first and notes.all_waiting() == {run: first}
-    assert "journal" not in first and "--journal" not in notes.resolve_hint(files, 1)
+    assert "journal" not in first.to_json() and "--journal" not in notes.resolve_hint(files, 1)
     rows.close()
     ledger.close()
 
@@ -56,13 +58,13 @@ def test_an_instance_fenced_off_a_run_cannot_write_its_waiting_record(
     ledger, rows = open_rows(pg_store, "a")
     run = ledger.reserve_call("t", None, 1, (), None).run
     restarted, fresh = open_rows(pg_store, "a")  # a new process, a new fencing token
-    first = dict(RECORD, run=run, instance=fresh.instance)
+    first = replace(RECORD, run=run, instance=fresh.instance)
     assert NoteRows(fresh).wait(run, first)
     files = RunFiles(tmp_path, "t", run)
     with pytest.raises(Fenced) as caught:
-        StoreNotes(NoteRows(rows)).wait(files, dict(first, op=3))
+        StoreNotes(NoteRows(rows)).wait(files, replace(first, op=3))
     assert f"run {run}" in caught.value.message
-    assert waiting_rows(pg_store) == [(run, fresh.instance, first)]  # unchanged
+    assert waiting_rows(pg_store) == [(run, fresh.instance, first.to_json())]  # unchanged
     assert not files.waiting.exists()  # and no copy to notify anyone with
     for closing in (rows, fresh, ledger, restarted):
         closing.close()
@@ -75,7 +77,7 @@ def test_a_runs_log_is_rows_in_order_and_its_end_removes_its_record_and_argument
     rows.keep_inputs(run, {"n": 1})
     notes = StoreNotes(NoteRows(rows))
     files = RunFiles(tmp_path, "t", run)
-    notes.wait(files, dict(RECORD, run=run))
+    notes.wait(files, replace(RECORD, run=run))
     notes.log(files, b'{"event":"print","text":"a"}\n{"event":"ended","outcome":"stopped"}\n')
     notes.end(files, b'{"event":"ended","outcome":"done"}\n')
     assert notes.logged(files) == [{"event": "print", "text": "a"},
@@ -118,14 +120,15 @@ def test_a_waiting_record_an_older_version_kept_as_a_file_becomes_the_runs_row_a
     older = FileNotes(tmp_path).waiting_record("t", files, 2, "op 2: in doubt")
     FileNotes(tmp_path).wait(files, older)
     # A copy this version wrote, whose row an operator's answer removed since.
-    FileNotes(tmp_path).wait(copy, dict(RECORD, run=answered, instance=rows.instance))
+    FileNotes(tmp_path).wait(copy, replace(RECORD, run=answered, instance=rows.instance))
     notes.adopt([files, copy])
     notes.adopt([files, copy])  # at every start: kept as first written
     ((adopted,),) = pg_store.rows("SELECT record FROM staal_waiting")
-    assert (adopted["run"], adopted["op"], adopted["time"]) == (run, 2, older["time"])
+    assert (adopted["run"], adopted["op"], adopted["time"]) == (run, 2, older.time)
     assert "journal" not in adopted and str(tmp_path) not in json.dumps(adopted)
     assert adopted["resolve"].startswith(f"staal-supervisor resolve MANIFEST --run {run} --op 2")
-    assert FileNotes(tmp_path).waiting(files) == adopted  # the notify copy says the same
+    # The notify copy says the same.
+    assert FileNotes(tmp_path).waiting(files) == WaitingRecord.from_json(adopted)
     assert notes.waiting(copy) is None
     rows.close()
     ledger.close()
