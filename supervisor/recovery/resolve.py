@@ -26,19 +26,15 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import psycopg
-from psycopg.types.json import Jsonb
 
 from staal.manifest.model import ServerConfig
 from staal.records.journal_copy import read_copy, write_copy
 from staal.records.journal_records import JOURNAL, Resolved
+from staal.records.record import Json
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
-from staal.supervisor.store.errors import StoreError
-from staal.supervisor.store.postgres.connection import connect, reason, secrets_of
-from staal.supervisor.store.postgres.note_rows import drop_waiting
+from staal.supervisor.store.errors import StoreRefused
+from staal.supervisor.store.postgres.resolve_rows import answer_in_store
 
 
 class ResolveRefused(SupervisorError):
@@ -56,43 +52,21 @@ def resolve_in_store(server: ServerConfig, run: str, op: int, happened: bool,
     if server.store is None:
         raise ResolveRefused("server.store is the file store: resolve on the server's machine "
                              "with staal resolve --journal PATH")
-    dsn = dsn_of(server, environ)
+    def checked(rows: list[dict[str, Json]]) -> dict[str, Json]:
+        return _checked_answer(run, rows, op, happened, result_text)
+
     try:
-        with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
-            owner = _answer(cur, run, op, happened, result_text)
-    except psycopg.errors.UniqueViolation:
-        raise ResolveRefused(f"run {run}: its journal changed while the answer was checked "
-                             "(its instance is resuming it); look again and resolve then") from None
-    except psycopg.Error as exc:
-        raise StoreError(f"the PostgreSQL store failed: {reason(exc, secrets_of(dsn))}") from None
+        owner = answer_in_store(dsn_of(server, environ), run, checked)
+    except StoreRefused as exc:
+        raise ResolveRefused(exc.message) from None
     said = "happened" if happened else "did not happen"
     return (f"op {op} of run {run} recorded as {said} in the shared store; instance {owner}, "
             "which owns the run, resumes it within a renewal of its lease if it is serving, "
             "else at its next start (or another instance, if it takes the run over)")
 
 
-def _answer(cur: psycopg.Cursor[Any], run: str, op: int, happened: bool,
-            result_text: str | None) -> str:
-    cur.execute("SELECT r.owner, e.run FROM staal_runs r LEFT JOIN staal_ends e USING (run) "
-                "WHERE r.run = %s FOR SHARE OF r", (run,))
-    found = cur.fetchone()
-    if found is None:
-        raise ResolveRefused(f"run {run} is not in the shared store's ledger")
-    if found[1] is not None:
-        raise ResolveRefused(f"run {run} has ended; nothing is in doubt")
-    cur.execute("SELECT record FROM staal_journal WHERE run = %s ORDER BY line", (run,))
-    rows = [row[0] for row in cur.fetchall()]
-    if not rows:
-        raise ResolveRefused(f"run {run} has no journal: it never started")
-    record = _checked_answer(run, rows, op, happened, result_text)
-    cur.execute("INSERT INTO staal_journal (run, line, record) VALUES (%s, %s, %s)",
-                (run, len(rows) + 1, Jsonb(record)))
-    drop_waiting(cur, run)  # answered: if it stops again, at a later op, that is a new record
-    return str(found[0])
-
-
-def _checked_answer(run: str, rows: list[dict[str, Any]], op: int, happened: bool,
-                    result_text: str | None) -> dict[str, Any]:
+def _checked_answer(run: str, rows: list[dict[str, Json]], op: int, happened: bool,
+                    result_text: str | None) -> dict[str, Json]:
     """The Resolved record `staal resolve` appends to a copy of the rows."""
     with tempfile.TemporaryDirectory(prefix="staal-resolve-") as folder:
         copy = Path(folder) / f"{run}.journal"

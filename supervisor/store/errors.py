@@ -11,3 +11,11 @@ class StoreError(SupervisorError):
     it failed; its message never holds the DSN."""
 
     kind = "store"
+
+
+class StoreRefused(SupervisorError):
+    """What an operator asked of the store does not fit what it holds (a run
+    it does not know, one that ended, a journal that moved on): nothing was
+    written. Each command raises its own refusal in its place."""
+
+    kind = "store_refused"

@@ -1,0 +1,90 @@
+"""`staal-supervisor forget` on the PostgreSQL store (supervisor/recovery/forget.py
+says what forgetting is): the `forget` event committed from any machine
+with the DSN, while instances serve, in one transaction holding the
+ledger's head row, as every ledger write does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from staal.records.ledger_records import Forget
+from staal.records.record import Json
+from staal.records.waiting import WaitingRecord
+from staal.runtime.clock import SYSTEM_CLOCK, Clock
+from staal.supervisor.store.errors import StoreError, StoreRefused
+from staal.supervisor.store.ledger import Stamper, checked_encoding, warn_on_stderr
+from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
+from staal.supervisor.store.postgres.events import apply_stored
+from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
+from staal.supervisor.store.state import LedgerState, RunEntry
+
+# Why a run may not be forgotten (its entry, the run, its waiting record, now), or None.
+Refusal = Callable[[RunEntry | None, str, WaitingRecord | None, int], str | None]
+
+
+def commit_forget(dsn: str, run: str, refusal: Refusal, log_line: dict[str, Json],
+                    clock: Clock = SYSTEM_CLOCK) -> RunEntry:
+    """The forget event committed in one transaction holding the head row,
+    the key's row and `log_line` in the run's log with it; `StoreRefused`
+    with `refusal`'s words when the run may not be forgotten."""
+    try:
+        with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
+            return _forget_row(cur, run, refusal, log_line, clock)
+    except psycopg.errors.UndefinedTable:
+        raise StoreRefused(f"run {run} is not in the ledger: the PostgreSQL store holds no "
+                            "staal ledger yet") from None
+    except psycopg.Error as exc:
+        raise StoreError(f"the PostgreSQL store failed: {reason(exc, secrets_of(dsn))}") from None
+
+
+def _forget_row(cur: psycopg.Cursor[Any], run: str, refusal: Refusal, log_line: dict[str, Json],
+                clock: Clock) -> RunEntry:
+    _check_schema(cur)
+    cur.execute("SELECT last_ms FROM staal_head FOR UPDATE")
+    last_ms = int(one_row(cur)[0])
+    state = _run_state(cur, run)
+    state.last_ms = max(state.last_ms, last_ms)
+    now = Stamper(clock, warn_on_stderr, "in the PostgreSQL store").stamp(state.last_ms)
+    problem = refusal(state.run(run), run, waiting_in(cur, run), now)
+    if problem is not None:
+        raise StoreRefused(problem)
+    event = Forget(run=run, time=now)
+    entry = state.apply(event)
+    cur.execute("INSERT INTO staal_forgets (run, forgotten_ms, seq, event) "
+                "VALUES (%s, %s, nextval('staal_event_seq'), %s)",
+                (run, now, Jsonb(checked_encoding(event))))
+    cur.execute("UPDATE staal_head SET last_ms = %s", (now,))
+    cur.execute("DELETE FROM staal_once WHERE run = %s", (run,))  # it holds the key no more
+    log_in(cur, run, [log_line])
+    return entry
+
+
+def _check_schema(cur: psycopg.Cursor[Any]) -> None:
+    """An older schema has no forgets table, and instances of an older staal,
+    which serve on it, would not see a forget: refused until an instance of
+    this version has upgraded it at its start."""
+    cur.execute("SELECT version FROM staal_schema")
+    found = int(one_row(cur)[0])
+    check_version(found)
+    if found < SCHEMA_VERSION:
+        raise StoreRefused(
+            f"the PostgreSQL store's schema is version {found}; forget needs version "
+            f"{SCHEMA_VERSION}: start an instance of this staal first (it upgrades the schema "
+            "at start, keeping every row)")
+
+
+def _run_state(cur: psycopg.Cursor[Any], run: str) -> LedgerState:
+    """A ledger state of the run's own events, in ledger order."""
+    cur.execute("SELECT seq, event FROM staal_runs WHERE run = %(run)s "
+                "UNION ALL SELECT seq, event FROM staal_ends WHERE run = %(run)s "
+                "UNION ALL SELECT seq, event FROM staal_forgets WHERE run = %(run)s "
+                "ORDER BY seq", {"run": run})
+    state = LedgerState()
+    for seq, data in cur.fetchall():
+        apply_stored(state, seq, data)  # as a serving instance reads them
+    return state
