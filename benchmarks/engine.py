@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
+from staal.journal.records import Header
+from staal.journal.writer import JournalWriter
 from staal.manifest.model import Grant, NetConfig
-from staal.records.journal import JournalWriter
-from staal.records.journal_records import Header
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.runtime.ids import new_run_id
 from staal.worker.capabilities.http import HttpClient, HttpGetCapability

@@ -27,8 +27,8 @@ from pathlib import Path
 import psycopg
 import zmq
 
-from staal.records.journal import JournalWriter
-from staal.records.journal_records import JOURNAL, Header, Print
+from staal.journal.records import JOURNAL, Header, Print
+from staal.journal.writer import JournalWriter
 from staal.records.messages import JournalAck, JournalAppend, pack, unpack
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.store.postgres.journal_rows import JournalRows

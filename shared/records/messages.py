@@ -14,7 +14,7 @@ from typing import Annotated, ClassVar, Literal
 import orjson
 
 from staal.errors import RecordError
-from staal.records.journal_records import End, Stopped
+from staal.journal.records import End, Stopped
 from staal.records.outcomes import Failure, Outcome, Usage, check_outcome
 from staal.records.record import Count, Family, Json, OpNumber, Pattern, Record, RunId, Sha256
 from staal.runtime.timings import Timings

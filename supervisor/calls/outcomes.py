@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from staal.errors import LogDamaged
+from staal.journal.reader import journal_started
+from staal.journal.records import End
+from staal.journal.writer import close_unfinished
 from staal.money import Money
 from staal.protocol.mcp.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
-from staal.records.journal import close_unfinished, journal_started
-from staal.records.journal_records import End
 from staal.records.messages import Ended, StoppedMsg, report_of
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from staal.errors import StaalError
+from staal.journal.reader import discard_unstarted
 from staal.manifest.model import Manifest, Tool
 from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.results import CallOutcome, Failed, Refused, RunStatus, Stopped
-from staal.records.journal import discard_unstarted
 from staal.records.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.records.messages import Progress as ProgressMsg
 from staal.records.record import Json, Record

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from staal.errors import LogDamaged
+from staal.journal.reader import read_journal
 from staal.manifest.model import ResourceDecl
 from staal.manifest.resources import ENTRY_INPUTS
 from staal.protocol.mcp.dispatch import CallTool
@@ -38,7 +39,6 @@ from staal.protocol.mcp.resources import (
 )
 from staal.protocol.mcp.results import CallOutcome, Done, Refused, RunStatus, shape_run_status
 from staal.records.fsio import FS
-from staal.records.journal import read_journal
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.errors import SupervisorError

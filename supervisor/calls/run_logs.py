@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from staal.records.journal_records import End
+from staal.journal.records import End
 from staal.records.outcomes import Failure
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.telemetry.log import log_file_line

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import staal
 from staal.errors import LogDamaged
+from staal.journal.reader import JournalState, journal_started, read_journal
+from staal.journal.records import End
 from staal.manifest.model import Manifest
-from staal.records.journal import JournalState, journal_started, read_journal
-from staal.records.journal_records import End
 from staal.records.runconfig import from_tool
 from staal.supervisor.store.files import RunFiles, find_journals
 from staal.supervisor.store.ledger import Ledger, RunEntry

@@ -27,9 +27,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from staal.journal.copies import read_copy, write_copy
+from staal.journal.records import JOURNAL, Resolved
 from staal.manifest.model import ServerConfig
-from staal.records.journal_copy import read_copy, write_copy
-from staal.records.journal_records import JOURNAL, Resolved
 from staal.records.record import Json
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of

@@ -12,8 +12,8 @@ import asyncio
 import traceback
 from collections.abc import Awaitable, Callable
 
+from staal.journal.reader import discard_unstarted
 from staal.protocol.mcp.results import CallOutcome
-from staal.records.journal import discard_unstarted
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.outcomes import charged_of
 from staal.supervisor.calls.run_logs import RunLogs

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from staal.records.journal import JournalState, JournalWriter, read_journal
-from staal.records.journal_copy import read_copy, write_copy
-from staal.records.journal_records import JOURNAL
+from staal.journal.copies import read_copy, write_copy
+from staal.journal.reader import JournalState, read_journal
+from staal.journal.records import JOURNAL
+from staal.journal.writer import JournalWriter
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles, write_inputs
 from staal.supervisor.store.postgres.journal_rows import JournalRows

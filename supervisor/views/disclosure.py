@@ -1,6 +1,6 @@
 """What of a run's journal may be shown to the operator's console
 (`timeline.py`) and to the caller's runs resources (`journal_view.py`):
-the table of staal.records.disclosure read for the texts only the
+the table of staal.journal.disclosure read for the texts only the
 supervisor knows (the answer an internal failure's call was given).
 
 Each view picks from what its audience's row allows what it displays (the
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from staal.journal.disclosure import CALLER, OPERATOR, Audience, may_see, shown, shown_as
+from staal.journal.records import End, OutcomeRecord, Print
 from staal.protocol.mcp.results import internal_error_text
 from staal.records.canonical import canonical_json, sha256_hex
-from staal.records.disclosure import CALLER, OPERATOR, Audience, may_see, shown, shown_as
-from staal.records.journal_records import End, OutcomeRecord, Print
 from staal.records.outcomes import format_frames
 from staal.records.record import Record
 

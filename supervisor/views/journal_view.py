@@ -1,7 +1,7 @@
 """A run's journal as data for its caller (the `.../runs/{run}/journal`
 resource): what it did, op by op, from the one journal reader
-(`staal.records.journal.read_journal`), with nothing the caller must not see: what
-that is, is the `CALLER` row of staal.records.disclosure's table.
+(`staal.journal.reader.read_journal`), with nothing the caller must not see: what
+that is, is the `CALLER` row of staal.journal.disclosure's table.
 
 Shown: each op's capability, action, parameter, time, idempotency key and
 the SHA-256 of its arguments; whether its outcome succeeded, the failure's
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from staal.journal.disclosure import NoDisclosureRule, row
+from staal.journal.reader import JournalState
+from staal.journal.records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.money import Money
-from staal.records.disclosure import NoDisclosureRule, row
-from staal.records.journal import JournalState
-from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.record import Record
 from staal.runtime.utc import for_machines
 from staal.supervisor.views.disclosure import (

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import psutil
 
 from staal.errors import LogDamaged
+from staal.journal.reader import read_journal
 from staal.manifest.model import Manifest, QuotaConfig
-from staal.records.journal import read_journal
 from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.utc import for_machines

@@ -1,8 +1,8 @@
-"""A run's timeline, drawn from its journal (read with shared/records/journal.py,
+"""A run's timeline, drawn from its journal (read with shared/journal/reader.py,
 the one reader): each op from its intent to its outcome, the prints, a stop,
 an operator's answer and the end, in the journal's order.
 
-What a page may show is the `OPERATOR` row of staal.records.disclosure's
+What a page may show is the `OPERATOR` row of staal.journal.disclosure's
 table: no argument values (the journal holds only their hash), no results
 (a result may repeat an argument or a secret a service echoed), an action's
 failure by its kind alone; the stop and the end with their messages, the
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from staal.errors import LogDamaged
-from staal.records.disclosure import NoDisclosureRule, row
-from staal.records.journal import read_journal
-from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.journal.disclosure import NoDisclosureRule, row
+from staal.journal.reader import read_journal
+from staal.journal.records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.record import Record
 from staal.supervisor.views.disclosure import OPERATOR, action_failure, end_failure, end_frames, printed
 

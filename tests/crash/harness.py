@@ -26,9 +26,9 @@ from typing import Any
 
 import psutil
 
+from staal.journal.records import JOURNAL, End
 from staal.money import Money
 from staal.records.appendlog import read_log
-from staal.records.journal_records import JOURNAL, End
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.store.postgres.view import read_postgres
 from tests.helpers.payments import Payments

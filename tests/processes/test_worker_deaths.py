@@ -1,7 +1,7 @@
 """When a run's workers keep dying, the server gives up on it the way the
 journal says: an op that may have happened waits for an operator (seed 000
 invariant 5); only a run with nothing in doubt fails as internal. Both
-processes read the journal with the one reader in `staal.records.journal`, so the
+processes read the journal with the one reader in `staal.journal.reader`, so the
 supervisor sees an op in doubt exactly where the worker does, including an
 op an operator answered "did not happen" and that is now being attempted
 again under its new key."""
@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from staal.journal.reader import read_journal
+from staal.journal.records import JOURNAL, Header, Intent, Resolved, Stopped, Value
 from staal.money import Money
-from staal.records.journal import read_journal
-from staal.records.journal_records import JOURNAL, Header, Intent, Resolved, Stopped, Value
 from staal.records.messages import Ended, StoppedMsg
 from staal.runtime.ids import new_run_id
 from staal.supervisor.calls.outcomes import give_up
@@ -58,7 +58,7 @@ def test_giving_up_during_a_new_attempt_after_did_not_happen_makes_the_run_wait(
 
 
 def test_giving_up_with_nothing_in_doubt_ends_the_run_as_internal_with_the_journals_usage(tmp_path):
-    from staal.records.journal_records import OutcomeRecord
+    from staal.journal.records import OutcomeRecord
 
     charged = (Money("20.00", "USD"),)
     files = journal_of(tmp_path, post(1, 2, "k-1"),
@@ -186,7 +186,7 @@ def failing_after(monkeypatch, records) -> None:
     import staal.worker.processes.serve as serve
 
     def execute(message, configs, prepared, channel, spans=None):
-        from staal.records.journal import JournalWriter
+        from staal.journal.writer import JournalWriter
 
         with JournalWriter.reopen(message.journal) as writer:
             for record in records:
@@ -212,7 +212,7 @@ def serve_run_of(tmp_path, monkeypatch, *records):
 
 
 def test_an_engine_failure_after_the_end_is_durable_reports_the_journals_end(tmp_path, monkeypatch):
-    from staal.records.journal_records import End, OutcomeRecord
+    from staal.journal.records import End, OutcomeRecord
     from staal.records.outcomes import Usage
 
     charged = (Money("20.00", "USD"),)
@@ -227,7 +227,7 @@ def test_an_engine_failure_after_the_end_is_durable_reports_the_journals_end(tmp
 
 
 def test_an_engine_failure_with_an_op_in_doubt_makes_the_run_wait(tmp_path, monkeypatch):
-    from staal.records.journal_records import Print
+    from staal.journal.records import Print
 
     files, reported = serve_run_of(tmp_path, monkeypatch, Print(seq=1, text="sent", time=3))
     assert isinstance(reported, StoppedMsg) and reported.op == 1
@@ -237,7 +237,7 @@ def test_an_engine_failure_with_an_op_in_doubt_makes_the_run_wait(tmp_path, monk
 
 
 def test_giving_up_on_a_journal_that_ended_reports_its_end_and_writes_nothing(tmp_path):
-    from staal.records.journal_records import End, OutcomeRecord
+    from staal.journal.records import End, OutcomeRecord
 
     end = End(outcome="done", time=9, result=1)
     files = journal_of(tmp_path, post(1, 2), OutcomeRecord(op=1, ok=True, time=3), end)

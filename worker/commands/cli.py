@@ -186,7 +186,7 @@ def resume(
                                                help="The run config (default: the one the run began with)."),
 ) -> None:
     """Resume a run from its journal, replaying what it already did."""
-    from staal.records.journal import read_journal
+    from staal.journal.reader import read_journal
     from staal.records.runconfig import load_run_config
     from staal.worker.runs.run import ResumeRefused, RunRequest, ended_outcome, error
     from staal.worker.runs.run import resume as resume_run

@@ -5,7 +5,7 @@ its new key, what was printed, and how the run ended (with where the
 program failed). An audit must be able to see that a person decided.
 
 Whoever runs it can read the journal file itself: the `JOURNAL_SHOW` row
-of staal.records.disclosure's table shows them every field, and a record
+of staal.journal.disclosure's table shows them every field, and a record
 kind with no row there stops the command rather than being left out."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from staal.errors import LogDamaged
-from staal.records.disclosure import JOURNAL_SHOW, NoDisclosureRule, row, shown
-from staal.records.journal import JournalState, read_journal
-from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.journal.disclosure import JOURNAL_SHOW, NoDisclosureRule, row, shown
+from staal.journal.reader import JournalState, read_journal
+from staal.journal.records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.records.outcomes import format_frames
 from staal.records.record import Record
 from staal.runtime.utc import for_people as _when

@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from staal.records.journal import JournalWriter, read_journal
-from staal.records.journal_records import Resolved
+from staal.journal.reader import read_journal
+from staal.journal.records import Resolved
+from staal.journal.writer import JournalWriter
 from staal.worker.capabilities import implementation
 from staal.worker.errors import WorkerError
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import zmq
 
 from staal.errors import StaalError
+from staal.journal.reader import discard_unstarted, journal_started
+from staal.journal.writer import JournalWriter, close_unfinished
 from staal.records import kept_arguments
-from staal.records.journal import JournalWriter, close_unfinished, discard_unstarted, journal_started
 from staal.records.messages import (
     Check,
     Checked,
@@ -155,8 +156,8 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
     """Walk the engine's path once while idle, running no program: a forked
     worker pays a page copy for every shared object it first touches, and
     paying them here keeps them off the path of the run it will serve."""
+    from staal.journal.records import Header
     from staal.records.appendlog import AppendLog
-    from staal.records.journal_records import Header
     from staal.runtime.clock import SYSTEM_CLOCK
     from staal.worker.confinement.steps import StepCounter
     from staal.worker.runs.engine import RunContext

@@ -65,7 +65,7 @@ def warm(configs: dict[str, RunConfig]) -> None:
             implementation(cap).prepare()
 
     import staal.worker.processes.serve  # noqa: F401
-    from staal.records.journal_records import JOURNAL
+    from staal.journal.records import JOURNAL
     from staal.records.messages import MESSAGES
     from staal.records.record import prepare_encoding
     from staal.worker.confinement.steps import StepCounter

@@ -22,11 +22,12 @@ from typing import Any, Literal, NoReturn
 import orjson
 
 from staal.errors import CanonicalError
+from staal.journal.reader import JournalState, OpEntry
+from staal.journal.records import End, Intent, OutcomeRecord, Print, Stopped, Value
+from staal.journal.writer import JournalWriter, resolve_hint
 from staal.money import Money
 from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
 from staal.records.canonical import canonical_json, sha256_hex
-from staal.records.journal import JournalState, JournalWriter, OpEntry, resolve_hint
-from staal.records.journal_records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.records.messages import ActionOutcome
 from staal.records.outcomes import Failure, FailureKind, Frame, Usage
 from staal.records.record import Json

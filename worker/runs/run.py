@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import staal
+from staal.journal.reader import JournalState, read_journal
+from staal.journal.records import Header
+from staal.journal.writer import JournalSink, JournalWriter
 from staal.program import RunFailed
 from staal.records.canonical import arguments_hash
-from staal.records.journal import JournalSink, JournalState, JournalWriter, read_journal
-from staal.records.journal_records import Header
 from staal.records.outcomes import Failure, FailureKind
 from staal.records.record import Json
 from staal.records.runconfig import RunConfig

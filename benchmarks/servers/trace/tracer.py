@@ -75,7 +75,7 @@ SPANS: dict[str, tuple[str, ...]] = {
     "staal.worker.processes.serve": ("serve_one", "serve_run", "execute", "checked", "Channel.__init__",
                            "Channel.send", "Channel.finish", "unpack", "pack", "cpu_backstop"),
     "staal.worker.runs.run": ("start", "_execute", "_bind", "check_arguments", "arguments_hash"),
-    "staal.records.journal": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
+    "staal.journal.reader": ("JournalWriter.create", "JournalWriter.write", "JournalWriter.close"),
     "staal.worker.runs.engine": ("RunContext.finish",),
     "staal.worker.confinement.confine": ("narrow_tripwire",),
     "staal.worker.confinement.steps": ("StepCounter.start", "StepCounter.stop"),

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.types.json import Jsonb
 
-from staal.records.journal import JournalState, journal_of
-from staal.records.journal_records import JOURNAL
+from staal.journal.reader import JournalState, journal_of
+from staal.journal.records import JOURNAL
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import ConnectionLost, reason, secrets_of, usable
 from staal.supervisor.store.postgres.ledger import Fenced

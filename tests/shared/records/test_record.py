@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from staal.errors import RecordError
-from staal.money import Money
-from staal.records.journal_records import (
+from staal.journal.records import (
     JOURNAL,
     End,
     Header,
@@ -23,6 +22,7 @@ from staal.records.journal_records import (
     Stopped,
     Value,
 )
+from staal.money import Money
 from staal.records.ledger_records import LEDGER, Forget, OnceHold, Release, Reserve, Settle
 from staal.records.messages import (
     MESSAGES,
@@ -301,7 +301,7 @@ def test_encodings_prepared_ahead_leave_a_forked_worker_no_type_hints_to_evaluat
     script = """
 import json
 from staal.records import record as records
-from staal.records.journal_records import JOURNAL, End
+from staal.journal.records import JOURNAL, End
 from staal.records.messages import MESSAGES
 from staal.money import Money
 from staal.records.outcomes import Failure, Frame, Usage

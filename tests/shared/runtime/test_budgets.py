@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from staal.errors import SizeError
+from staal.journal.reader import read_journal
+from staal.journal.records import JOURNAL, Header, Intent, OutcomeRecord
+from staal.journal.writer import close_unfinished
 from staal.manifest.sizes import Size
-from staal.records.journal import close_unfinished, read_journal
-from staal.records.journal_records import JOURNAL, Header, Intent, OutcomeRecord
 from staal.runtime.budgets import (
     MEMORY_EXIT_CODE,
     cpu_message,

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from staal.journal.records import End, Header, Print, Value
+from staal.journal.writer import JournalWriter
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.jsonrpc import RpcError
 from staal.protocol.mcp.resources import ReadResource, ResourceCatalogue
 from staal.protocol.mcp.revisions import MODERN
-from staal.records.journal import JournalWriter
-from staal.records.journal_records import End, Header, Print, Value
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.principal import Principal

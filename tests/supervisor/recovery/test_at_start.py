@@ -9,8 +9,8 @@ import sys
 
 import psutil
 
-from staal.records.journal import read_journal
-from staal.records.journal_records import JOURNAL, End, Header, Intent
+from staal.journal.reader import read_journal
+from staal.journal.records import JOURNAL, End, Header, Intent
 from staal.records.messages import StoppedMsg
 from staal.records.outcomes import Usage
 from staal.runtime.clock import SYSTEM_CLOCK

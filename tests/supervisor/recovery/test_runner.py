@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from staal.journal.records import End
 from staal.protocol.mcp.results import Done
-from staal.records.journal_records import End
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.calls.in_flight import Holder, RunsInFlight
 from staal.supervisor.calls.run_logs import RunLogs

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from staal.errors import RecordError
+from staal.journal.records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.records.appendlog import read_log
-from staal.records.journal_records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.runtime.clock import FixedClock
 from staal.supervisor.recovery.lease import DEFAULT_LEASE
 from staal.supervisor.store.files import RunFiles

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+from staal.journal.reader import read_journal
+from staal.journal.records import End, Header, Intent, OutcomeRecord, Print
+from staal.journal.writer import JournalWriter
 from staal.protocol.mcp.results import internal_error_text
-from staal.records.journal import JournalWriter, read_journal
-from staal.records.journal_records import End, Header, Intent, OutcomeRecord, Print
 from staal.records.outcomes import Failure, Frame
 from staal.supervisor.views.journal_view import record_data
 from staal.supervisor.views.timeline import timeline

@@ -3,8 +3,8 @@ with the one journal reader; fast, with journals written here."""
 
 from __future__ import annotations
 
-from staal.records.journal import JournalWriter
-from staal.records.journal_records import End, Header, Intent, OutcomeRecord, Resolved, Stopped, Value
+from staal.journal.records import End, Header, Intent, OutcomeRecord, Resolved, Stopped, Value
+from staal.journal.writer import JournalWriter
 from staal.records.outcomes import Failure
 from staal.supervisor.views.timeline import timeline
 

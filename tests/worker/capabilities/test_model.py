@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from staal.journal.records import Header
+from staal.journal.writer import JournalWriter
 from staal.manifest.catalogue import CATALOGUE
 from staal.manifest.model import Grant, ModelConfig, SecretRef
-from staal.records.journal import JournalWriter
-from staal.records.journal_records import Header
 from staal.records.runconfig import RunConfig
 from staal.runtime.clock import FixedClock
 from staal.worker.capabilities import implementation

@@ -14,8 +14,9 @@ import pytest
 import zmq
 
 from staal.errors import StaalError
-from staal.records.journal import close_unfinished, read_journal
-from staal.records.journal_records import JOURNAL, End, Header
+from staal.journal.reader import read_journal
+from staal.journal.records import JOURNAL, End, Header
+from staal.journal.writer import close_unfinished
 from staal.records.messages import Check, Ended, Heartbeat, PrintLine, Run, Started, pack, unpack
 from staal.supervisor.calls.run_logs import failure_fields
 from staal.worker.processes import serve

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
+from staal.journal.reader import JournalState, read_journal
+from staal.journal.records import JOURNAL, Header, Print, Resolved
+from staal.journal.writer import JournalWriter
 from staal.manifest.model import Grant
 from staal.money import Money
 from staal.program import ActionFailed, CapabilityRefused, RunFailed
 from staal.records.appendlog import read_log
-from staal.records.journal import JournalState, JournalWriter, read_journal
-from staal.records.journal_records import JOURNAL, Header, Print, Resolved
 from staal.records.outcomes import Usage
 from staal.runtime.clock import FixedClock
 from staal.worker.runs.broker import GrantState

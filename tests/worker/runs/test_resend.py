@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
+from staal.journal.reader import read_journal
 from staal.program import ActionFailed
-from staal.records.journal import read_journal
 from staal.runtime.clock import FixedClock
 from staal.supervisor.store.ledger import read_ledger
 from staal.worker.runs.engine import Performed, RunStopped

@@ -10,7 +10,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from staal.records.journal import read_journal
+from staal.journal.reader import read_journal
 from staal.records.outcomes import Frame, format_frames
 from staal.worker.runs.tracebacks import MAX_FRAMES, program_frames
 from tests.helpers.runs import Workspace

@@ -1,4 +1,4 @@
-"""shared/records/disclosure.py: what each audience (the operator's console,
+"""shared/journal/disclosure.py: what each audience (the operator's console,
 the caller's resources, `staal journal show`) may see of a journal is one
 table over every record kind and every field; a kind or a field with no
 row is an error, never left out."""
@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import pytest
 
-from staal.records.disclosure import AUDIENCES, CALLER, DISCLOSURE, NoDisclosureRule, row, shown
-from staal.records.journal_records import JOURNAL, Print
+from staal.journal.disclosure import AUDIENCES, CALLER, DISCLOSURE, NoDisclosureRule, row, shown
+from staal.journal.records import JOURNAL, Print
 from staal.records.record import Record
 from staal.supervisor.views.journal_view import record_data
 from staal.supervisor.views.timeline import _event

@@ -1,4 +1,4 @@
-"""staal.records.journal: a run's journal written with JournalWriter and read
+"""staal.journal.reader: a run's journal written with JournalWriter and read
 back as one coherent story; any record that does not fit the story is
 damage named by its line (DESIGN.md section 5)."""
 
@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 
 from staal.errors import LogDamaged, LogExists
-from staal.money import Money
-from staal.records.appendlog import AppendLog
-from staal.records.canonical import canonical_json
-from staal.records.journal import JournalWriter, OpEntry, read_journal
-from staal.records.journal_records import (
+from staal.journal.reader import OpEntry, read_journal
+from staal.journal.records import (
     JOURNAL,
     End,
     Header,
@@ -24,6 +21,10 @@ from staal.records.journal_records import (
     Stopped,
     Value,
 )
+from staal.journal.writer import JournalWriter
+from staal.money import Money
+from staal.records.appendlog import AppendLog
+from staal.records.canonical import canonical_json
 from staal.records.outcomes import Failure, Usage
 from staal.records.record import Record
 from staal.runtime.clock import FixedClock

@@ -23,7 +23,7 @@ done run's result is the caller's own, and left off the console's page.
 
 Each view picks from what its row allows what it displays, and asks the
 row first: a record kind or field with no row is an error, never a record
-silently left out (tests/shared/records/test_disclosure.py holds every
+silently left out (tests/shared/journal/test_disclosure.py holds every
 kind and field of `JOURNAL` to a row).
 """
 
@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from staal.errors import StaalError
-from staal.records.journal_records import (
+from staal.journal.records import (
     End,
     Header,
     Intent,
