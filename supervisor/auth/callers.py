@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from staal.manifest.model import Caller, CallerTool, Manifest, QuotaConfig, RateConfig
 from staal.supervisor.auth.principal import AuthRefusal, Principal
-from staal.supervisor.store.state import Admission, RunEntry
+from staal.supervisor.store.entries import Admission, RunEntry
 
 EVERY_TOOL = CallerTool()
 

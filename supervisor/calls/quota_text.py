@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from staal.manifest.model import Tool
 from staal.runtime.utc import for_people
-from staal.supervisor.store.state import Admission, OverQuota
+from staal.supervisor.store.entries import Admission, OverQuota
 
 
 def quota_text(tool: Tool, over: OverQuota, admission: Admission | None = None) -> str:

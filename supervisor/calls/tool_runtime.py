@@ -12,7 +12,7 @@ from staal.manifest.model import Tool
 from staal.money import Money
 from staal.records.record import Json
 from staal.runtime.inputs import Description
-from staal.supervisor.store.state import Admission
+from staal.supervisor.store.entries import Admission
 
 
 @dataclass

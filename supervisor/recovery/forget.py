@@ -36,6 +36,7 @@ from staal.runtime.ids import is_run_id
 from staal.runtime.utc import for_people as when
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import dsn_of
+from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.errors import StoreRefused
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
@@ -43,7 +44,6 @@ from staal.supervisor.store.ledger import LEDGER_FILE
 from staal.supervisor.store.lockfile import ServerLock, ServerLockHeld
 from staal.supervisor.store.notes import FileNotes
 from staal.supervisor.store.postgres.forget_rows import commit_forget
-from staal.supervisor.store.state import RunEntry
 from staal.supervisor.telemetry.log import log_file_line
 
 

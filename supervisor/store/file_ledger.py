@@ -20,6 +20,17 @@ from staal.records.fsio import FS, OS_SYNC, Syncer
 from staal.records.ledger_records import LEDGER, Forget
 from staal.runtime.clock import Clock
 from staal.runtime.killpoints import kill_point
+from staal.supervisor.store.entries import (
+    Admission,
+    Compaction,
+    FilesKept,
+    OnceRequest,
+    OverQuota,
+    QuotaUse,
+    Reserved,
+    ReserveResult,
+    RunEntry,
+)
 from staal.supervisor.store.group_commit import GroupCommit, LedgerUnusable
 from staal.supervisor.store.ledger import (
     EndsRuns,
@@ -33,19 +44,7 @@ from staal.supervisor.store.ledger import (
     quota_refusal,
     warn_on_stderr,
 )
-from staal.supervisor.store.state import (
-    Admission,
-    Compaction,
-    Event,
-    FilesKept,
-    LedgerState,
-    OnceRequest,
-    OverQuota,
-    QuotaUse,
-    Reserved,
-    ReserveResult,
-    RunEntry,
-)
+from staal.supervisor.store.state import Event, LedgerState
 
 COMPACT_SUFFIX = ".compact"
 _TEMP_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC

@@ -30,16 +30,13 @@ from staal.records.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.records.outcomes import Outcome
 from staal.runtime.clock import Clock
 from staal.runtime.ids import new_run_id
-from staal.supervisor.store.group_commit import LedgerUnusable
-from staal.supervisor.store.state import (
+from staal.supervisor.store.entries import (
     Admission,
     Compaction,
     Different,
-    Event,
     Existing,
     FilesKept,
     LedgerBug,
-    LedgerState,
     OnceRequest,
     OverQuota,
     QuotaUse,
@@ -48,6 +45,8 @@ from staal.supervisor.store.state import (
     RunEntry,
     once_request,
 )
+from staal.supervisor.store.group_commit import LedgerUnusable
+from staal.supervisor.store.state import Event, LedgerState
 
 __all__ = [
     "LEDGER_FILE",

@@ -16,7 +16,8 @@ from pathlib import Path
 from staal.manifest.model import Manifest
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.choice import read_state
-from staal.supervisor.store.state import LedgerState, RunEntry
+from staal.supervisor.store.entries import RunEntry
+from staal.supervisor.store.state import LedgerState
 from staal.supervisor.views.status import collect, in_doubt, ledger_now_ms
 from staal.supervisor.views.status_report import QuotaStatus, UnfinishedRun
 

@@ -22,10 +22,11 @@ from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_o
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.utc import for_machines
 from staal.supervisor.store.choice import describe_store, read_view, read_waiting, this_instance
+from staal.supervisor.store.entries import QuotaUse, RunEntry
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
 from staal.supervisor.store.lockfile import lock_holder
-from staal.supervisor.store.state import QuotaUse, RunEntry, caller_key
+from staal.supervisor.store.state import caller_key
 from staal.supervisor.views.status_report import (
     WAITING,
     CallerStatus,

@@ -249,7 +249,7 @@ def test_a_repeated_once_call_of_a_waiting_run_gets_the_same_stopped_result(tmp_
 
 def test_with_keep_forever_nothing_is_ever_deleted():
     from staal.supervisor.recovery.retention import expired
-    from staal.supervisor.store.state import RunEntry
+    from staal.supervisor.store.entries import RunEntry
 
     entry = RunEntry(run="a" * 32, tool="t", reserved_ms=0, calls=1, money=(), once=None,
                      state="settled", ended_ms=0, outcome="done", charged=())

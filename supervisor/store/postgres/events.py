@@ -4,8 +4,9 @@ a serving instance and for `staal-supervisor forget`."""
 from __future__ import annotations
 
 from staal.errors import StaalError
+from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.errors import StoreError
-from staal.supervisor.store.state import Event, LedgerState, RunEntry, decode_event
+from staal.supervisor.store.state import Event, LedgerState, decode_event
 
 
 def apply_stored(state: LedgerState, seq: int, data: object) -> tuple[Event, RunEntry]:

@@ -15,13 +15,14 @@ from staal.records.ledger_records import Forget
 from staal.records.record import Json
 from staal.records.waiting import WaitingRecord
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
+from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.errors import StoreError, StoreRefused
 from staal.supervisor.store.ledger import Stamper, checked_encoding, warn_on_stderr
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
 from staal.supervisor.store.postgres.events import apply_stored
 from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
 from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
-from staal.supervisor.store.state import LedgerState, RunEntry
+from staal.supervisor.store.state import LedgerState
 
 # Why a run may not be forgotten (its entry, the run, its waiting record, now), or None.
 Refusal = Callable[[RunEntry | None, str, WaitingRecord | None, int], str | None]

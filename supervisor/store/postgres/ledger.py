@@ -33,6 +33,18 @@ from staal.money import Money
 from staal.records.ledger_records import Forget, Release, Reserve, Settle
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import DEFAULT_LEASE, LeaseTiming
+from staal.supervisor.store.entries import (
+    Admission,
+    Compaction,
+    FilesKept,
+    LedgerBug,
+    OnceRequest,
+    OverQuota,
+    QuotaUse,
+    Reserved,
+    ReserveResult,
+    RunEntry,
+)
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.ledger import (
     EndsRuns,
@@ -57,19 +69,7 @@ from staal.supervisor.store.postgres.connection import (
 from staal.supervisor.store.postgres.events import apply_stored
 from staal.supervisor.store.postgres.instances import register_instance
 from staal.supervisor.store.postgres.schema import EVENTS_SINCE, ensure_schema, lock_key
-from staal.supervisor.store.state import (
-    Admission,
-    Compaction,
-    FilesKept,
-    LedgerBug,
-    LedgerState,
-    OnceRequest,
-    OverQuota,
-    QuotaUse,
-    Reserved,
-    ReserveResult,
-    RunEntry,
-)
+from staal.supervisor.store.state import LedgerState
 
 T = TypeVar("T")
 

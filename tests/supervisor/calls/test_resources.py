@@ -26,11 +26,11 @@ from staal.supervisor.auth.principal import Principal
 from staal.supervisor.calls.pipeline import Calls
 from staal.supervisor.calls.resources import Resources, cursor_key, visible
 from staal.supervisor.recovery.waiting import Waiting
+from staal.supervisor.store.entries import Admission
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
 from staal.supervisor.store.notes import FileNotes
-from staal.supervisor.store.state import Admission
 
 BASE = "staal://shop"
 ALICE = Principal("https://issuer.example", "alice", "agent-1")

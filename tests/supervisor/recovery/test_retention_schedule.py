@@ -10,7 +10,7 @@ import asyncio
 from staal.errors import StaalError
 from staal.runtime.clock import FakeMonotonic
 from staal.supervisor.recovery.retention import DAY_S, Retention, Sweep
-from staal.supervisor.store.state import Compaction
+from staal.supervisor.store.entries import Compaction
 
 
 class DiskFull(StaalError):

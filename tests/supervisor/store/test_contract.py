@@ -18,6 +18,7 @@ from staal.records.canonical import sha256_hex
 from staal.records.ledger_records import OnceHold
 from staal.runtime.clock import FixedClock
 from staal.supervisor.recovery.forget import ForgetRefused, forget_in_files, forget_in_store
+from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.ledger import (
     Admission,
@@ -29,7 +30,6 @@ from staal.supervisor.store.ledger import (
     Reserved,
 )
 from staal.supervisor.store.postgres.ledger import PostgresLedger
-from staal.supervisor.store.state import RunEntry
 from tests.helpers.pg_store import PgStore
 
 T0 = 1_700_000_000_000

@@ -27,6 +27,7 @@ from staal.money import Money
 from staal.records.canonical import canonical_json
 from staal.records.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
 from staal.runtime.clock import FixedClock
+from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.ledger import (
     Different,
@@ -37,7 +38,7 @@ from staal.supervisor.store.ledger import (
     once_request,
     read_ledger,
 )
-from staal.supervisor.store.state import LedgerState, RunEntry
+from staal.supervisor.store.state import LedgerState
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 T0 = 1_700_000_000_000
