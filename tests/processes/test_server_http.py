@@ -365,8 +365,8 @@ def test_a_head_not_whole_in_time_is_408_and_its_connection_closed(monkeypatch):
 def test_a_body_not_whole_in_time_is_408(monkeypatch):
     import asyncio
 
-    from staal.supervisor.transport import http_serving
-    monkeypatch.setattr(http_serving, "BODY_TIMEOUT_S", 0.05)
+    from staal.supervisor.transport import http_exchange
+    monkeypatch.setattr(http_exchange, "BODY_TIMEOUT_S", 0.05)
 
     async def scenario():
         never = asyncio.Event()
@@ -377,7 +377,7 @@ def test_a_body_not_whole_in_time_is_408(monkeypatch):
                 return messages.pop()
             await never.wait()
 
-        return await http_serving.read_body(receive, 1000)
+        return await http_exchange.read_body(receive, 1000)
 
     answer = asyncio.run(scenario())
     assert answer.status == 408
