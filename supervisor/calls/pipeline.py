@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from staal.errors import StaalError
+from staal.inputs.arguments import arguments_to_json, check_arguments
+from staal.inputs.types import InputError
 from staal.journal.reader import discard_unstarted
 from staal.manifest.model import Manifest, Tool
 from staal.protocol.mcp.dispatch import CallTool
@@ -31,7 +33,6 @@ from staal.records.messages import Ended, PrintLine, Run, RunSpans, Started, Sto
 from staal.records.messages import Progress as ProgressMsg
 from staal.records.record import Json, Record
 from staal.records.runconfig import config_key
-from staal.runtime.inputs import InputError, arguments_to_json, check_arguments
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import RunsInFlight

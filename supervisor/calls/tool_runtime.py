@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from staal.inputs.types import Description
 from staal.manifest.model import Tool
 from staal.money import Money
 from staal.records.record import Json
-from staal.runtime.inputs import Description
 from staal.supervisor.store.entries import Admission
 
 

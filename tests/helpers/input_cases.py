@@ -1,7 +1,7 @@
 """THE table of input cases: `(type description, JSON value, accepted, note)`.
 
-Every case is run through the runtime's check (`staal.runtime.inputs.check_arguments`)
-and through a JSON Schema validator of `staal.runtime.input_schema.to_json_schema`; both
+Every case is run through the runtime's check (`staal.inputs.arguments.check_arguments`)
+and through a JSON Schema validator of `staal.inputs.schema.to_json_schema`; both
 must agree with `accepted`. A note starting with `GAP` marks the one known
 disagreement (seed 000 section 4): a money amount too large to hold exactly,
 refused by the runtime (`accepted` is False) and accepted by the schema.

@@ -110,7 +110,7 @@ def schema(
     entry: str = typer.Option("main", help="The entry function."),
 ) -> None:
     """Print the JSON Schema of the program's inputs."""
-    from staal.runtime.input_schema import to_json_schema
+    from staal.inputs.schema import to_json_schema
 
     info = _inspect(program, entry)
     if info.problems:
@@ -124,7 +124,7 @@ def config(
     entry: str = typer.Option("main", help="The entry function."),
 ) -> None:
     """Print a run config for the program, with placeholder grants and inputs."""
-    from staal.runtime.input_schema import placeholder_arguments
+    from staal.inputs.schema import placeholder_arguments
     from staal.worker.commands.placeholders import placeholder_config
 
     info = _inspect(program, entry)

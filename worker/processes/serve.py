@@ -19,6 +19,8 @@ from pathlib import Path
 import zmq
 
 from staal.errors import StaalError
+from staal.inputs.arguments import check_arguments
+from staal.inputs.schema import placeholder_arguments, to_json_schema
 from staal.journal.reader import discard_unstarted, journal_started
 from staal.journal.writer import JournalWriter, close_unfinished
 from staal.records import kept_arguments
@@ -39,8 +41,6 @@ from staal.records.messages import (
 from staal.records.outcomes import Failure
 from staal.records.record import Record
 from staal.records.runconfig import RunConfig, config_key
-from staal.runtime.input_schema import placeholder_arguments, to_json_schema
-from staal.runtime.inputs import check_arguments
 from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS

@@ -1,5 +1,5 @@
 """From a program's Python annotations to the type descriptions of
-`staal.runtime.inputs`, which the supervisor checks arguments against.
+`staal.inputs.types`, which the supervisor checks arguments against.
 
 Supported (DESIGN.md section 3): `str`, `int`, `bool`, `decimal.Decimal`,
 `staal.Money`, `list[T]`, `dict[str, T]`, `T | None` (or `Optional[T]`),
@@ -28,9 +28,10 @@ from typing import (
 
 from staal.caps import Capability
 from staal.errors import StaalError
+from staal.inputs import arguments
+from staal.inputs import types as inputs
 from staal.money import Money
 from staal.program import JSON_MARKER
-from staal.runtime import inputs
 from staal.worker.errors import WorkerError
 
 SUPPORTED = ("str, int, bool, decimal.Decimal, staal.Money, list[T], dict[str, T], "
@@ -235,13 +236,13 @@ def describe_default(type_desc: dict[str, Any], value: Any) -> Any:
     """The JSON form of a parameter's default, checked against its type by
     the runtime's own rules (`Money("35", "USD")` -> its wire form)."""
     try:
-        checked = inputs.check_value(type_desc, inputs.value_to_json(value), "default")
+        checked = arguments.check_value(type_desc, arguments.value_to_json(value), "default")
     except inputs.InputError as exc:
         raise BadDefault(f"the default {_show_python(value)} does not fit the parameter's type: "
                          + "; ".join(exc.problems)) from None
     except StaalError as exc:  # a default with no JSON form (a NaN decimal)
         raise BadDefault(f"the default {_show_python(value)} has no JSON form ({exc})") from None
-    return inputs.value_to_json(checked)
+    return arguments.value_to_json(checked)
 
 
 def _show_python(value: Any) -> str:

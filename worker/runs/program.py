@@ -3,7 +3,7 @@
 The entry function's parameters are the tool's inputs and its capabilities:
 a parameter annotated with a `staal.caps` class is a capability and needs a
 grant of the same name and capability; every other parameter is an input,
-described as data (`staal.runtime.inputs`) so the supervisor can check arguments
+described as data (`staal.inputs.types`) so the supervisor can check arguments
 without importing the program. Every problem is reported at once.
 """
 
@@ -21,8 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from staal.caps import Capability
+from staal.inputs.types import Description
 from staal.manifest.model import Grant
-from staal.runtime.inputs import Description
 from staal.worker.runs.annotations import (
     BadDefault,
     UnsupportedType,
@@ -36,7 +36,7 @@ from staal.worker.runs.annotations import (
 class ProgramInfo:
     path: Path
     entry: str
-    # The inputs description (`staal.runtime.inputs`): {"inputs": [...]}.
+    # The inputs description (`staal.inputs.types`): {"inputs": [...]}.
     inputs: Description
     # Capability parameters: name -> capability name.
     capabilities: dict[str, str]

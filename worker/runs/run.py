@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import staal
+from staal.inputs.arguments import check_arguments
+from staal.inputs.types import InputError
 from staal.journal.reader import JournalState, read_journal
 from staal.journal.records import Header
 from staal.journal.writer import JournalSink, JournalWriter
@@ -33,7 +35,6 @@ from staal.records.runconfig import RunConfig
 from staal.runtime.budgets import memory_message
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import new_run_id
-from staal.runtime.inputs import InputError, check_arguments
 from staal.worker.capabilities import implementation
 from staal.worker.capabilities.services import Services
 from staal.worker.confinement import confine

@@ -24,7 +24,7 @@ import pytest
 from staal import Json, Money
 from staal.caps import StripeRefund
 from staal.errors import RecordError
-from staal.runtime.inputs import check_description, check_type
+from staal.inputs.descriptions import check_description, check_type
 from staal.worker.runs.annotations import BadDefault, UnsupportedType, describe, describe_default
 
 STR = {"type": "str"}

@@ -16,20 +16,11 @@ from jsonschema import Draft202012Validator
 
 from staal.currencies import MINOR_UNITS
 from staal.errors import RecordError, StaalError
+from staal.inputs.arguments import arguments_to_json, check_arguments, check_value
+from staal.inputs.descriptions import check_description
+from staal.inputs.schema import placeholder_arguments, to_json_schema
+from staal.inputs.types import INT_MAX, INT_MIN, MAX_PROBLEMS, SAFE_INTEGER, SCALAR_TYPES, InputError
 from staal.money import Money
-from staal.runtime.input_schema import placeholder_arguments, to_json_schema
-from staal.runtime.inputs import (
-    INT_MAX,
-    INT_MIN,
-    MAX_PROBLEMS,
-    SAFE_INTEGER,
-    SCALAR_TYPES,
-    InputError,
-    arguments_to_json,
-    check_arguments,
-    check_description,
-    check_value,
-)
 from tests.helpers.input_cases import (
     ADDRESS,
     CASES,

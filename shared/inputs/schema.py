@@ -1,14 +1,14 @@
 """A tool's inputs as a client sees them: the JSON Schema (Draft 2020-12)
 of a call's arguments, which states again the runtime's check in
-`staal.runtime.inputs` so the two agree (its module text gives the rules and the one
+`staal.inputs.types` so the two agree (its module text gives the rules and the one
 place they differ), and placeholder arguments that pass that check (`staal
 config`, the start-up check of every tool)."""
 
 from __future__ import annotations
 
 from staal.currencies import MINOR_UNITS
+from staal.inputs.types import DECIMAL_MAX_LENGTH, INT_MAX, INT_MIN, SAFE_INTEGER, SCALAR_TYPES, Description
 from staal.records.record import Json
-from staal.runtime.inputs import DECIMAL_MAX_LENGTH, INT_MAX, INT_MIN, SAFE_INTEGER, SCALAR_TYPES, Description
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
