@@ -20,7 +20,7 @@ from staal.protocol.errors import ProtocolError
 from staal.records.outcomes import FAILURE_KINDS
 from staal.supervisor.errors import SupervisorError
 from staal.worker.errors import WorkerError
-from staal.worker.runs.engine import RunStopped
+from staal.worker.runs.actions import RunStopped
 
 PACKAGES = ("staal.protocol", "staal.supervisor", "staal.worker", "staal")
 BASES: dict[str, type[StaalError]] = {

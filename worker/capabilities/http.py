@@ -23,7 +23,7 @@ from staal.manifest.model import NetConfig
 from staal.records.record import Json
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.transport import reason
-from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.actions import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from staal.runtime.backoff import Backoff
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.transport import reason
-from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.actions import ActionSpec, Performed
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

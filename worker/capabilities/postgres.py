@@ -33,7 +33,7 @@ from staal.records.runconfig import SCRIPT_NET
 from staal.runtime.redaction import redact
 from staal.worker.capabilities.sql import SqlBound, collect_rows
 from staal.worker.errors import WorkerError
-from staal.worker.runs.engine import Performed
+from staal.worker.runs.actions import Performed
 from staal.worker.runs.resend import InDoubt
 
 # Rows fetched per round trip while streaming a query (libpq 17 and later;

@@ -12,7 +12,7 @@ from staal.runtime.clock import Clock
 
 if TYPE_CHECKING:
     from staal.worker.capabilities.http import HttpClient
-    from staal.worker.runs.engine import Performed
+    from staal.worker.runs.actions import Performed
 
 
 class Database(Protocol):

@@ -36,7 +36,7 @@ import orjson
 from staal.records.record import Json
 from staal.worker.capabilities import Bound
 from staal.worker.errors import WorkerError
-from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.actions import ActionSpec, Performed
 
 if TYPE_CHECKING:
     from staal.worker.capabilities.services import Database, Services

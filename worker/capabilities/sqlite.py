@@ -24,7 +24,7 @@ from typing import Any
 
 from staal.caps import SqliteRead, SqliteWrite
 from staal.worker.capabilities.sql import SqlBound, collect_rows
-from staal.worker.runs.engine import Performed
+from staal.worker.runs.actions import Performed
 from staal.worker.runs.resend import InDoubt
 
 # At most this long waiting for a locked database (seed 000 section 3).

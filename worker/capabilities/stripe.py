@@ -48,7 +48,7 @@ from staal.money import Money
 from staal.records.record import Json
 from staal.worker.capabilities import Bound, transport
 from staal.worker.capabilities.http import IDEMPOTENCY_HEADER, HttpAnswer
-from staal.worker.runs.engine import ActionSpec, Performed
+from staal.worker.runs.actions import ActionSpec, Performed
 from staal.worker.runs.resend import Attempted, InDoubt, NotSent
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import staal
 from staal.errors import LogDamaged, LogExists, ManifestError, StaalError
 
 if TYPE_CHECKING:
-    from staal.worker.runs.engine import RunOutcome
+    from staal.worker.runs.actions import RunOutcome
 
 EXIT = {"done": 0, "failed": 1, "error": 2, "stopped": 3}
 

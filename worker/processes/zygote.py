@@ -29,7 +29,7 @@ from staal.manifest.check import load_manifest
 from staal.records.runconfig import RunConfig, config_key, from_tool
 from staal.runtime.private_memory import keep_memory_private
 from staal.worker.confinement import confine
-from staal.worker.runs.engine import RunOutcome
+from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.run import Prepared, load, note_violation, uses_ffi
 
 

@@ -11,13 +11,11 @@ run stops and waits for an operator (DESIGN.md section 5).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
@@ -25,98 +23,34 @@ from staal.errors import CanonicalError
 from staal.journal.reader import JournalState, OpEntry
 from staal.journal.records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.journal.writer import JournalWriter, resolve_hint
-from staal.money import Money
-from staal.program import ActionFailed, CapabilityRefused, RunEnded, RunFailed
-from staal.records.canonical import canonical_json, sha256_hex
+from staal.program import CapabilityRefused, RunFailed
+from staal.records.canonical import canonical_json
 from staal.records.messages import ActionOutcome
-from staal.records.outcomes import Failure, FailureKind, Frame, Usage
-from staal.records.record import Json
+from staal.records.outcomes import Failure, Usage
 from staal.records.runconfig import DEFAULT_WAIT_MS
 from staal.runtime.clock import Clock
 from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
-from staal.runtime.timings import TIMINGS
+from staal.worker.runs.actions import (
+    ActionSpec,
+    Performed,
+    RunOutcome,
+    RunStopped,
+    args_hash,
+    count_use,
+    deliver,
+    failure_of,
+    frames_of,
+    print_to_stderr,
+    redact_value,
+    safe_to_resend,
+    timed,
+    url_of,
+)
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.refusal import broker_section
-from staal.worker.runs.resend import RESEND_WINDOW_MS, InDoubt, NotSent, Sleep, resend_bound, send_keyed
+from staal.worker.runs.resend import InDoubt, NotSent, Sleep, resend_bound, send_keyed
 from staal.worker.runs.spans import ActionNote, RunRecorder
-from staal.worker.runs.tracebacks import program_frames
-
-Resend = Literal["always", "keyed", "never"]
-
-
-class RunStopped(RunEnded):
-    """The run stops here and waits for an operator."""
-
-
-@dataclass(frozen=True)
-class ActionSpec:
-    cap: str
-    action: str
-    # What identifies the action for replay; never holds a secret.
-    args: Json
-    money: Money | None = None
-    # When an op found in doubt may be sent again: always (a read), keyed
-    # (with the same idempotency key, inside RESEND_WINDOW_MS; a keyed op is
-    # sent again until it is settled, worker/runs/resend.py) or never.
-    resend: Resend = "never"
-    keyed: bool = False
-    # A composite acts through lower grants (its `needs`): each of these
-    # states must allow the URL given, and counts the action too.
-    through: tuple[tuple[GrantState, str | None], ...] = ()
-
-    def describe(self, param: str) -> str:
-        return f"{self.cap} {self.action} through '{param}'"
-
-
-@dataclass(frozen=True)
-class Performed:
-    """An action that was performed; `failure` if it failed for certain."""
-
-    result: Json = None
-    charged: tuple[Money, ...] = ()
-    failure: str | None = None
-    # "action", or "provider" for a model provider that failed every attempt.
-    failure_kind: FailureKind = "action"
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    outcome: Literal["done", "failed", "stopped", "error"]
-    run: str | None = None
-    result: Json = None
-    failure: Failure | None = None
-    op: int | None = None
-    message: str | None = None
-    usage: dict[str, Usage] = field(default_factory=dict)
-
-    def waits_at(self) -> tuple[int, str]:
-        """The op a stopped run waits at, and why."""
-        if self.outcome != "stopped" or self.op is None or self.message is None:
-            raise ValueError(f"a {self.outcome} run waits at no op")
-        return self.op, self.message
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"outcome": self.outcome}
-        if self.run is not None:
-            out["run"] = self.run
-        if self.outcome == "done":
-            out["result"] = self.result
-        if self.failure is not None:
-            out["failure"] = {"kind": self.failure.kind, "message": self.failure.message}
-        if self.outcome == "stopped":
-            out["op"] = self.op
-            out["message"] = self.message
-        if self.outcome != "error":
-            out["usage"] = {
-                name: {"actions": u.actions, "charged": [m.to_wire() for m in u.charged]}
-                for name, u in sorted(self.usage.items())
-            }
-        return out
-
-
-def _args_hash(args: Any) -> str:
-    return sha256_hex(canonical_json(args))
 
 
 class RunContext:
@@ -149,7 +83,7 @@ class RunContext:
         self.sleep = sleep
         self.replay = replay
         self.secrets = tuple(s for s in secrets if s)
-        self.on_print = on_print or _print_to_stderr
+        self.on_print = on_print or print_to_stderr
         # Told when a new action begins (op, what it is): the call's progress.
         self.on_op = on_op or (lambda op, what: None)
         self.params: dict[str, GrantState] = {}
@@ -227,7 +161,7 @@ class RunContext:
         written = self.writer.now()
         self.writer.write(Intent(
             op=op, param=state.param, cap=spec.cap, action=spec.action,
-            args_sha256=_args_hash(spec.args), time=written, idempotency_key=key,
+            args_sha256=args_hash(spec.args), time=written, idempotency_key=key,
             read=spec.resend == "always",
         ), sync=spec.resend != "always")
         kill_point("worker", "intent")
@@ -300,26 +234,20 @@ class RunContext:
 
     def _check_grant(self, state: GrantState, spec: ActionSpec) -> None:
         try:
-            state.check(money=spec.money, url=_url_of(spec))
+            state.check(money=spec.money, url=url_of(spec))
             for need, url in spec.through:
                 need.check(url=url)
         except CapabilityRefused as exc:
             self.refuse(exc.message)
-
-    @staticmethod
-    def _count(state: GrantState, spec: ActionSpec, charged: tuple[Money, ...]) -> None:
-        state.count(spec.money, charged)
-        for need, _ in spec.through:
-            need.count(None, (), usage=False)
 
     def _perform(self, op: int, state: GrantState, spec: ActionSpec,
                  perform: Callable[[str | None], Performed], key: str | None) -> Any:
         if self.note is not None:
             self.note.key = key
         try:
-            done = _timed(spec.cap, perform, key)
+            done = timed(spec.cap, perform, key)
         except InDoubt as exc:
-            self._count(state, spec, ())
+            count_use(state, spec, ())
             self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
                        f"happened: {self.redact(str(exc))}")
         except Exception as exc:  # noqa: BLE001 - any error here is data
@@ -328,11 +256,11 @@ class RunContext:
             # way the op is settled or stopped, so the journal stays one story.
             reason = self.redact(f"{type(exc).__name__}: {exc}")
             if spec.resend != "always":
-                self._count(state, spec, ())
+                count_use(state, spec, ())
                 self._stop(op, f"op {op} ({spec.describe(state.param)}) may or may not have "
                            f"happened: {reason}")
             done = Performed(failure=reason)
-        result = self._redact_value(done.result)
+        result = redact_value(self.secrets, done.result)
         failure = Failure(done.failure_kind, self.redact(done.failure)) if done.failure else None
         # The outcome of an op that is safe to send again may wait for the next
         # synced record: lost in a power cut, the op is in doubt and is resent,
@@ -343,25 +271,25 @@ class RunContext:
             charged=done.charged,
         ), sync=spec.resend == "never")
         kill_point("worker", "outcome")
-        self._count(state, spec, done.charged)
-        return _deliver(result, failure)
+        count_use(state, spec, done.charged)
+        return deliver(result, failure)
 
     def _replay_action(self, op: int, entry: OpEntry, state: GrantState, spec: ActionSpec,
                        perform: Callable[[str | None], Performed], key: str | None) -> Any:
         intent = entry.intent
         if (intent is None or intent.cap != spec.cap or intent.action != spec.action
-                or intent.param != state.param or intent.args_sha256 != _args_hash(spec.args)):
+                or intent.param != state.param or intent.args_sha256 != args_hash(spec.args)):
             self._mismatch(op, entry, spec.describe(state.param))
         if entry.outcome is not None:
             outcome = entry.outcome
             if self.note is not None:
                 self.note.key, self.note.replayed = intent.idempotency_key, True
-            self._count(state, spec, outcome.charged)
-            return _deliver(outcome.result, outcome.failure)
+            count_use(state, spec, outcome.charged)
+            return deliver(outcome.result, outcome.failure)
         if entry.resolved is not None:
             if entry.resolved.happened:
                 # What it charged was recorded with the operator's answer.
-                self._count(state, spec, entry.resolved.charged)
+                count_use(state, spec, entry.resolved.charged)
                 return entry.resolved.result
             # It did not happen: do it now, under a new intent, so that if this
             # attempt's answer is lost too the op is in doubt again, not resent.
@@ -371,12 +299,12 @@ class RunContext:
             key = None if key is None else f"{key}-{entry.attempts + 1}"
             written = self._write_intent(op, state, spec, key)
             return self._perform(op, state, spec, self._until_settled(spec, perform, written), key)
-        if self._safe_to_resend(spec, intent):
+        if safe_to_resend(spec, intent, self.clock.now_ms()):
             # Sent again as it was first sent: under the key its intent records.
             doubt = "the attempt sent before the run stopped may have happened"
             again = self._until_settled(spec, perform, intent.time, doubt)
             return self._perform(op, state, spec, again, intent.idempotency_key)
-        self._count(state, spec, ())
+        count_use(state, spec, ())
         self._stop(op, self._in_doubt_message(op, spec.describe(state.param)))
 
     def _until_settled(self, spec: ActionSpec, perform: Callable[[str | None], Performed],
@@ -395,12 +323,6 @@ class RunContext:
             except NotSent as exc:  # nothing happened: it failed, as a request that never left
                 return Performed(failure=str(exc))
         return keyed
-
-    def _safe_to_resend(self, spec: ActionSpec, intent: Intent) -> bool:
-        if spec.resend == "always":
-            return True
-        fresh = self.clock.now_ms() - intent.time < RESEND_WINDOW_MS
-        return spec.resend == "keyed" and intent.idempotency_key is not None and fresh
 
     def _in_doubt_message(self, op: int, what: str) -> str:
         return (f"op {op} ({what}) may or may not have happened and cannot safely be sent "
@@ -424,17 +346,6 @@ class RunContext:
             self.writer.write(Stopped(op=op, message=message, time=self.writer.now()))
         self.stop = Stopped(op=op, message=message, time=self.writer.now())
         raise RunStopped(message)
-
-    def _redact_value(self, value: Any) -> Any:
-        if not self.secrets:
-            return value
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, list):
-            return [self._redact_value(v) for v in value]
-        if isinstance(value, dict):
-            return {self.redact(k): self._redact_value(v) for k, v in value.items()}
-        return value
 
     # -- the end -------------------------------------------------------
 
@@ -469,57 +380,18 @@ class RunContext:
         outcome = partial(RunOutcome, run=self.run_id, usage=self.usage())
         if self.stop is not None:
             return outcome("stopped", op=self.stop.op, message=self.stop.message)
-        frames = self._frames(error)
+        frames = frames_of(error, self.program_dir, self.redact)
         if self.violation is not None:
             failure = Failure("capability", self.violation, frames)
             return outcome("failed", failure=failure)
         if self.ended is not None:
             error = self.ended
         if error is not None:
-            kind, message = self._failure_of(error)
+            kind, message = failure_of(error, self.redact)
             return outcome("failed", failure=Failure(kind, message, frames))
         try:
             result = orjson.loads(canonical_json(returned))
         except CanonicalError as exc:
             failure = Failure("value", f"the result has no JSON form: {exc.message}")
             return outcome("failed", failure=failure)
-        return outcome("done", result=self._redact_value(result))
-
-    def _failure_of(self, error: BaseException) -> tuple[FailureKind, str]:
-        """The kind and message of the failure `error` ends the run with."""
-        if isinstance(error, (RunFailed, ActionFailed)):
-            return error.kind, self.redact(error.message)
-        if isinstance(error, SystemExit):
-            return "value", f"the program called exit({error.code!r})"
-        return "value", self.redact(f"{type(error).__name__}: {error}")
-
-    def _frames(self, error: BaseException | None) -> tuple[Frame, ...]:
-        if error is None or self.program_dir is None:
-            return ()
-        return program_frames(error, self.program_dir, self.redact)
-
-
-def _timed(cap: str, perform: Callable[[str | None], Performed], key: str | None) -> Performed:
-    """The action performed, its time counted for the metrics (the action
-    alone: not its journal records), whether it succeeded or raised."""
-    began = time.perf_counter_ns()
-    try:
-        return perform(key)
-    finally:
-        TIMINGS.action(cap, time.perf_counter_ns() - began)
-
-
-def _deliver(result: Any, failure: Failure | None) -> Any:
-    if failure is not None:
-        raise ActionFailed(failure.message, failure.kind)
-    return result
-
-
-def _url_of(spec: ActionSpec) -> str | None:
-    url = spec.args.get("url") if isinstance(spec.args, dict) else None
-    return url if isinstance(url, str) else None
-
-
-def _print_to_stderr(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+        return outcome("done", result=redact_value(self.secrets, result))

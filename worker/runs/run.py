@@ -41,8 +41,9 @@ from staal.worker.confinement import confine
 from staal.worker.confinement.limits import WaitBound, bound_process
 from staal.worker.confinement.steps import StepCounter
 from staal.worker.errors import WorkerError
+from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.broker import GrantState
-from staal.worker.runs.engine import RunContext, RunOutcome
+from staal.worker.runs.engine import RunContext
 from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256
 from staal.worker.runs.spans import RunRecorder
 

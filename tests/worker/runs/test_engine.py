@@ -24,15 +24,10 @@ from staal.program import ActionFailed, CapabilityRefused, RunFailed
 from staal.records.appendlog import read_log
 from staal.records.outcomes import Usage
 from staal.runtime.clock import FixedClock
+from staal.worker.runs.actions import ActionSpec, Performed, RunStopped
 from staal.worker.runs.broker import GrantState
-from staal.worker.runs.engine import (
-    RESEND_WINDOW_MS,
-    ActionSpec,
-    InDoubt,
-    Performed,
-    RunContext,
-    RunStopped,
-)
+from staal.worker.runs.engine import RunContext
+from staal.worker.runs.resend import RESEND_WINDOW_MS, InDoubt
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32

@@ -23,7 +23,7 @@ from staal.journal.reader import read_journal
 from staal.program import ActionFailed
 from staal.runtime.clock import FixedClock
 from staal.supervisor.store.ledger import read_ledger
-from staal.worker.runs.engine import Performed, RunStopped
+from staal.worker.runs.actions import Performed, RunStopped
 from staal.worker.runs.resend import (
     NEXT,
     RESEND_WINDOW_MS,
