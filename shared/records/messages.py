@@ -166,11 +166,13 @@ class JournalAppend(Record):
 class JournalAck(Record):
     """Supervisor → worker: the last `JournalAppend` is committed, or was
     `refused` (why: the run is no longer this instance's, or the store
-    failed); a refused record was not written, and the worker stops."""
+    failed), `kind` the refusal's (`fenced`, `store`, ...); a refused record
+    was not written, and the worker stops."""
 
     TYPE: ClassVar[str] = "journal_ack"
     run: RunId
     refused: str | None = None
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from staal.supervisor.calls.outcomes import give_up, over_limit
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import RunJournals
 from staal.supervisor.telemetry.log import Log
+from staal.supervisor.workers.pool import RecordRefused
 from staal.supervisor.workers.pool_states import NoWorker, Worker, WorkerLost
 from staal.supervisor.workers.silence import SILENT_S
 
@@ -138,17 +139,18 @@ class RunCrashes:
         """The limits the tool's runs run under, as its workers set them."""
         return from_tool(self.manifest, tool).limits
 
-    async def commit_record(self, files: RunFiles, append: JournalAppend) -> str | None:
+    async def commit_record(self, files: RunFiles, append: JournalAppend) -> RecordRefused | None:
         """A worker's journal record on a shared store, committed before the
         worker goes on; else why not. A run with a refused record is cut
         off: this instance answers it as failed and neither settles nor
         serves it further (another instance owns it, or it is resumed from
         its rows at the next start)."""
         if append.run != files.run:
-            return f"the record names run {append.run}, not the worker's run {files.run}"
+            return RecordRefused("wrong_run", f"the record names run {append.run}, not the "
+                                 f"worker's run {files.run}")
         try:
             await asyncio.to_thread(self.run_journals.append, files, append.record)
         except StaalError as exc:
             self.cut_off_run(files, exc)
-            return exc.message
+            return RecordRefused(exc.kind, exc.message)
         return None

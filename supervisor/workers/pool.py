@@ -32,6 +32,7 @@ import os
 import signal
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
@@ -52,6 +53,7 @@ from staal.records.messages import (
 )
 from staal.records.record import Record
 from staal.runtime.clock import MONOTONIC, Monotonic
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.workers.exits import describe_exit
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
@@ -70,8 +72,9 @@ from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Ve
 from staal.supervisor.workers.zygote import Spawned
 from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
 
-# A journal record's commit: None when durable, else why it was refused.
-OnJournal = Callable[[JournalAppend], Awaitable[str | None]]
+# A journal record's commit: None when durable, else its refusal (kind and
+# message), which the worker is told as data.
+OnJournal = Callable[[JournalAppend], Awaitable["RecordRefused | None"]]
 END_GRACE_S = 5.0
 # How long a checkout waits for a worker: before serving, the zygote's own
 # start on a loaded machine; while serving, what a call may wait before it
@@ -81,15 +84,28 @@ CALL_WAIT_S = 10.0
 WATCH_S = 1.0
 
 
+
+@dataclass(frozen=True, slots=True)
+class RecordRefused:
+    """Why a worker's journal record was not committed, as the worker is
+    told it: the refusal's kind and its message."""
+
+    kind: str
+    message: str
+
+
+def _no_log(event: str, level: str = "info", **fields: object) -> None:
+    """A pool made without a log (tests, benchmarks) logs nothing."""
+
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
-                 ahead: int = 2, log: Callable[..., None] | None = None,
+                 ahead: int = 2, log: Log | None = None,
                  early: Spawned | None = None, clock: Monotonic = MONOTONIC) -> None:
         self.manifest = manifest
         self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
         self.ahead = ahead
-        self.log = log or (lambda *a, **k: None)
+        self.log: Log = log or _no_log
         self.context = zmq.asyncio.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -250,9 +266,11 @@ class Pool:
                     self.workers.pop(worker.identity, None)  # kept for this message
                 return reply
             if isinstance(reply, JournalAppend):
-                refused = "no journal store" if on_journal is None else await on_journal(reply)
-                await self.router.send_multipart(
-                    [worker.identity, pack(JournalAck(run=reply.run, refused=refused))])
+                refused = (RecordRefused("no_journal_store", "no journal store")
+                           if on_journal is None else await on_journal(reply))
+                ack = (JournalAck(run=reply.run) if refused is None else
+                       JournalAck(run=reply.run, refused=refused.message, kind=refused.kind))
+                await self.router.send_multipart([worker.identity, pack(ack)])
                 continue
             on_message(reply)
 

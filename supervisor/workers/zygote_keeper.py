@@ -22,6 +22,7 @@ from typing import Protocol
 
 from staal.runtime.backoff import Backoff
 from staal.runtime.clock import Monotonic
+from staal.supervisor.telemetry.log import Log
 from staal.supervisor.workers.exits import describe_exit, wait_status
 from staal.supervisor.workers.pool_states import PoolState, ZygoteGone
 from staal.supervisor.workers.pool_timing import ZygoteDeadlines
@@ -68,7 +69,7 @@ class _OnTheKeepersClock:
 
 class ZygoteKeeper:
     def __init__(self, manifest: Path, endpoint: str, env: dict[str, str], early: Spawned | None,
-                 pool: Reports, clock: Monotonic, log: Callable[..., None], task: Task,
+                 pool: Reports, clock: Monotonic, log: Log, task: Task,
                  later: Later) -> None:
         self.manifest, self.endpoint, self.env, self.early = manifest, endpoint, env, early
         self.pool = pool

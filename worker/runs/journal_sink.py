@@ -22,9 +22,12 @@ from staal.worker.errors import WorkerError
 
 
 class JournalRefused(WorkerError):
-    """The supervisor did not commit a journal record: nothing was written."""
+    """The supervisor did not commit a journal record: nothing was written.
+    `store_kind` is the kind the supervisor gave its refusal (`fenced`,
+    `store`, ...), when it gave one."""
 
     kind = "journal_refused"
+    store_kind: str | None = None
 
 
 class ChannelSink:
@@ -50,8 +53,10 @@ class ChannelSink:
                                  f"with {type(answer).__name__}, not its acknowledgement")
         if answer.refused is not None:
             self._closed = True
-            raise JournalRefused(f"run {self.run}: the journal record was not written: "
-                                 f"{answer.refused}")
+            refused = JournalRefused(f"run {self.run}: the journal record was not written: "
+                                     f"{answer.refused}")
+            refused.store_kind = answer.kind  # the supervisor's kind for it (`fenced`, `store`)
+            raise refused
 
     def close(self) -> None:
         self._closed = True
