@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import TypeGuard, get_args
 from urllib.parse import urlsplit
 
+from staal.inputs.types import show
 from staal.manifest.addresses import same_url
 from staal.manifest.grants import GrantReader
 from staal.manifest.model import (
@@ -29,7 +30,7 @@ from staal.manifest.model import (
     Tool,
     WhenKey,
 )
-from staal.manifest.values import ValueReader, show
+from staal.manifest.values import ValueReader
 from staal.records.record import Json
 
 AUTH = ("issuer", "audience", "jwks_url", "algorithms", "required_scopes", "credential")

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import NoReturn
 
 from staal.errors import ManifestError
+from staal.inputs.types import show
 from staal.manifest.auth import AuthChecker
 from staal.manifest.grants import GrantReader
 from staal.manifest.model import (
@@ -34,7 +35,7 @@ from staal.manifest.model import (
 from staal.manifest.resources import check_resources, check_server_name
 from staal.manifest.server import ServerReader
 from staal.manifest.sizes import machine_mib
-from staal.manifest.values import Table, ValueReader, show
+from staal.manifest.values import Table, ValueReader
 from staal.records.record import Json
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")

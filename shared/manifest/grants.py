@@ -8,9 +8,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from staal.inputs.types import show
 from staal.manifest.catalogue import CATALOGUE, REQUIRED_IN_NEEDS, SECRET
 from staal.manifest.model import Grant, SecretRef
-from staal.manifest.values import Table, ValueReader, join, show
+from staal.manifest.values import Table, ValueReader, join
 from staal.records.record import Json
 
 MAX_USES = 1_000_000

@@ -15,6 +15,7 @@ import shutil
 from typing import Literal
 from urllib.parse import urlsplit
 
+from staal.inputs.types import show
 from staal.manifest.addresses import is_loopback, split_host_port
 from staal.manifest.model import (
     DEFAULT_KEEP_DAYS,
@@ -29,7 +30,7 @@ from staal.manifest.model import (
     ServerConfig,
     TracesConfig,
 )
-from staal.manifest.values import ValueReader, show
+from staal.manifest.values import ValueReader
 from staal.records.record import Json
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import SplitResult, urlsplit
 
-import orjson
-
 from staal.errors import DurationError, MoneyError, SizeError
+from staal.inputs.types import show
 from staal.manifest.durations import Duration
 from staal.manifest.model import SecretRef
 from staal.manifest.sizes import Size
@@ -27,15 +26,6 @@ T = TypeVar("T")
 # kind until a reader here checks them.
 Table = dict[str, Json]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def show(value: Json) -> str:
-    """A manifest value as JSON, cut short, for a message."""
-    try:
-        text = orjson.dumps(value).decode()
-    except TypeError:
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def kind_of(value: Json) -> str:
