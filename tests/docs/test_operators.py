@@ -151,7 +151,7 @@ def test_retention_deletes_the_log_then_the_journal_of_runs_settled_longer_ago_t
     journals = tmp_path / "journals"
     clock = FixedClock(1_000_000_000_000)
     ledger = FileLedger.open(journals / "server.ledger", clock)
-    from staal.supervisor.store.state import OnceHold
+    from staal.records.ledger_records import OnceHold
 
     old = ledger.reserve_call("old", None, 1, (), None).run
     waiting = ledger.reserve_call("old", None, 1, (), None).run
