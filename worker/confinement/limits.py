@@ -7,6 +7,9 @@ sees nothing (`cpu_backstop`); the memory the run may allocate is bounded
 where no capability's timeout bounds a wait, is bounded by its deadline and
 its `max_wait` (`WaitBound`, kind `deadline`). A limit that ends the process
 before it can say so is read from how it died (`staal.runtime.budgets`).
+
+These bound a process that runs once; a worker that serves several runs
+splits them into limits per process and per run (warm_limits.py).
 """
 
 from __future__ import annotations
@@ -69,15 +72,36 @@ def cpu_backstop(seconds: float) -> None:
 
     Must be called from the main thread (signal handlers live there).
     """
+    positive_cpu(seconds)
+    soft = math.ceil(cpu_used() + seconds) + CPU_GRACE_SECONDS
+    hard = capped(soft + 1, resource.RLIMIT_CPU)
+    start_cpu_backstop(seconds, min(soft, hard), hard)
+
+
+def positive_cpu(seconds: float) -> None:
     if not seconds > 0:
         raise ValueError(f"the CPU-time limit must be positive, not {seconds}")
+
+
+def cpu_used() -> float:
+    """The CPU time this process has used so far (every thread's, user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds) + CPU_GRACE_SECONDS
-    hard = soft + 1
-    _, current_hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if current_hard != resource.RLIM_INFINITY and current_hard < hard:
-        hard = current_hard
-        soft = min(soft, hard)
+    return usage.ru_utime + usage.ru_stime
+
+
+def capped(limit: int, which: int) -> int:
+    """`limit`, lowered to the process's hard limit `which` if that is lower:
+    an unprivileged process can never raise its hard limit again."""
+    _, current_hard = resource.getrlimit(which)
+    if current_hard != resource.RLIM_INFINITY:
+        return min(limit, current_hard)
+    return limit
+
+
+def start_cpu_backstop(seconds: float, soft: int, hard: int) -> None:
+    """`cpu_backstop`'s mechanism, its limits given: the SIGPROF budget
+    failure `seconds` of CPU time from now, RLIMIT_CPU (`soft`, `hard`),
+    SIGXCPU at its default and no core dump."""
     failure = RunFailed("budget", cpu_message(round(seconds * 1000)))
 
     def on_sigprof(signum: int, frame: FrameType | None) -> None:
@@ -125,10 +149,13 @@ def memory_limit(mib: int) -> int:
     """
     if mib < 1:
         raise ValueError(f"the memory limit must be positive, not {mib} MiB")
-    limit = data_bytes() + mib * MIB
-    _, current_hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if current_hard != resource.RLIM_INFINITY:
-        limit = min(limit, current_hard)
+    return set_data_limit(data_bytes() + mib * MIB, mib)
+
+
+def set_data_limit(limit: int, mib: int) -> int:
+    """`memory_limit`'s mechanism: RLIMIT_DATA at `limit` bytes (never above
+    the hard limit there is), and the C guard armed for a run of `mib` MiB."""
+    limit = capped(limit, resource.RLIMIT_DATA)
     if _ARM_GUARD is not None:
         _ARM_GUARD(max(MIB, mib * MIB // 8), MEMORY_EXIT_CODE)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
