@@ -117,8 +117,10 @@ def disarm_run_cpu() -> None:
     stays where the run's arm put it: a worker between runs spends almost no
     CPU, and the next arm moves it. Main thread only.
 
-    Inside a broker section: changing a handler first runs a SIGPROF already
-    caught, and the budget's handler must not raise it here, after the run.
+    Inside a broker section: a SIGPROF caught just before the timer stopped
+    still runs the budget's handler (Python runs it at its next check, at
+    the latest when the handler is changed), which must not fail a run that
+    has ended.
     """
     with broker_section():
         signal.setitimer(signal.ITIMER_PROF, 0)
