@@ -231,9 +231,10 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     _violations.clear()
     try:
         waits.start()
-        # A fresh module's body runs before the program's stdout is taken
-        # and its steps are counted: its prints and lines belong to no run,
-        # so the journal and the step count are the same in any process.
+        # A fresh module's body runs within the run's time bounds, but before
+        # the program's stdout is taken and its steps are counted: its prints
+        # and lines belong to no run, so the journal and the step count are
+        # the same whichever process, and whichever of its runs, this is.
         entry = fresh_entry(info) if request.fresh else _entry(info)
         sys.stdout = printed
         arguments = _bind(info, values, ctx, services)
