@@ -41,6 +41,8 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.routes: dict[tuple[str, str], tuple[int, Any]] = {}
+        # Headers a route answers with besides its content's.
+        self.answer_headers: dict[tuple[str, str], dict[str, str]] = {}
         self.holds: dict[str, Hold] = {}
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)
@@ -69,6 +71,7 @@ class Recorder:
                     hold = recorder.holds.get(path.split("?")[0])
                     status, payload = recorder.routes.get(
                         (self.command, path.split("?")[0]), (404, {"error": "no route"}))
+                    extra = recorder.answer_headers.get((self.command, path.split("?")[0]), {})
                 if hold is not None:
                     hold.arrived.set()
                     if not hold.release.wait(WAIT * 3):
@@ -78,6 +81,8 @@ class Recorder:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in extra.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
@@ -95,9 +100,11 @@ class Recorder:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def route(self, method: str, path: str, status: int = 200, body: Any = None) -> None:
+    def route(self, method: str, path: str, status: int = 200, body: Any = None,
+              headers: dict[str, str] | None = None) -> None:
         with self.lock:
             self.routes[(method, path)] = (status, {} if body is None else body)
+            self.answer_headers[(method, path)] = dict(headers or {})
 
     def hold(self, path: str) -> Hold:
         hold = Hold()

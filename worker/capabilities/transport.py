@@ -8,7 +8,10 @@ Made here, not per run: the modules httpx imports lazily (httpcore, h11 and
 their parts), the SSL context with its CA bundle (the slow part of an
 httpx client, made even for an http:// URL), and one `httpx.Client` whose
 connection pool is empty when the zygote forks. Timeouts are given per
-request, since each tool has its own `net`.
+request, since each tool has its own `net`. The client keeps no cookie: a
+Set-Cookie would otherwise be sent again on a later request, unjournaled (a
+resumed run would send what its first life did not), and in a process that
+serves many runs, to a later caller's run.
 
 An exchange's bounds are its `Limits`. Connecting is bounded by
 `connect_timeout_ms`, each read and write by `timeout_ms`, and so is the
@@ -28,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -55,6 +59,7 @@ def _shared() -> httpx.Client:
             _ssl_context = httpx.create_ssl_context(trust_env=False)
             _client = httpx.Client(verify=_ssl_context, follow_redirects=False, trust_env=False,
                                    timeout=None)
+            _client.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # stores none
             _import_lazily_loaded(_client)
         return _client
 

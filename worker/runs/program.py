@@ -5,6 +5,13 @@ a parameter annotated with a `staal.caps` class is a capability and needs a
 grant of the same name and capability; every other parameter is an input,
 described as data (`staal.inputs.types`) so the supervisor can check arguments
 without importing the program. Every problem is reported at once.
+
+A program is read once: the bytes that are hashed (the journal's
+program_sha256) are the bytes compiled, and that code object is what every
+run executes. `fresh_entry` executes it again into a new module, so a run
+can start from the program's module body rather than from what an earlier
+run left in its globals; the libraries and sibling modules it imports stay
+loaded (they are in sys.modules already).
 """
 
 from __future__ import annotations
@@ -15,9 +22,10 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 from staal.caps import Capability
@@ -33,6 +41,21 @@ from staal.worker.runs.annotations import (
 
 
 @dataclass(frozen=True)
+class LoadedProgram:
+    """A program file, read once: its module, the code compiled from the
+    bytes read, their SHA-256, and the spec a fresh module is made from."""
+
+    module: ModuleType
+    code: CodeType
+    sha256: str
+    spec: ModuleSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
 class ProgramInfo:
     path: Path
     entry: str
@@ -42,35 +65,87 @@ class ProgramInfo:
     capabilities: dict[str, str]
     problems: tuple[str, ...] = ()
     function: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    # What a fresh run needs (`fresh_entry`), and the hash of what runs.
+    loaded: LoadedProgram | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def sha256(self) -> str:
+        return self.loaded.sha256 if self.loaded is not None else ""
 
 
 def program_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def load_module(path: Path) -> ModuleType:
+def module_name(path: Path) -> str:
+    """The program's module name: one per file, whatever its stem."""
+    return "staal_program_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
+
+
+# Each program loaded in this process, by module name.
+_loaded: dict[str, LoadedProgram] = {}
+
+
+def load_program(path: Path) -> LoadedProgram:
     """Import the program file as a module of its own, with its folder on
-    the path so it can import modules beside it."""
+    the path so it can import modules beside it. Its bytes are read once:
+    the hash is of the code that runs."""
     path = Path(path).resolve()
-    name = "staal_program_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
-    loaded = sys.modules.get(name)
-    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
-        return loaded  # preloaded by the zygote, or inspected before this run
+    name = module_name(path)
+    known, current = _loaded.get(name), sys.modules.get(name)
+    if known is not None and current is not None and getattr(current, "__file__", None) == str(path):
+        return replace(known, module=current)  # preloaded by the zygote, or inspected before this run
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
+    data = path.read_bytes()
+    # As the import system compiles a source file (without writing a .pyc).
+    code = compile(data, str(path), "exec", dont_inherit=True)
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    sys.modules[name] = module
+    loaded = LoadedProgram(_new_module(spec, code), code, hashlib.sha256(data).hexdigest(), spec)
+    _loaded[name] = loaded
+    return loaded
+
+
+def load_module(path: Path) -> ModuleType:
+    """The program's module (`load_program`)."""
+    return load_program(path).module
+
+
+def fresh_entry(info: ProgramInfo) -> Callable[..., Any]:
+    """The entry function of a new module of the program: its module body
+    executed again, from the code loaded first (never the file read again,
+    so it is the code the journal's program_sha256 names). Only the program
+    module is new: what it imports is in sys.modules and stays."""
+    if info.loaded is None:  # inspect_program loads it whenever it finds no problem
+        raise RuntimeError(f"{info.path} was not loaded")
+    module = _new_module(info.loaded.spec, info.loaded.code)
+    entry = getattr(module, info.entry, None)
+    if entry is None or not callable(entry):
+        raise TypeError(f"{info.path}: its module body defined no function '{info.entry}'")
+    return entry  # type: ignore[no-any-return]
+
+
+def _new_module(spec: ModuleSpec, code: CodeType) -> ModuleType:
+    """A new module from `spec`, with `code` executed into it. It is in
+    sys.modules before its body runs (as an import does: dataclasses and
+    string annotations look it up there); if the body raises, whatever was
+    there before is put back."""
+    module = importlib.util.module_from_spec(spec)
+    previous = sys.modules.get(spec.name)
+    sys.modules[spec.name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)
     except BaseException:
-        sys.modules.pop(name, None)
+        if previous is None:
+            sys.modules.pop(spec.name, None)
+        else:
+            sys.modules[spec.name] = previous
         raise
     return module
 
@@ -82,18 +157,19 @@ def inspect_program(path: Path, entry: str, grants: Mapping[str, Grant] | None =
     problems: list[str] = []
     empty = ProgramInfo(path, entry, {"inputs": []}, {}, ())
     try:
-        module = load_module(path)
+        loaded = load_program(path)
     except SyntaxError as exc:
         return _failed(empty, f"program: line {exc.lineno}: {exc.msg}")
     except BaseException as exc:  # noqa: BLE001 - the program's own import-time code failed
         return _failed(empty, f"program: importing it failed: {type(exc).__name__}: {exc}")
-    function = getattr(module, entry, None)
+    function = getattr(loaded.module, entry, None)
     if function is None or not callable(function):
         return _failed(empty, f"entry: the program has no function '{entry}'")
     inputs, capabilities = _parameters(function, problems)
     if grants is not None:
         problems.extend(_grant_problems(entry, inputs, capabilities, grants))
-    return ProgramInfo(path, entry, {"inputs": inputs}, capabilities, tuple(problems), function)
+    return ProgramInfo(path, entry, {"inputs": inputs}, capabilities, tuple(problems), function,
+                       loaded)
 
 
 def _failed(info: ProgramInfo, problem: str) -> ProgramInfo:

@@ -44,7 +44,7 @@ from staal.worker.errors import WorkerError
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.broker import GrantState
 from staal.worker.runs.engine import RunContext
-from staal.worker.runs.program import ProgramInfo, inspect_program, program_sha256
+from staal.worker.runs.program import ProgramInfo, fresh_entry, inspect_program, program_sha256
 from staal.worker.runs.spans import RunRecorder
 
 RUNTIME = staal.RUNTIME
@@ -78,6 +78,10 @@ class RunRequest:
     # the file is then the supervisor's copy of the committed rows, read to
     # resume.
     sink: JournalSink | None = None
+    # Run the program from a new module of its own (program.fresh_entry):
+    # its module body runs again, so nothing an earlier run of this process
+    # left in the program's globals is seen. False: the module loaded first.
+    fresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,7 @@ def load(config: RunConfig, secrets: dict[str, str]) -> Prepared | RunOutcome:
             implementation(cap)
         except ImportError as exc:
             return error("config", f"'{cap}' cannot be loaded: {exc}")
-    return Prepared(info, secrets, program_sha256(config.program), config.sha256())
+    return Prepared(info, secrets, info.sha256, config.sha256())
 
 
 _violations: list[str] = []
@@ -223,13 +227,18 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     counter = StepCounter(config.limits.max_steps, config.program.parent)
     waits = _wait_bound(config, ctx)
     returned, failure = None, None
-    stdout, sys.stdout = sys.stdout, _Printed(ctx)
+    stdout, printed = sys.stdout, _Printed(ctx)
     _violations.clear()
     try:
-        arguments = _bind(info, values, ctx, services)
-        entry = _entry(info)
-        counter.start()
         waits.start()
+        # A fresh module's body runs within the run's time bounds, but before
+        # the program's stdout is taken and its steps are counted: its prints
+        # and lines belong to no run, so the journal and the step count are
+        # the same whichever process, and whichever of its runs, this is.
+        entry = fresh_entry(info) if request.fresh else _entry(info)
+        sys.stdout = printed
+        arguments = _bind(info, values, ctx, services)
+        counter.start()
         try:
             returned = entry(**arguments)
         finally:
@@ -238,7 +247,8 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
     except BaseException as exc:  # noqa: BLE001 - whatever ended the program is data from here on
         failure = exc
     finally:
-        sys.stdout.flush_rest()
+        waits.stop()  # a module body that raised: stopped here
+        printed.flush_rest()
         sys.stdout = stdout
         services.close()
     if isinstance(failure, MemoryError):
