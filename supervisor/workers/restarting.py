@@ -89,6 +89,9 @@ class Restarting:
 
     def move(self, event: str) -> ChildState:
         self.state = advance(CHILD_TRANSITIONS, self.state, event)
+        if self.state is ChildState.CLOSED and self.pending is not None:
+            self.pending.cancel()  # closed: a restart that is due never comes
+            self.pending = None
         self.moved(self.state)
         return self.state
 
@@ -103,9 +106,6 @@ class Restarting:
 
     def close(self) -> None:
         self.move("close")
-        if self.pending is not None:
-            self.pending.cancel()
-            self.pending = None
 
     def _restart(self) -> None:
         self.pending = None

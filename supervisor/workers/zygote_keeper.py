@@ -90,11 +90,8 @@ class ZygoteKeeper:
         return self.life.state
 
     def move(self, event: str) -> None:
-        """A move of the zygote's lifecycle; "close" also cancels a restart that is due."""
-        if event == "close":
-            self.life.close()
-        else:
-            self.life.move(event)
+        """A move of the zygote's lifecycle (restarting.py's table)."""
+        self.life.move(event)
 
     def _moved(self, state: ChildState) -> None:
         if state in (PoolState.FAILED, PoolState.CLOSED):
