@@ -18,11 +18,16 @@ RUN = "cd" * 16
 
 
 class RefusingJournals:
+    def append(self, files: RunFiles, record: Any) -> None:
+        raise Fenced(f"run {files.run} is owned by another instance")
+
+
+class RecordingJournals:
     def __init__(self) -> None:
         self.appended: list[Any] = []
 
     def append(self, files: RunFiles, record: Any) -> None:
-        raise Fenced(f"run {files.run} is owned by another instance")
+        self.appended.append(record)
 
 
 class Recorder:
@@ -49,15 +54,15 @@ def test_a_refused_record_comes_back_with_its_kind_and_cuts_the_run_off(tmp_path
     assert refused == RecordRefused("fenced", f"run {RUN} is owned by another instance")
     assert part.cut_off == {RUN: f"run {RUN} is owned by another instance"}
     assert [(e, f["kind"]) for e, f in log.events] == [("journal_refused", "fenced")]
-    assert journals.appended == []
 
 
 def test_a_record_naming_another_run_is_refused_as_the_wrong_run_and_nothing_is_written(
         tmp_path: Path):
-    journals = RefusingJournals()
+    journals = RecordingJournals()
     part = crashes(journals, Recorder())
     files = RunFiles(tmp_path, "refund_order", RUN)
     other = "ef" * 16
     refused = asyncio.run(part.commit_record(files, JournalAppend(run=other, record={})))
     assert refused is not None and refused.kind == "wrong_run" and other in refused.message
     assert part.cut_off == {}
+    assert journals.appended == []  # the store was never asked to write it
