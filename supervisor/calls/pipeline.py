@@ -66,7 +66,7 @@ from staal.supervisor.telemetry.log import Log, log_file_line
 from staal.supervisor.telemetry.metrics import NO_METRICS, Observer
 from staal.supervisor.telemetry.tracing import NO_TRACING, Tracing
 from staal.supervisor.workers.pool import Pool
-from staal.supervisor.workers.pool_states import NoWorker, Worker
+from staal.supervisor.workers.pool_states import Lease, NoWorker
 from staal.supervisor.workers.zygote import run_secrets, secret_names
 
 
@@ -149,7 +149,7 @@ class Calls:
         runtime.running += 1
         try:
             try:
-                worker = await self.pool.checkout()
+                lease = await self.pool.checkout(config_key(call.name, admitted.grants(call.name)))
             except NoWorker as exc:
                 # Before the reservation: nothing is held and nothing ran, so
                 # trying again later is the truth.
@@ -158,10 +158,10 @@ class Calls:
             try:
                 if state.cancelled:
                     return None  # cancelled while it waited for a worker: nothing happens
-                return await self.reserve_and_run(runtime, values, once, call, state, worker,
+                return await self.reserve_and_run(runtime, values, once, call, state, lease,
                                                   admitted)
             finally:
-                self.pool.give_back(worker)  # a call that ended before its run was sent
+                self.pool.give_back(lease)  # a call that ended before its run was sent
         finally:
             self.running -= 1
             runtime.running -= 1
@@ -201,12 +201,12 @@ class Calls:
 
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                               once: OnceRequest | None, call: CallTool, state: CallState,
-                              worker: Worker,
+                              lease: Lease,
                               admitted: Admitted = LOCAL) -> CallOutcome:
         """Steps 5 to 7; the run reserved is the call's until its answer
         (or its failure: then settling in place may take it up)."""
         try:
-            return await self._reserve_and_run(runtime, values, once, call, state, worker,
+            return await self._reserve_and_run(runtime, values, once, call, state, lease,
                                                admitted)
         finally:
             if state.run is not None:
@@ -214,7 +214,7 @@ class Calls:
 
     async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                                once: OnceRequest | None, call: CallTool, state: CallState,
-                               worker: Worker,
+                               lease: Lease,
                                admitted: Admitted) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
@@ -232,7 +232,7 @@ class Calls:
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
-            tool, files, resume=False, progress=progress, worker=worker,
+            tool, files, resume=False, progress=progress, lease=lease,
             grants=admitted.grants(tool.name), traceparent=state.traceparent)
         return await self.conclude(tool, files, final)
 
@@ -266,21 +266,21 @@ class Calls:
         return await self.conclude(tool, files, final)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
-                      progress: Progress | None = None,
-                      worker: Worker | None = None,
+                      progress: Progress | None = None, lease: Lease | None = None,
                       grants: str | None = None,
                       traceparent: str | None = None) -> Ended | StoppedMsg:
-        """Run (or resume) in `worker`, or in one checked out now, with the
+        """Run (or resume) in the worker `lease` lends, or in one lent now, with the
         tool's grant set `grants` (None: its own), its spans under the call's
         `traceparent` (None: none recorded); `WorkerLost` if the worker
         died, `NoWorker` if none was ready."""
-        worker = worker or await self.pool.checkout()
+        key = config_key(tool.name, grants)
+        lease = lease or await self.pool.checkout(key)
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
                       timed=self.metrics.timed, sink=self.run_journals.sink,
-                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
-                      traceparent=traceparent)
-        self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
+                      secrets=run_secrets(self.secret_names[key]), traceparent=traceparent)
+        self.log("run_started", run=files.run, tool=tool.name, pid=lease.worker.pid,
+                 resume=resume or None)
 
         def on_message(reply: Record) -> None:
             if isinstance(reply, PrintLine):
@@ -293,7 +293,7 @@ class Calls:
             elif isinstance(reply, RunSpans) and traceparent is not None:
                 self.tracing.worker_spans(reply, traceparent)
 
-        final = await self.pool.run(worker, message, on_message,
+        final = await self.pool.run(lease, message, on_message,
                                     lambda append: self.crashes.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final

@@ -23,8 +23,7 @@ from staal.supervisor.calls.outcomes import give_up, over_limit
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import RunJournals
 from staal.supervisor.telemetry.log import Log
-from staal.supervisor.workers.pool import RecordRefused
-from staal.supervisor.workers.pool_states import NoWorker, Worker, WorkerLost
+from staal.supervisor.workers.pool_states import Lease, NoWorker, RecordRefused, WorkerLost
 from staal.supervisor.workers.silence import SILENT_S
 
 # A run whose worker dies is resumed in a new worker at most this many times.
@@ -52,7 +51,7 @@ class Execute(Protocol):
     """Run (or resume) once in a worker: `Calls.execute`."""
 
     async def __call__(self, tool: Tool, files: RunFiles, resume: bool,
-                       progress: Progress | None = None, worker: Worker | None = None,
+                       progress: Progress | None = None, lease: Lease | None = None,
                        grants: str | None = None,
                        traceparent: str | None = None) -> Ended | StoppedMsg: ...
 
@@ -72,18 +71,18 @@ class RunCrashes:
 
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
                                     progress: Progress | None = None,
-                                    worker: Worker | None = None,
+                                    lease: Lease | None = None,
                                     grants: str | None = None,
                                     traceparent: str | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
         internal, or waits for an operator if an op is in doubt. So it does
-        when no new worker is ready within the pool's wait. `worker`, if
-        given, is the one the call took before its reservation."""
+        when no new worker is ready within the pool's wait. `lease`, if
+        given, lends the worker the call took before its reservation."""
         deaths = 0
         how = ""
         while True:
-            lent, worker = worker, None
+            lent, lease = lease, None
             try:
                 return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants,
                                           traceparent)

@@ -137,6 +137,11 @@ def note_violation(message: str) -> None:
     _violations.append(message)
 
 
+def violated() -> bool:
+    """Whether the tripwire refused anything during the last run."""
+    return bool(_violations)
+
+
 def _prepared(request: RunRequest) -> Prepared | RunOutcome:
     return request.prepared or confine_and_load(request.config)
 
