@@ -118,3 +118,60 @@ def test_a_run_that_may_have_left_its_worker_unsound_is_followed_by_a_fresh_work
     assert results[1]["structuredContent"]["result"] == "ok"
     assert ran_in[0] != ran_in[1] == ran_in[2]
     assert not (tmp_path / "written").exists()
+
+
+GETS = """
+from staal.caps import HttpGet
+
+def main(url: str, get: HttpGet) -> int:
+    return get.get(url).status_code
+"""
+
+
+@pytest.mark.parametrize("runs_per_worker", [100, 1])
+def test_fifty_calls_reach_a_service_over_one_connection_per_worker(tmp_path, service,
+                                                                     runs_per_worker):
+    service.route("GET", "/v1/ping", body={"ok": True})
+    site = Site(tmp_path)
+    site.program("gets.py", GETS)
+    site.write([{"name": "gets", "program": "gets.py",
+                 "grants": {"get": {"cap": "net.http.get", "only": [service.base + "/**"]}}}],
+               runs_per_worker=runs_per_worker)
+    results, ran_in = calls(site, "gets", [{"url": service.base + "/v1/ping"}] * 50)
+    assert [r["structuredContent"]["result"] for r in results] == [200] * 50
+    assert len(service.seen("GET")) == 50
+    # Kept alive across a worker's runs: one connection per worker that ran.
+    assert service.connections == len(set(ran_in))
+    assert len(set(ran_in)) == (1 if runs_per_worker == 100 else 50)
+
+
+BACKEND = """
+from staal.caps import PostgresWrite
+
+def main(path: str, db: PostgresWrite) -> dict:
+    seen = db.query("SELECT pg_backend_pid() AS pid, current_setting('search_path') AS path")[0]
+    if path:
+        db.execute(f"SET search_path TO {path}")
+    return seen
+"""
+
+
+def test_a_warm_worker_keeps_its_postgres_connection_and_no_run_sees_what_another_set(
+        tmp_path, postgres_dsn):
+    site = Site(tmp_path)
+    site.program("backend.py", BACKEND)
+    site.write([{"name": "backend", "program": "backend.py",
+                 "grants": {"db": {"cap": "db.postgres.write", "dsn": {"env": "SHOP_DSN"}}}}],
+               runs_per_worker=100)
+    with RawServer(site, env={"SHOP_DSN": postgres_dsn}) as server:
+        server.initialize()
+        seen = [server.call_tool("backend", {"path": "elsewhere, public" if n % 2 else ""})
+                for n in range(10)]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+        ran_in = pids(server)
+    rows = [s["structuredContent"]["result"] for s in seen]
+    assert len(set(ran_in)) == 1
+    assert len({row["pid"] for row in rows}) == 1  # one connection for the ten runs
+    # Every other run set its search_path; the next run never sees it.
+    assert {row["path"] for row in rows} == {'"$user", public'}

@@ -27,10 +27,10 @@ import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from staal.records.messages import Ended, Run, StoppedMsg
 from staal.records.runconfig import Limits, RunConfig, config_key
+from staal.worker.capabilities.services import Kept
 from staal.worker.confinement import confine
 from staal.worker.confinement.limits import bound_process
 from staal.worker.confinement.warm_limits import (
@@ -52,14 +52,6 @@ PROGRAM_FAILURES = frozenset({"validation", "action", "value", "provider", "capa
 # Signal handlers a program could change and a later run would inherit.
 WATCHED_SIGNALS = (signal.SIGALRM, signal.SIGXCPU, signal.SIGINT, signal.SIGTERM,
                    signal.SIGCHLD, signal.SIGPIPE)
-
-
-class KeptConnections(Protocol):
-    """The connections a worker keeps across its runs (its capabilities')."""
-
-    def between_runs(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class WrongGrantSet(WorkerError):
@@ -108,7 +100,8 @@ class Binding:
         self.runs = 0  # runs begun in this worker
         self.bound: ProcessBound | None = None  # None: bounded per run (one run)
         self.hygiene: Hygiene | None = None
-        self.kept: KeptConnections | None = None
+        # The connections its runs keep (None: a worker of one run keeps none).
+        self.kept: Kept | None = None
         self.why_not: str | None = None  # why the worker does not stay, once it does not
 
     @property
@@ -136,6 +129,7 @@ class Binding:
         if self.bound is None:
             self.bound = bind_process_limits(limits, self.reuse[self.key or ""])
             self.hygiene = Hygiene.now()
+            self.kept = Kept()
         arm_run_cpu(limits)
 
     def disarm(self) -> None:

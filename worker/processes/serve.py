@@ -338,6 +338,7 @@ def execute(message: Run, binding: Binding, channel: Channel,
         spans=spans,
         sink=sink_of(message, channel),
         fresh=fresh,
+        kept=binding.kept,
     )
     if message.resume:
         with confine.broker_section():
