@@ -105,6 +105,10 @@ class Ended(Record):
     # The worker waits for another run of its grant set after this one
     # (worker/processes/binding.py says when it may); False: it exits now.
     stays: bool = False
+    # Why a worker that could have served more runs does not stay (a run
+    # that did not end done or failed by its program, what a run left in the
+    # process); None: it stays, or this was its last run.
+    retires: str | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)

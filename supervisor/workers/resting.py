@@ -50,6 +50,9 @@ class Resting:
         """A run ended: whether the worker rests (or retires) instead of
         exiting of itself."""
         if not (isinstance(reply, Ended) and reply.stays and worker.state is WorkerState.RUNNING):
+            if isinstance(reply, Ended) and reply.retires:
+                self.log("worker_retired", pid=worker.pid, key=worker.key, runs=worker.runs,
+                         why=reply.retires)
             return False
         if closing:
             self.retire(worker, "pool closing")

@@ -65,6 +65,23 @@ def calls(site: Site, tool: str, arguments: list[dict[str, Any]]) -> tuple[list[
         return results, pids(server)
 
 
+WHY = {"memory": "budget", "tripwire": "tripwire", "thread": "changed threads",
+       "cwd": "changed cwd"}
+
+
+def calls_retiring(site: Site, tool: str, arguments: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], list[int], list[dict[str, Any]]]:
+    """As `calls`, and the workers the log says retired themselves, and why."""
+    with RawServer(site) as server:
+        server.initialize()
+        results = [server.call_tool(tool, a) for a in arguments]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+        retired = [{"pid": int(e["pid"]), "why": e["why"]}
+                   for e in server.stderr.events("worker_retired")]
+        return results, pids(server), retired
+
+
 def test_a_program_that_counts_in_its_module_returns_one_on_every_run_of_one_worker(tmp_path):
     site = Site(tmp_path)
     site.program("counter.py", COUNTER)
@@ -111,11 +128,13 @@ def test_a_run_that_may_have_left_its_worker_unsound_is_followed_by_a_fresh_work
     site.program("behaves.py", BEHAVES)
     site.write([{"name": "behaves", "program": "behaves.py", "max_memory": "256MiB"}],
                runs_per_worker=100)
-    results, ran_in = calls(site, "behaves", [{"how": how}, {"how": "ok"}, {"how": "ok"}])
+    results, ran_in, retired = calls_retiring(site, "behaves",
+                                              [{"how": how}, {"how": "ok"}, {"how": "ok"}])
     answered = (results[0]["content"][0]["text"] if results[0]["isError"]
                 else results[0]["structuredContent"]["result"])
     assert first in answered
     assert results[1]["structuredContent"]["result"] == "ok"
+    assert retired == [{"pid": ran_in[0], "why": WHY[how]}]
     assert ran_in[0] != ran_in[1] == ran_in[2]
     assert not (tmp_path / "written").exists()
 

@@ -143,6 +143,12 @@ class Binding:
         self.why_not = self._retire_reason(report, engine_failed, last)
         return self.why_not is None
 
+    @property
+    def retires(self) -> str | None:
+        """Why a worker that could serve more runs does not stay, for the
+        operator's log; None when it stays or it served its last."""
+        return None if self.why_not in (None, "last run") else self.why_not
+
     def _retire_reason(self, report: Ended | StoppedMsg, engine_failed: bool,
                        last: bool) -> str | None:
         if last or not self.warm:

@@ -281,8 +281,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
     finally:
         binding.disarm()
     stays = binding.after_run(report, engine_failed, message.last)
-    if stays and isinstance(report, Ended):
-        report = replace(report, stays=True)
+    if isinstance(report, Ended) and (stays or binding.retires):
+        report = replace(report, stays=stays, retires=binding.retires)
     if spans is not None:
         # Before the last word: the supervisor stops listening to a run
         # once it has its end.
