@@ -40,7 +40,7 @@ server's whole process tree, the client's process and the service
 (`proctree.py` says how; the report checks the snapshots against the
 kernel's own total for each tree after it exited). Every answer is checked;
 failed calls are counted by message, never retried. Reports medians over
-rounds, the load average and fsync latency, and issue 12's goals (item 5),
+rounds, the load average and fsync latency, and issue 26's goals over stdio,
 each ratio against its goal.
 
     python benchmarks/server.py [--rounds 5] [--calls 1000] [--inflight 2000] [--cold 3]
@@ -84,10 +84,10 @@ arguments file's two fsyncs (as if the arguments rode in the reserve's
 ledger event), --experiment journal-ahead one whose workers make a file and
 its directory entry durable while idle and create the run's journal without
 its directory's fsync (`servers/trace/folds.py`; experiments, from outside;
-see BENCHMARKS.md).
+see benchmarks/HISTORY.md).
 
 Prints Markdown: a paragraph on the run, then tables under #### headings, to be
-pasted as they are under a run's ### heading in BENCHMARKS.md.
+pasted as they are under a run's ### heading (benchmarks/HISTORY.md keeps the earlier runs).
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
     parser.add_argument("--exit-race-workaround", action="store_true",
                         help="run staal with the workaround for the worker-exit race in "
-                             "supervisor/workers/pool.py (see BENCHMARKS.md)")
+                             "supervisor/workers/pool.py (see benchmarks/HISTORY.md)")
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--py-spy-workers", action="store_true",
