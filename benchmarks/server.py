@@ -226,7 +226,9 @@ async def collect(args: argparse.Namespace) -> tuple[Results, dict[str, list[flo
         everyone.append(Contender("pg", STAAL_PG, supervisor, [], staal=True,
                                   env={STORE_ENV: dsn}, postgres=True))
     service = Service(args.service_delay_ms) if GET in scenarios else None
-    results = {(c.name, s.key): Samples() for c in everyone for s in scenarios}
+    skipped = set(getattr(args, "skip", ()))  # (server key, scenario key) pairs goals.py leaves out
+    results = {(c.name, s.key): Samples() for c in everyone for s in scenarios
+               if (c.key, s.key) not in skipped}
     cold: dict[str, list[float]] = {c.name: [] for c in everyone} if args.cold else {}
     try:
         if service:
@@ -256,6 +258,8 @@ async def rounds(everyone: list[Contender], scenarios: list[Scenario],
             for _ in range(args.cold):
                 cold[contender.name].append(await cold_start(contender, base))
             for scenario in scenarios:
+                if (contender.name, scenario.key) not in results:
+                    continue
                 s = results[contender.name, scenario.key]
                 try:
                     kept = await session(contender, scenario, s, base, args, service)

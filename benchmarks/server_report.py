@@ -134,7 +134,8 @@ def report(results: dict[tuple[str, str], Samples], cold: dict[str, list[float]]
           f"the client is this process (the SDK's `Client`); 'cores ÷ CPU' is the most calls/s "
           f"{CORES} cores could ever give at that CPU per call.")
     for scenario in run["scenarios"]:
-        rows = {name: s for (name, key), s in results.items() if key == scenario.key}
+        rows = {name: s for (name, key), s in results.items()
+                if key == scenario.key and s.sequential}
         if rows:
             scenario_tables(scenario, rows, args, run["staal"][0])
     if cold:
@@ -210,6 +211,8 @@ def accounting(results: dict[tuple[str, str], Samples]) -> None:
     print("| server | scenario | snapshots | kernel, start to exit | kernel − snapshots |")
     print("|---|---|---|---|---|")
     for (name, key), s in results.items():
+        if not s.accounting:
+            continue
         sampled = sum(a for a, _ in s.accounting)
         kernel = sum(b for _, b in s.accounting)
         print(f"| {name} | {key} | {sampled * 1e3:,.0f} ms | {kernel * 1e3:,.0f} ms | "
