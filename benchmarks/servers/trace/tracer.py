@@ -241,7 +241,7 @@ def _defer_forks(module: Any) -> None:
 
 
 def _defer_exits(module: Any) -> None:
-    """The benchmark's workaround for a race in `Pool` (see BENCHMARKS.md):
+    """The benchmark's workaround for a race in `Pool` (see benchmarks/HISTORY.md):
     the zygote's report that a worker exited can be handled before that
     worker's last ZeroMQ message (its run's end), and `_exited` then forgets
     the worker, so `_receive` drops the end and the call never returns. Here a
