@@ -326,9 +326,14 @@ class Pool:
         self.line.withdraw(worker)
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
-        if (was in UNUSED and worker.runs == 0 and strike
-                and self.zygote.state is not PoolState.CLOSED):
-            self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+        if was in UNUSED and strike and self.zygote.state is not PoolState.CLOSED:
+            if worker.runs == 0:
+                self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+            else:
+                # Its fork did good (no backoff), and no run is lost with it:
+                # this line is all an operator alerted by the deaths metric finds.
+                self.log("worker_died_between_runs", level="warning", pid=worker.pid,
+                         key=worker.key, runs=worker.runs, how=how)
         self._replenish()
 
     def _died_unused(self, what: str, pid: int | None) -> None:
