@@ -237,6 +237,26 @@ async def test_a_bound_worker_that_dies_between_runs_is_logged_with_its_grant_se
          "how": "exited with code 1"}]
 
 
+@pytest.mark.parametrize("reply", [stays(), Ended(run="a" * 32, outcome="done")],
+                         ids=["stays", "ends"])
+def test_a_run_whose_end_arrived_before_its_workers_death_was_reported_ends_as_its_end_says(
+        scene, reply):
+    async def body() -> None:
+        worker = scene.ready_worker()
+        lease = await scene.pool.checkout("pay", wait_s=0)
+        message = Run(run="a" * 32, tool="pay", journal="j", inputs="i")
+        running = asyncio.ensure_future(scene.pool.run(lease, message, lambda _: None))
+        await asyncio.sleep(0)  # the run is sent; the pool waits for its end
+        worker.inbox.put_nowait(reply)  # the end arrives over ZeroMQ...
+        scene.pool.zygote.report(f"exit {worker.pid} {KILLED}")  # ...the death over the pipe
+        assert await asyncio.wait_for(running, 5) == reply
+        assert worker.state is WorkerState.GONE and worker not in scene.pool.line.bound_idle()
+        with pytest.raises(NoWorker):
+            await scene.pool.checkout("pay", wait_s=0)
+
+    asyncio.run(body())
+
+
 @run_in_loop
 async def test_a_fresh_worker_that_dies_is_no_death_between_runs(scene):
     worker = scene.ready_worker()
