@@ -71,10 +71,10 @@ NOTES = """
   before it settled: the journal has the end, the ledger no settlement, and the next
   start settles the run from its end record (`supervisor/recovery/at_start.py`).
 - **supervisor:waiting**: the service makes the refund and drops the connection, and
-  drops it again on the two retries the capability makes under the same key; the run
-  stops in doubt, the waiting record
-  is written and the server killed. The next start resumes it, sends the refund once
-  more under its key and gets the saved refund: four POSTs, one refund.
+  drops it again each time the worker sends it again under the same key, until the
+  tool's `max_wait` (3 s here: five POSTs in all) is spent; the run stops in doubt, the
+  waiting record is written and the server killed. The next start resumes it, sends the
+  refund once more under its key and gets the saved refund: six POSTs, one refund.
 - **supervisor:answer** kills the server right after the answer was written: the client
   has it (it listed the tools first, as clients do, so the SDK needs nothing more).
 - **worker:idle** is not a kill point: after a first call, the harness SIGKILLs the
