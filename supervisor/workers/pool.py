@@ -259,9 +259,10 @@ class Pool:
 
     def _after_run(self, worker: Worker, reply: Ended | StoppedMsg) -> None:
         """The run ended: a worker that stays rests (resting.py); any other
-        exits of itself."""
+        exits of itself, unless its death was reported before its end was read."""
         worker.run = None
-        if self.resting.after_run(worker, reply, self.zygote.state is PoolState.CLOSED):
+        if (worker.state is WorkerState.GONE
+                or self.resting.after_run(worker, reply, self.zygote.state is PoolState.CLOSED)):
             return
         if worker.move("end") is WorkerState.GONE:
             self.workers.pop(worker.identity, None)  # kept for this message
@@ -326,9 +327,13 @@ class Pool:
         self.line.withdraw(worker)
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
-        if (was in UNUSED and worker.runs == 0 and strike
-                and self.zygote.state is not PoolState.CLOSED):
-            self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+        if was in UNUSED and strike and self.zygote.state is not PoolState.CLOSED:
+            if worker.runs == 0:
+                self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+            else:
+                # No backoff (its fork did good); what the deaths metric's alert points at.
+                self.log("worker_died_between_runs", level="warning", pid=worker.pid,
+                         key=worker.key, runs=worker.runs, how=how)
         self._replenish()
 
     def _died_unused(self, what: str, pid: int | None) -> None:

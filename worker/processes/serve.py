@@ -49,9 +49,9 @@ from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS
 from staal.worker.confinement import confine
+from staal.worker.processes.binding import Binding
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.journal_sink import ChannelSink
-from staal.worker.processes.binding import Binding
 from staal.worker.runs.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
 from staal.worker.runs.spans import RunRecorder
 

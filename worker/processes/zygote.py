@@ -33,7 +33,6 @@ from staal.worker.processes.binding import flush_c_stdio
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.run import Prepared, load, note_violation, uses_ffi
 
-
 Preloaded = tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome], dict[str, int]]
 
 

@@ -4,7 +4,7 @@ stays rests for the next run of its grant set; a call of another set takes
 a fresh worker; the run that reaches `runs_per_worker` is sent as the last;
 a worker at rest too long, or one too many, is told to retire; a call that
 gives back a lending that is over gives back nothing; and a bound worker
-that dies between runs is no fork that did no good. The pool is never
+that dies between runs is no fork that did no good, but is logged. The pool is never
 started: its zygote and its router are stand-ins, and a worker's messages
 are put in its inbox by the test."""
 
@@ -218,6 +218,51 @@ async def test_a_bound_worker_killed_between_runs_is_replaced_without_a_backoff(
     assert worker.state is WorkerState.GONE
     assert scene.events("worker_died_unused") == [] and scene.pool.fork_timer is None
     assert scene.pool.deaths == {"run": 0, "idle": 1}
+
+
+@run_in_loop
+async def test_a_bound_worker_that_dies_between_runs_is_logged_with_its_grant_set_and_runs(scene):
+    worker = scene.ready_worker()
+    await scene.serve(await scene.pool.checkout("pay", wait_s=0), "pay", stays())
+    lent = scene.ready_worker()
+    lease = await scene.pool.checkout("look", wait_s=0)
+    await scene.serve(lease, "look", stays())
+    await scene.pool.checkout("look", wait_s=0)  # lent for its next run, not sent yet
+    scene.pool.zygote.report(f"exit {worker.pid} {KILLED}")
+    scene.pool.zygote.report(f"exit {lent.pid} 256")
+    assert scene.events("worker_died_between_runs") == [
+        {"level": "warning", "pid": worker.pid, "key": "pay", "runs": 1,
+         "how": "was killed by SIGKILL"},
+        {"level": "warning", "pid": lent.pid, "key": "look", "runs": 1,
+         "how": "exited with code 1"}]
+
+
+@pytest.mark.parametrize("reply", [stays(), Ended(run="a" * 32, outcome="done")],
+                         ids=["stays", "ends"])
+def test_a_run_whose_end_arrived_before_its_workers_death_was_reported_ends_as_its_end_says(
+        scene, reply):
+    async def body() -> None:
+        worker = scene.ready_worker()
+        lease = await scene.pool.checkout("pay", wait_s=0)
+        message = Run(run="a" * 32, tool="pay", journal="j", inputs="i")
+        running = asyncio.ensure_future(scene.pool.run(lease, message, lambda _: None))
+        await asyncio.sleep(0)  # the run is sent; the pool waits for its end
+        worker.inbox.put_nowait(reply)  # the end arrives over ZeroMQ...
+        scene.pool.zygote.report(f"exit {worker.pid} {KILLED}")  # ...the death over the pipe
+        assert await asyncio.wait_for(running, 5) == reply
+        assert worker.state is WorkerState.GONE and worker not in scene.pool.line.bound_idle()
+        with pytest.raises(NoWorker):
+            await scene.pool.checkout("pay", wait_s=0)
+
+    asyncio.run(body())
+
+
+@run_in_loop
+async def test_a_fresh_worker_that_dies_is_no_death_between_runs(scene):
+    worker = scene.ready_worker()
+    scene.pool.zygote.report(f"exit {worker.pid} {KILLED}")
+    assert scene.events("worker_died_between_runs") == []
+    assert [e["pid"] for e in scene.events("worker_died_unused")] == [worker.pid]
 
 
 @run_in_loop
