@@ -61,7 +61,7 @@ How it works (`tests/powerloss/`):
   still runs, both reserves written and neither durable, one journal torn beside the
   other's end).
 
-Run it all with `python -m tests.powerloss --report` (about 10 minutes on two cores);
+Run it all with `python -m tests.powerloss --report` (28 minutes on two cores at load 10);
 one scenario with `--scenario NAME`. In the default test run,
 `tests/powerloss/test_powerloss.py` tries a fixed sample of the states of the refund and
 of two in flight on the real server, and checks every state of the retention sweep (the
