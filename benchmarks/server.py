@@ -84,7 +84,10 @@ arguments file's two fsyncs (as if the arguments rode in the reserve's
 ledger event), --experiment journal-ahead one whose workers make a file and
 its directory entry durable while idle and create the run's journal without
 its directory's fsync (`servers/trace/folds.py`; experiments, from outside;
-see benchmarks/HISTORY.md).
+see benchmarks/HISTORY.md). --experiment file-dir-together fsyncs a new file and its
+directory on two threads at once, reserve-beside-arguments the reserve's ledger
+event beside the arguments file, fsyncs-together both (`servers/trace/pairs.py`;
+BENCHMARKS.md, "Fsyncs in parallel").
 
 Prints Markdown: a paragraph on the run, then tables under #### headings, to be
 pasted as they are under a run's ### heading (benchmarks/HISTORY.md keeps the earlier runs).
@@ -320,13 +323,16 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--experiment", action="append", default=[],
                         choices=["defer-fork", "preimport-http", "no-rehearsal",
-                                 "fold-arguments", "journal-ahead"],
+                                 "fold-arguments", "journal-ahead", "file-dir-together",
+                                 "reserve-beside-arguments", "fsyncs-together"],
                         help="try a change to staal from outside (servers/trace/tracer.py), as "
                              "one more staal row (--profile: on the traced server): defer-fork "
                              "asks for a replacement worker when a run ends; preimport-http has "
                              "the zygote import httpcore, h11 and certifi; no-rehearsal has idle "
                              "workers skip serve.rehearse; fold-arguments and journal-ahead "
-                             "model two folds of the durable steps (servers/trace/folds.py)")
+                             "model two folds of the durable steps (servers/trace/folds.py); "
+                             "file-dir-together, reserve-beside-arguments and fsyncs-together "
+                             "issue two fsyncs together (servers/trace/pairs.py)")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")
