@@ -193,22 +193,15 @@ SCENARIOS = (
     Scenario("two in flight", "two refund_order calls of two orders at once, their reserves "
              "held to share one fsync of the ledger (group commit); each call's steps as in "
              "refund", started_once, max_refunds=2, calls=2, together=True),
+    # Issue 26 item 4: the second call runs in the worker that served the
+    # first (runs_per_worker is above 1), so its journal is made by a process
+    # that already made one, reusing its descriptor numbers; the disk model
+    # maps (pid, fd) to a file at each recorded open, so the second
+    # journal's writes land on the second file.
+    Scenario("warm second run", "two refund_order calls of two orders, one after the other, "
+             "the second a warm worker's second run", started_once, max_refunds=2, calls=2,
+             in_series=True),
 )
-
-# Issue 26 item 4, "a warm worker's second run": two refunds of two orders
-# one after another in one server, the second in the worker that served the
-# first. Not in SCENARIOS until workers serve more than one run: today it
-# is the refund twice over, in two fresh workers. To add it, put it in
-# SCENARIOS (and its name in test_powerloss's report test), and assert
-# `Explored.journal_creators` names one pid twice (the same worker made both
-# journals). The disk model needs nothing new: it maps (pid, fd) to a file
-# at each recorded open, and a worker's later run opens its journal (and
-# reuses the descriptor number) through that same recorded open, so the
-# second journal's writes land on the second file.
-WARM_SECOND_RUN = Scenario(
-    "warm second run", "two refund_order calls of two orders, one after the other, the second "
-    "a warm worker's second run", started_once, max_refunds=2, calls=2, in_series=True)
-
 
 def scenario_named(name: str) -> Scenario:
     [scenario] = [s for s in SCENARIOS if s.name == name]

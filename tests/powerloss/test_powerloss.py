@@ -136,6 +136,17 @@ def test_two_calls_whose_reserves_share_one_fsync_recover_to_the_seeds_rules_in_
     assert not broken, "\n".join(broken)
 
 
+def test_a_warm_workers_second_run_recovers_to_the_seeds_rules_in_a_sample() -> None:
+    explored = explore(scenario_named("warm second run"), spread(SAMPLE))
+    # Not vacuous: one worker made both journals, its second run's the second.
+    creators = explored.journal_creators
+    assert len(creators) == 2 and creators[0] == creators[1], creators
+    assert len(explored.tried) == SAMPLE
+    broken = [f"crash points {o.candidate.points}: {'; '.join(o.problems)}"
+              for o in explored.violations]
+    assert not broken, "\n".join(broken)
+
+
 def test_no_state_a_retention_sweep_could_leave_holds_a_journal_its_ledger_forgot(tmp_path):
     explored = explore(scenario_named("retention sweep"), none)
     scratch = tmp_path / "state"
@@ -154,7 +165,7 @@ def test_the_committed_report_has_a_row_per_scenario_and_finds_no_violation() ->
     rows = re.findall(r"^\| ([^|]+) \| [^|]+ \| (\d+) \| (\d+) \| (\d+) \|$", text, re.MULTILINE)
     names = [name for name, *_ in rows]
     assert names == [s for s in ("refund", "stopped run", "compaction", "retention sweep",
-                                 "two in flight")]
+                                 "two in flight", "warm second run")]
     last = text.rstrip("\n").splitlines()[-1]
     match = re.fullmatch(r"states (\d+), violations (\d+)", last)
     assert match, f"the report ends with {last!r}"
