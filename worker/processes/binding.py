@@ -32,7 +32,7 @@ from staal.records.messages import Ended, Run, StoppedMsg
 from staal.records.runconfig import Limits, RunConfig, config_key
 from staal.worker.capabilities.services import Kept
 from staal.worker.confinement import confine
-from staal.worker.confinement.limits import bound_process
+from staal.worker.confinement.limits import RAW_SIGNAL, bound_process
 from staal.worker.confinement.warm_limits import (
     ProcessBound,
     arm_run_cpu,
@@ -43,15 +43,15 @@ from staal.worker.confinement.warm_limits import (
 )
 from staal.worker.errors import WorkerError
 from staal.worker.runs.actions import RunOutcome
-from staal.worker.runs.run import Prepared, uses_ffi, violated
+from staal.worker.runs.run import Prepared, note_violation, uses_ffi, violated
 
 # Failures a program meets in the course of its work, after which the
 # process is as sound as before the run: the worker stays. Every other kind
 # (budget, deadline, internal, config) retires it.
 PROGRAM_FAILURES = frozenset({"validation", "action", "value", "provider", "capability"})
 # Signal handlers a program could change and a later run would inherit.
-WATCHED_SIGNALS = (signal.SIGALRM, signal.SIGXCPU, signal.SIGINT, signal.SIGTERM,
-                   signal.SIGCHLD, signal.SIGPIPE)
+WATCHED_SIGNALS = tuple(number.value for number in (
+    signal.SIGALRM, signal.SIGXCPU, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE))
 
 
 class WrongGrantSet(WorkerError):
@@ -77,7 +77,7 @@ class Hygiene:
             cwd = os.getcwd()
         return cls(threads=threads, cwd=cwd, path=tuple(sys.path),
                    streams=(id(sys.stdout), id(sys.stderr)),
-                   handlers=tuple(signal.getsignal(number) for number in WATCHED_SIGNALS))
+                   handlers=tuple(RAW_SIGNAL.getsignal(number) for number in WATCHED_SIGNALS))
 
     def changed(self, later: Hygiene) -> str | None:
         """What differs in `later`, for the log; None: nothing."""
@@ -103,6 +103,7 @@ class Binding:
         # The connections its runs keep (None: a worker of one run keeps none).
         self.kept: Kept | None = None
         self.why_not: str | None = None  # why the worker does not stay, once it does not
+        self.ffi = False  # whether its grant set may call C code (ffi.c)
 
     @property
     def warm(self) -> bool:
@@ -115,6 +116,10 @@ class Binding:
         key = config_key(message.tool, message.grants)
         if self.key is None:
             self.key = key
+            config = self.configs[key]
+            self.ffi = uses_ffi(config)
+            # Per process: the zygote allowed what any tool may do.
+            confine.narrow_tripwire(self.ffi, note_violation)
         elif key != self.key:
             raise WrongGrantSet(f"a worker bound to {self.key!r} was sent a run of {key!r}")
         fresh = self.runs > 0
@@ -180,8 +185,7 @@ class Binding:
         library called through ffi.c) flushed, as an exiting worker flushes it."""
         if self.kept is not None:
             self.kept.between_runs()
-        config = self.configs.get(self.key or "")
-        if config is not None and uses_ffi(config):
+        if self.ffi:
             flush_c_stdio()
 
     def close(self) -> None:

@@ -52,7 +52,7 @@ from staal.worker.confinement import confine
 from staal.worker.processes.binding import Binding
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.journal_sink import ChannelSink
-from staal.worker.runs.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
+from staal.worker.runs.run import Prepared, RunRequest, resume, start
 from staal.worker.runs.spans import RunRecorder
 
 HEARTBEAT_S = 1.0
@@ -324,7 +324,6 @@ def execute(message: Run, binding: Binding, channel: Channel,
     config, loaded, fresh = binding.accept(message)
     if isinstance(loaded, RunOutcome):
         return loaded
-    confine.narrow_tripwire(uses_ffi(config), note_violation)
     binding.arm(config.limits)
     with confine.broker_section():
         arguments = kept_arguments.read(Path(message.inputs))
