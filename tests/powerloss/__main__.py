@@ -60,6 +60,11 @@ How it works (`tests/powerloss/`):
   under load; its states cross the two calls' steps (one run settled while the other
   still runs, both reserves written and neither durable, one journal torn beside the
   other's end).
+- **A warm worker's second run.** The scenario "warm second run" sends two calls one
+  after the other; the second runs in the worker that served the first
+  (`runs_per_worker` above 1), so its journal is made by a process that made one
+  already and reuses its descriptor numbers (the disk model maps a process's descriptor
+  to a file at each recorded open).
 
 Run it all with `python -m tests.powerloss --report` (28 minutes on two cores at load 10);
 one scenario with `--scenario NAME`. In the default test run,
