@@ -219,8 +219,8 @@ class Calls:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         admission = admitted.admission(tool.name)
-        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state,
-                                         admission)
+        result, files = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments,
+                                                state, admission)
         if isinstance(result, Existing):
             assert once is not None  # only a call with a once key finds an earlier run
             return self.answer_earlier(result.entry, once.args)
@@ -228,7 +228,7 @@ class Calls:
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
             return self.refused_over(tool, result, admission)
-        files = self.files(tool.name, result.run)
+        assert files is not None  # reserved: its arguments are kept there
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
@@ -238,21 +238,22 @@ class Calls:
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: OnceRequest | None,
                           arguments: dict[str, Json], state: CallState,
-                          admission: Admission | None) -> ReserveResult:
+                          admission: Admission | None) -> tuple[ReserveResult, RunFiles | None]:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
-        the reservation, then the arguments file."""
+        the reservation, then the arguments file; and the run's files (None: none)."""
         tool = runtime.tool
         with self.in_flight.reserving() as hold:
             result = self.ledger.reserve_call(tool.name, tool.quota, 1,
                                               money_held(runtime, admission), once, admission)
             if isinstance(result, (Existing, Different, OverQuota)):
-                return result
+                return result, None
             hold(result.run)
             state.run = result.run
         kill_point("supervisor", "reserve")
-        self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
+        files = self.files(tool.name, result.run)
+        self.run_journals.keep_inputs(files, arguments)
         kill_point("supervisor", "inputs")
-        return result
+        return result, files
 
     async def resume_run(self, files: RunFiles) -> CallOutcome:
         """Recovery at start: resume an unfinished or waiting run to its end

@@ -33,7 +33,7 @@ class RunFiles:
 
     @cached_property
     def folder(self) -> Path:
-        return self.journals / self.tool / self.run[:2]
+        return self.journals / f"{self.tool}/{self.run[:2]}"  # one join: pathlib's are slow
 
     @cached_property
     def journal(self) -> Path:
@@ -49,7 +49,7 @@ class RunFiles:
 
     @cached_property
     def waiting(self) -> Path:
-        return self.journals / "waiting" / f"{self.run}.json"
+        return self.journals / f"waiting/{self.run}.json"
 
 
 def find_journals(journals: Path) -> dict[str, tuple[str, Path]]:
