@@ -7,8 +7,8 @@ lines: no SDK, so the client costs little and is not counted anyway), warms
 up, then makes --calls sequential calls and reads the supervisor's own CPU
 time (user + system, all its threads: the kernel's per-process CPU clock)
 before and after. The zygote and the workers are other processes and are not
-counted; the supervisor's threads (stdin reader, `asyncio.to_thread`'s pool,
-the ledger's group commit) are.
+counted; the supervisor's threads (stdin reader, the threads of the call
+path's blocking steps, ZeroMQ's I/O thread) are.
 
     python benchmarks/supervisor_cpu.py [--calls 500] [--rounds 3] [--shm]
         [--postgres DSN] [--py-spy FILE] [--callgrind]
@@ -19,9 +19,11 @@ also the ledger in the PostgreSQL store, in a schema made for the run and
 dropped after it. --py-spy FILE records the measured calls with py-spy
 (threads holding the GIL, native frames off) into FILE (speedscope JSON).
 --callgrind runs the supervisor under `valgrind --tool=callgrind` (not its
-children) twice, with --calls and 2 x --calls, and prints the instructions
-per call from the difference: a count that does not depend on the machine's
-load (slow: about 100 times slower than natively).
+children) and prints the instructions it runs per call, less those it runs
+idle for as long (what comes by the second: heartbeats, the pool's watch),
+a count in user mode that hardly depends on the machine's load (the kernel's
+part is not in it; slow: about 50 times slower than natively, so use
+--calls 100).
 """
 
 from __future__ import annotations
@@ -31,18 +33,21 @@ import json
 import os
 import re
 import select
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from proctree import TICK, process_cpu
 from server_contenders import NOOP, STORE_ENV, write_staal_manifest
 
+_T = TypeVar("_T")
 INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {},
               "clientInfo": {"name": "supervisor_cpu", "version": "1"}}
 
@@ -113,18 +118,19 @@ def start(directory: Path, env: dict[str, str], wrap: list[str]) -> subprocess.P
                             env=env, cwd=directory)
 
 
-def session(base: Path, calls: int, warmup: int, postgres: str | None,
-            py_spy: str | None = None, wrap: list[str] | None = None) -> tuple[float, float, float]:
-    """CPU seconds of the supervisor over `calls` sequential no-op calls
-    (after `warmup`): in all, in user mode and in the kernel (the last two
-    in clock ticks); with `wrap`, the process measured is valgrind's."""
+Phase = Callable[[subprocess.Popen[bytes], Client], _T]
+
+
+def session(base: Path, warmup: int, postgres: str | None, phase: Phase[_T],
+            wrap: list[str] | None = None) -> _T:
+    """`phase`'s answer, run on a fresh server (under `wrap`, if given:
+    valgrind) once it answered `warmup` calls."""
     directory = Path(tempfile.mkdtemp(prefix="bench-supcpu-", dir=base))
     env = dict(os.environ)
     if postgres:
         env[STORE_ENV] = postgres
     write_staal_manifest(directory, NOOP, None, postgres=postgres is not None)
     process = start(directory, env, wrap or [])
-    spy = None
     try:
         client = Client(process)
         client.request("initialize", INITIALIZE, timeout=600)
@@ -132,21 +138,8 @@ def session(base: Path, calls: int, warmup: int, postgres: str | None,
         client.request("tools/list", {}, timeout=600)
         for i in range(warmup):
             client.call(i)
-        if py_spy:
-            spy = subprocess.Popen(["py-spy", "record", "--pid", str(process.pid), "--rate", "500",
-                                    "--format", "speedscope", "--output", py_spy, "--gil",
-                                    "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)  # py-spy attaches
-        before, (user, system) = own_cpu(process.pid), user_system(process.pid)
-        for i in range(calls):
-            client.call(i)
-        after, (user2, system2) = own_cpu(process.pid), user_system(process.pid)
-        return after - before, user2 - user, system2 - system
+        return phase(process, client)
     finally:
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-            spy.wait()
         assert process.stdin is not None
         process.stdin.close()
         try:
@@ -157,20 +150,78 @@ def session(base: Path, calls: int, warmup: int, postgres: str | None,
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def cpu_phase(calls: int) -> Phase[tuple[float, float, float]]:
+    """CPU seconds of the supervisor over `calls` sequential no-op calls: in
+    all, in user mode and in the kernel (the last two in clock ticks)."""
+    def phase(process: subprocess.Popen[bytes], client: Client) -> tuple[float, float, float]:
+        before, (user, system) = own_cpu(process.pid), user_system(process.pid)
+        for i in range(calls):
+            client.call(i)
+        after, (user2, system2) = own_cpu(process.pid), user_system(process.pid)
+        return after - before, user2 - user, system2 - system
+
+    return phase
+
+
+def py_spy_phase(calls: int, output: str) -> Phase[None]:
+    """py-spy records the supervisor's threads holding the GIL over `calls` calls."""
+    def phase(process: subprocess.Popen[bytes], client: Client) -> None:
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(process.pid), "--rate", "500",
+                                "--format", "speedscope", "--output", output, "--gil",
+                                "--nonblocking"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1.0)  # py-spy attaches
+            for i in range(calls):
+                client.call(i)
+        finally:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait()
+
+    return phase
+
+
+def callgrind_phase(calls: int, out: Path) -> Phase[tuple[float, float]]:
+    """Instructions the supervisor runs over `calls` calls, less what it runs
+    idle for as long (heartbeats, the pool's watch: these come by the second,
+    and a call under valgrind lasts long, longer on a loaded machine): per
+    call, and the idle ones per second. `callgrind_control` zeroes the
+    counts and dumps them (callgrind.out.1, .2) around each phase."""
+    def control(pid: int, what: str) -> None:
+        subprocess.run(["callgrind_control", what, str(pid)], check=True, capture_output=True,
+                       timeout=600)
+
+    def phase(process: subprocess.Popen[bytes], client: Client) -> tuple[float, float]:
+        control(process.pid, "-z")
+        began = time.monotonic()
+        for i in range(calls):
+            client.call(i)
+        took = time.monotonic() - began
+        control(process.pid, "-d")
+        control(process.pid, "-z")
+        time.sleep(took)
+        control(process.pid, "-d")
+        busy, idle = (_total(out / f"callgrind.out.{n}") for n in (1, 2))
+        return (busy - idle) / calls, idle / took
+
+    return phase
+
+
+def _total(path: Path) -> int:
+    found = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"),
+                      re.MULTILINE)
+    assert found, f"callgrind wrote no total in {path}"
+    return int(found.group(1))
+
+
 def callgrind(base: Path, calls: int, warmup: int, postgres: str | None) -> float:
-    """Instructions the supervisor spends per call, from two runs under callgrind."""
-    totals = []
-    for count in (calls, 2 * calls):
-        out = Path(tempfile.mkdtemp(prefix="bench-callgrind-", dir=base))
-        wrap = ["valgrind", "--tool=callgrind", "--trace-children=no",
-                f"--callgrind-out-file={out}/callgrind.out"]
-        session(base, count, warmup, postgres, wrap=wrap)
-        text = (out / "callgrind.out").read_text(errors="replace")
-        found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
-        assert found, "callgrind wrote no total"
-        totals.append(int(found.group(1)))
-        print(f"<!-- callgrind {count} calls: {totals[-1]} instructions; {out} -->")
-    return (totals[1] - totals[0]) / calls
+    """Instructions the supervisor spends per call, under callgrind."""
+    out = Path(tempfile.mkdtemp(prefix="bench-callgrind-", dir=base))
+    wrap = ["valgrind", "--tool=callgrind", "--trace-children=no",
+            f"--callgrind-out-file={out}/callgrind.out"]
+    per_call, idle = session(base, warmup, postgres, callgrind_phase(calls, out), wrap)
+    print(f"<!-- callgrind: {idle / 1e6:.2f} M instructions per second idle; {out} -->")
+    return per_call
 
 
 def schema_dsn(dsn: str) -> tuple[str, str]:
@@ -209,13 +260,13 @@ def main() -> None:
                 continue
             started = load()
             samples, users, systems = [], [], []
-            for r in range(args.rounds):
-                cpu, user, system = session(base, args.calls, args.warmup, dsn)
+            for _ in range(args.rounds):
+                cpu, user, system = session(base, args.warmup, dsn, cpu_phase(args.calls))
                 samples.append(cpu / args.calls)
                 users.append(user / args.calls)
                 systems.append(system / args.calls)
             if args.py_spy and dsn is None:  # a round of its own: sampling costs the server
-                session(base, args.calls, args.warmup, dsn, args.py_spy)
+                session(base, args.warmup, dsn, py_spy_phase(args.calls, args.py_spy))
             per = statistics.median(samples) * 1000
             rounds = ", ".join(f"{s * 1000:.2f}" for s in samples)
             print(f"supervisor CPU per call ({name}): {per:.2f} ms "
