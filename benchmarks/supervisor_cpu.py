@@ -275,7 +275,8 @@ def main() -> None:
                   f"{args.calls} calls each)")
     finally:
         if schema is not None:
-            subprocess.run(["psql", args.postgres, "-qc", f"DROP SCHEMA {schema} CASCADE"],
+            subprocess.run(["psql", args.postgres, "-qc",
+                            f"SET client_min_messages TO warning; DROP SCHEMA {schema} CASCADE"],
                            check=False)
 
 
