@@ -1,10 +1,11 @@
 """Serving over stdio (seed 000 section 3): read the protocol stream until
 it ends or SIGTERM or SIGINT, answer every call in flight, then let the server close.
 
-A thread reads the protocol descriptor into the event loop; the connection
-(protocol/mcp/connection.py) turns lines into events; every outgoing line is
-written whole under one lock (`LineWriter`), and a write that fails for
-good (the client is gone) stops the reading while running runs end.
+The event loop reads the protocol descriptor (a thread does, when it cannot
+be polled: stdio.read_chunks); the connection (protocol/mcp/connection.py)
+turns lines into events; every outgoing line is written whole under one
+lock (`LineWriter`), and a write that fails for good (the client is gone)
+stops the reading while running runs end.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ class StdioServing:
         ended = asyncio.Event()  # the end of input, or a failure handling it
         failed: list[BaseException] = []
 
-        def received(data: bytes | None) -> None:  # on the event loop
-            # Each chunk is handled in the callback that brings it to the loop:
-            # a queue and a task per chunk to wait on it and on `stopping`
-            # were several loop iterations per call.
+        def received(data: bytes | None) -> None:
+            # Each chunk is handled in the callback that brings it: a queue
+            # and a task per chunk to wait on it and on `stopping` were
+            # several loop iterations per call.
             if ended.is_set() or stopping.is_set():
                 return  # serving is over: what comes after is not read
             if data is None:
@@ -59,15 +60,13 @@ class StdioServing:
                 failed.append(exc)
                 ended.set()
 
-        def arrived(data: bytes | None) -> None:  # in the reading thread
-            loop.call_soon_threadsafe(received, data)
-
-        read_chunks(self.stdio.reader, arrived)
+        stop_reading = read_chunks(self.stdio.reader, received, loop)
         waiters = {asyncio.ensure_future(ended.wait()), asyncio.ensure_future(stopping.wait())}
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ended.set()
+            stop_reading()
             for waiter in waiters:
                 waiter.cancel()
         if failed:
