@@ -45,7 +45,7 @@ def test_a_pipe_is_read_on_the_event_loop_to_its_end():
         os.close(reader)
 
 
-def test_a_file_which_cannot_be_polled_is_read_by_a_thread_and_handed_to_the_loop(tmp_path):
+def test_a_file_which_cannot_be_polled_is_read_to_its_end_and_handed_to_the_loop(tmp_path):
     path = tmp_path / "requests.jsonl"
     path.write_bytes(b'{"id": 1}\n{"id": 2}\n')
     fd = os.open(path, os.O_RDONLY)
