@@ -36,6 +36,7 @@ from staal.records.runconfig import config_key
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import RunsInFlight
+from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import (
     answer_earlier,
     charged_of,
@@ -189,8 +190,8 @@ class Calls:
                                    (admission.quota is None and admission.rate is None)):
             return None  # nothing to refuse: no read
         try:
-            over = await asyncio.to_thread(self.ledger.over_quota, tool.name, tool.quota, 1,
-                                           money_held(runtime, admission), admission)
+            over = await off_loop(self.ledger.over_quota, tool.name, tool.quota, 1,
+                                  money_held(runtime, admission), admission)
         except (StoreError, LedgerUnusable):
             return None
         return None if over is None else self.refused_over(tool, over, admission)
@@ -219,8 +220,8 @@ class Calls:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         admission = admitted.admission(tool.name)
-        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state,
-                                         admission)
+        result, files = await off_loop(self._reserve_and_keep, runtime, once, arguments, state,
+                                       admission)
         if isinstance(result, Existing):
             assert once is not None  # only a call with a once key finds an earlier run
             return self.answer_earlier(result.entry, once.args)
@@ -228,7 +229,7 @@ class Calls:
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
             return self.refused_over(tool, result, admission)
-        files = self.files(tool.name, result.run)
+        assert files is not None  # reserved: its arguments are kept there
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
@@ -238,21 +239,22 @@ class Calls:
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: OnceRequest | None,
                           arguments: dict[str, Json], state: CallState,
-                          admission: Admission | None) -> ReserveResult:
+                          admission: Admission | None) -> tuple[ReserveResult, RunFiles | None]:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
-        the reservation, then the arguments file."""
+        the reservation, then the arguments file; and the run's files (None: none)."""
         tool = runtime.tool
         with self.in_flight.reserving() as hold:
             result = self.ledger.reserve_call(tool.name, tool.quota, 1,
                                               money_held(runtime, admission), once, admission)
             if isinstance(result, (Existing, Different, OverQuota)):
-                return result
+                return result, None
             hold(result.run)
             state.run = result.run
         kill_point("supervisor", "reserve")
-        self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
+        files = self.files(tool.name, result.run)
+        self.run_journals.keep_inputs(files, arguments)
         kill_point("supervisor", "inputs")
-        return result
+        return result, files
 
     async def resume_run(self, files: RunFiles) -> CallOutcome:
         """Recovery at start: resume an unfinished or waiting run to its end
@@ -327,7 +329,7 @@ class Calls:
         its arguments removed, and answered from its outcome."""
         cut = self.crashes.cut_off.pop(files.run, None)
         if cut is not None:
-            await asyncio.to_thread(self._flush_log, files, "cut off")
+            await off_loop(self._flush_log, files, "cut off")
             message = (f"run {files.run} stopped on this instance: its journal record was "
                        f"refused ({cut}); nothing was performed after it, and the run is not "
                        "settled here")
@@ -335,10 +337,9 @@ class Calls:
                      message=message)
             return Failed(files.run, "internal", message)
         if isinstance(final, StoppedMsg):
-            await asyncio.to_thread(self._flush_log, files, "stopped")
+            await off_loop(self._flush_log, files, "stopped")
             try:
-                await asyncio.to_thread(self.waiting.record, tool.name, files, final.op,
-                                        final.message)
+                await off_loop(self.waiting.record, tool.name, files, final.op, final.message)
             except StaalError as exc:  # taken over since its stop was journaled
                 self.log("waiting_refused", level="error", run=files.run, tool=tool.name,
                          kind=exc.kind, message=exc.message)
@@ -352,18 +353,18 @@ class Calls:
         if final is None:
             # No worker made its journal's header durable (they died, or none
             # came): it never started.
-            await asyncio.to_thread(self.ledger.release, files.run)
+            await off_loop(self.ledger.release, files.run)
             # A journal cut before its header was durable goes; then the run
             # ends as any run (its kept arguments, on a shared store their row too).
-            await asyncio.to_thread(discard_unstarted, files.journal)
-            await asyncio.to_thread(self.waiting.notes.end, files,
-                                    self.logs.last_lines(files, "never started"))
+            await off_loop(discard_unstarted, files.journal)
+            await off_loop(self.waiting.notes.end, files,
+                           self.logs.last_lines(files, "never started"))
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="the run never started: no worker created its journal (see above)")
             return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
-        failed = await asyncio.to_thread(self._settle_and_clean_up, files, final)
+        failed = await off_loop(self._settle_and_clean_up, files, final)
         if failed is not None:
             # What is left is the next start's to remove (its arguments file).
             self.log("clean_up_failed", level="error", run=files.run, tool=tool.name,

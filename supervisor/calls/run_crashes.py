@@ -10,7 +10,6 @@ holds one, given how to run once in a worker (`Calls.execute`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
@@ -19,6 +18,7 @@ from staal.manifest.model import Manifest, Tool
 from staal.records.messages import Ended, JournalAppend, StoppedMsg
 from staal.records.runconfig import Limits, from_tool
 from staal.runtime.budgets import message_of, own_limit
+from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import give_up, over_limit
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import RunJournals
@@ -104,8 +104,8 @@ class RunCrashes:
                     message = message_of(limit, limits.cpu_ms, limits.memory_mib, SILENT_S)
                     self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
                              pid=lost.pid, how=how, limit=limit)
-                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,
-                                                   self.run_journals)
+                    return await off_loop(over_limit, files, tuple(tool.grants), message,
+                                          self.run_journals)
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
@@ -119,8 +119,8 @@ class RunCrashes:
         off here as any refused record cuts it off (answered failed, not
         settled here)."""
         try:
-            return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
-                                           self.run_journals)
+            return await off_loop(give_up, files, tuple(tool.grants), deaths, how,
+                                  self.run_journals)
         except StaalError as exc:
             if exc.kind != "fenced":
                 raise
@@ -148,7 +148,7 @@ class RunCrashes:
             return RecordRefused("wrong_run", f"the record names run {append.run}, not the "
                                  f"worker's run {files.run}")
         try:
-            await asyncio.to_thread(self.run_journals.append, files, append.record)
+            await off_loop(self.run_journals.append, files, append.record)
         except StaalError as exc:
             self.cut_off_run(files, exc)
             return RecordRefused(exc.kind, exc.message)
