@@ -228,6 +228,8 @@ def schema_dsn(dsn: str) -> tuple[str, str]:
     """A DSN whose connections use a schema of their own, and the schema's name."""
     schema = f"bench_supcpu_{os.getpid()}"
     subprocess.run(["psql", dsn, "-qc", f"CREATE SCHEMA {schema}"], check=True)
+    if "://" not in dsn:  # key=value form
+        return f"{dsn} options=-csearch_path={schema}", schema
     sep = "&" if "?" in dsn else "?"
     return f"{dsn}{sep}options=-csearch_path%3D{schema}", schema
 
