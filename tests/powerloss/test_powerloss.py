@@ -126,7 +126,13 @@ def test_a_sample_of_a_refunds_power_loss_states_all_recover_to_the_seeds_rules(
 
 
 def test_two_calls_whose_reserves_share_one_fsync_recover_to_the_seeds_rules_in_a_sample() -> None:
-    explored = explore(scenario_named("two in flight"), spread(SAMPLE))
+    # The lever holds the first reserve back for the second for a bounded
+    # time; on a machine loaded enough to miss it the recording has no
+    # shared fsync to cross, so it is made again (at most twice more).
+    for _ in range(3):
+        explored = explore(scenario_named("two in flight"), spread(SAMPLE))
+        if 2 in explored.reserves_per_flush:
+            break
     # Not vacuous: one fsync of the ledger made both reserves durable.
     assert 2 in explored.reserves_per_flush, explored.reserves_per_flush
     assert sum(explored.reserves_per_flush) == 2
