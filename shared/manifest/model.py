@@ -23,8 +23,9 @@ DEFAULT_KEEP_DAYS = 90
 DEFAULT_MAX_CONCURRENT_RUNS = 4
 DEFAULT_MAX_STEPS = 10_000_000
 # How many runs one worker process serves (`runs_per_worker`, per tool or
-# for the server) before it is retired; 1 is a fresh process per run. It is
-# 1 until warm workers are measured (issue 26), and the range a manifest may set.
+# for the server) before it is retired; 1 is a fresh process per run. 100:
+# within 2% of 1000's CPU per call, where 10 is 23% above it (BENCHMARKS.md,
+# issue 26's goals); and the range a manifest may set.
 DEFAULT_RUNS_PER_WORKER = 100
 RUNS_PER_WORKER_RANGE = (1, 100_000)
 # An instance's lease on a shared store (`server.store.postgres.lease_s`),
