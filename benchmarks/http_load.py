@@ -1,5 +1,6 @@
 """The HTTP benchmark's load: N clients, each one keep-alive HTTP/1.1
-connection calling the no-op tool in turn, as fast as the server answers.
+connection calling a tool in turn (the no-op, or with --tool get --service
+URL the GET tool on that service), as fast as the server answers.
 
 A process of its own (so its CPU is not the server's) with the least client
 a request can have: each request is built in advance, written whole, and its
@@ -9,6 +10,7 @@ the way, so the same bytes measure every server.
 
     python benchmarks/http_load.py --port P [--path /mcp] --clients 16 --calls 2000
         --revision 2025-11-25|2026-07-28 [--method tools/call|tools/list]
+        [--tool noop|get --service http://127.0.0.1:PORT]
 
 Prints one JSON object: calls, failures (by message), seconds (first request
 written to last answer read), this process's CPU seconds, and the median
@@ -33,14 +35,21 @@ META = {"io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "bench-load", "version": "1"}}
 
 
-def request(path: str, port: int, revision: str, method: str, i: int) -> bytes:
-    params: dict[str, object] = {"name": "noop", "arguments": {"x": i}} if method == CALL else {}
+def arguments(tool: str, service: str | None, i: int) -> dict[str, object]:
+    """The call's arguments; both tools answer i."""
+    return {"x": i} if tool == "noop" else {"url": f"{service}/item/{i}"}
+
+
+def request(path: str, port: int, revision: str, method: str, i: int, tool: str = "noop",
+            service: str | None = None) -> bytes:
+    params: dict[str, object] = ({"name": tool, "arguments": arguments(tool, service, i)}
+                                 if method == CALL else {})
     headers = [f"POST {path} HTTP/1.1", f"host: 127.0.0.1:{port}",
                "content-type: application/json", "accept: application/json, text/event-stream",
                f"mcp-protocol-version: {revision}"]
     if revision == MODERN:
         params["_meta"] = META
-        headers += [f"mcp-method: {method}"] + (["mcp-name: noop"] if method == CALL else [])
+        headers += [f"mcp-method: {method}"] + ([f"mcp-name: {tool}"] if method == CALL else [])
     body = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
     headers.append(f"content-length: {len(body)}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
@@ -62,9 +71,9 @@ async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         body += chunk[:-2]
 
 
-def judged(status: int, body: bytes, i: int, method: str) -> str | None:
+def judged(status: int, body: bytes, i: int, method: str, tool: str = "noop") -> str | None:
     """None if the answer is the tool's result i (or a listing naming the
-    no-op tool), else what was wrong."""
+    tool), else what was wrong."""
     if status != 200:
         return f"HTTP {status}"
     text = body.decode()
@@ -75,13 +84,14 @@ def judged(status: int, body: bytes, i: int, method: str) -> str | None:
     if result is None:
         return f"error {message.get('error', {}).get('code')}"
     if method == LIST:
-        return None if any(t["name"] == "noop" for t in result.get("tools", ())) else "no noop listed"
+        listed = any(t["name"] == tool for t in result.get("tools", ()))
+        return None if listed else f"no {tool} listed"
     if result.get("isError") or result.get("structuredContent", {}).get("result") != i:
         return "wrong result"
     return None
 
 
-async def client(port: int, method: str, requests: list[tuple[int, bytes]],
+async def client(port: int, method: str, tool: str, requests: list[tuple[int, bytes]],
                  failures: Counter[str], took: list[float]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -90,7 +100,7 @@ async def client(port: int, method: str, requests: list[tuple[int, bytes]],
             writer.write(data)
             status, body = await read_answer(reader)
             took.append(time.perf_counter() - start)
-            problem = judged(status, body, i, method)
+            problem = judged(status, body, i, method, tool)
             if problem is not None:
                 failures[problem] += 1
     finally:
@@ -101,12 +111,13 @@ async def load(args: argparse.Namespace) -> dict[str, object]:
     per_client: list[list[tuple[int, bytes]]] = [[] for _ in range(args.clients)]
     for i in range(args.calls):
         per_client[i % args.clients].append(
-            (i, request(args.path, args.port, args.revision, args.method, i)))
+            (i, request(args.path, args.port, args.revision, args.method, i, args.tool,
+                        args.service)))
     failures: Counter[str] = Counter()
     took: list[float] = []
     cpu = time.process_time()
     started = time.perf_counter()
-    await asyncio.gather(*(client(args.port, args.method, chunk, failures, took)
+    await asyncio.gather(*(client(args.port, args.method, args.tool, chunk, failures, took)
                            for chunk in per_client))
     seconds = time.perf_counter() - started
     took.sort()
@@ -123,6 +134,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--revision", choices=(LEGACY, MODERN), default=MODERN)
     parser.add_argument("--method", choices=(CALL, LIST), default=CALL)
+    parser.add_argument("--tool", choices=("noop", "get"), default="noop")
+    parser.add_argument("--service", help="--tool get: the local service's base URL")
     print(json.dumps(asyncio.run(load(parser.parse_args()))))
 
 

@@ -83,6 +83,15 @@ def tree_cpu(root: int) -> float:
     return total
 
 
+def root_cpu(root: int) -> float:
+    """CPU seconds `root` alone has used, all its threads, without any child:
+    for staal the supervisor's own, apart from its zygote and workers."""
+    try:
+        return process_cpu(root)[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+
+
 def children_cpu() -> float:
     """CPU seconds of this process's children it has waited for (microseconds)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -40,11 +40,20 @@ server's whole process tree, the client's process and the service
 (`proctree.py` says how; the report checks the snapshots against the
 kernel's own total for each tree after it exited). Every answer is checked;
 failed calls are counted by message, never retried. Reports medians over
-rounds, the load average and fsync latency, and issue 12's goals (item 5),
+rounds, the load average and fsync latency, and issue 26's goals over stdio,
 each ratio against its goal.
 
     python benchmarks/server.py [--rounds 5] [--calls 1000] [--inflight 2000] [--cold 3]
         [--scenario noop --scenario get] [--servers staal,mcpserver,fastmcp,dbos,shm]
+        [--runs-per-worker 1,100]
+
+--runs-per-worker N[,N...] writes each N as staal's `server.runs_per_worker`
+(how many runs one worker serves; 1 is a fresh process per run) and gives
+staal a row per setting ("staal, runs_per_worker N"), measured in the same
+rounds as the references; without it staal has one row and the key is left
+to its default. Each row shows the server tree's CPU per call and, beside
+it, its main process's alone (staal's supervisor, apart from the zygote and
+the workers). `goals.py` runs the cells issue 26's goals need.
 
 Profiling staal's side (nothing in staal is edited for it; `server_profile.py`):
 
@@ -75,10 +84,13 @@ arguments file's two fsyncs (as if the arguments rode in the reserve's
 ledger event), --experiment journal-ahead one whose workers make a file and
 its directory entry durable while idle and create the run's journal without
 its directory's fsync (`servers/trace/folds.py`; experiments, from outside;
-see BENCHMARKS.md).
+see benchmarks/HISTORY.md). --experiment file-dir-together fsyncs a new file and its
+directory on two threads at once, reserve-beside-arguments the reserve's ledger
+event beside the arguments file, fsyncs-together both (`servers/trace/pairs.py`;
+BENCHMARKS.md, "Fsyncs in parallel").
 
 Prints Markdown: a paragraph on the run, then tables under #### headings, to be
-pasted as they are under a run's ### heading in BENCHMARKS.md.
+pasted as they are under a run's ### heading (benchmarks/HISTORY.md keeps the earlier runs).
 """
 
 from __future__ import annotations
@@ -105,6 +117,7 @@ from server_contenders import (
     Service,
     bench_dir,
     contenders,
+    runs_per_worker_settings,
 )
 from server_measure import IN_FLIGHT, Samples, cold_start, median_phase, session
 from server_profile import hooks_dir, profile, py_spy, worker_costs
@@ -178,15 +191,27 @@ def chosen_servers(args: argparse.Namespace) -> list[Contender]:
     if missing:
         raise SystemExit(f"{', '.join(missing)} not installed: pip install -e '.[bench]' "
                          "(or leave the server out with --servers)")
-    return contenders(args.fastmcp_python, keys)
+    return contenders(args.fastmcp_python, keys, runs_per_worker_settings(args.runs_per_worker))
+
+
+Results = dict[tuple[str, str], Samples]
 
 
 async def bench(args: argparse.Namespace) -> None:
+    results, cold, run = await collect(args)
+    report(results, cold, run, args)
+
+
+async def collect(args: argparse.Namespace) -> tuple[Results, dict[str, list[float]], dict[str, Any]]:
+    """Every server's samples per scenario, its cold starts, and what the
+    run was (loads, fsync latency, staal's rows by `runs_per_worker`)."""
     base = bench_dir()
     scenarios = [SCENARIOS[key] for key in dict.fromkeys(args.scenario)]
     everyone = chosen_servers(args)
     run: dict[str, Any] = {"load_before": loads(), "fsync_before": fsync_latency(base),
-                           "scenarios": scenarios, "load_rounds": []}
+                           "scenarios": scenarios, "load_rounds": [],
+                           "staal": [c.name for c in everyone
+                                     if c.staal and c.key.partition(":")[0] == "staal"]}
     if args.exit_race_workaround:
         hooks = {"PYTHONPATH": str(hooks_dir(base, None, True))}
         for contender in everyone:
@@ -204,7 +229,9 @@ async def bench(args: argparse.Namespace) -> None:
         everyone.append(Contender("pg", STAAL_PG, supervisor, [], staal=True,
                                   env={STORE_ENV: dsn}, postgres=True))
     service = Service(args.service_delay_ms) if GET in scenarios else None
-    results = {(c.name, s.key): Samples() for c in everyone for s in scenarios}
+    skipped = set(getattr(args, "skip", ()))  # (server key, scenario key) pairs goals.py leaves out
+    results = {(c.name, s.key): Samples() for c in everyone for s in scenarios
+               if (c.key, s.key) not in skipped}
     cold: dict[str, list[float]] = {c.name: [] for c in everyone} if args.cold else {}
     try:
         if service:
@@ -221,7 +248,7 @@ async def bench(args: argparse.Namespace) -> None:
     run["load_after"] = loads()
     run["fsync_after"] = fsync_latency(base)
     run["load_rounds"] = ", ".join(run["load_rounds"])
-    report(results, cold, run, args)
+    return results, cold, run
 
 
 async def rounds(everyone: list[Contender], scenarios: list[Scenario],
@@ -234,6 +261,8 @@ async def rounds(everyone: list[Contender], scenarios: list[Scenario],
             for _ in range(args.cold):
                 cold[contender.name].append(await cold_start(contender, base))
             for scenario in scenarios:
+                if (contender.name, scenario.key) not in results:
+                    continue
                 s = results[contender.name, scenario.key]
                 try:
                     kept = await session(contender, scenario, s, base, args, service)
@@ -246,7 +275,9 @@ async def rounds(everyone: list[Contender], scenarios: list[Scenario],
                         f"calls/s sequential, {median_phase(s.inflight[-1:], 'rate'):,.0f} calls/s "
                         f"{IN_FLIGHT} in flight; server CPU per call "
                         f"{median_phase(s.sequential[-1:], 'server_cpu') * 1e6:,.0f} µs sequential, "
-                        f"{median_phase(s.inflight[-1:], 'server_cpu') * 1e6:,.0f} µs in flight")
+                        f"{median_phase(s.inflight[-1:], 'server_cpu') * 1e6:,.0f} µs in flight "
+                        f"(its main process alone "
+                        f"{median_phase(s.sequential[-1:], 'root_cpu') * 1e6:,.0f} µs sequential)")
                 if args.cold:
                     line += f"; cold {cold[contender.name][-1] * 1e3:.0f} ms"
                 seq, flight = s.sequential[-1], s.inflight[-1]
@@ -258,7 +289,7 @@ async def rounds(everyone: list[Contender], scenarios: list[Scenario],
                 print(line, file=sys.stderr)
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per round")
@@ -271,6 +302,9 @@ def main() -> None:
                         help="which servers, by key, comma-separated")
     parser.add_argument("--service-delay-ms", type=float, default=2.0,
                         help="how long the GET scenario's service waits before it answers")
+    parser.add_argument("--runs-per-worker", metavar="N[,N...]",
+                        help="staal's server.runs_per_worker, a staal row per setting (such as "
+                             "1,100); not given: one row, the key left to its default")
     parser.add_argument("--fastmcp-python", default=sys.executable,
                         help="the interpreter that has fastmcp installed")
     parser.add_argument("--no-shm", action="store_true",
@@ -281,7 +315,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="trace staal's side only")
     parser.add_argument("--exit-race-workaround", action="store_true",
                         help="run staal with the workaround for the worker-exit race in "
-                             "supervisor/workers/pool.py (see BENCHMARKS.md)")
+                             "supervisor/workers/pool.py (see benchmarks/HISTORY.md)")
     parser.add_argument("--py-spy", action="store_true",
                         help="sample staal's supervisor with py-spy during sequential calls")
     parser.add_argument("--py-spy-workers", action="store_true",
@@ -289,19 +323,26 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--experiment", action="append", default=[],
                         choices=["defer-fork", "preimport-http", "no-rehearsal",
-                                 "fold-arguments", "journal-ahead"],
+                                 "fold-arguments", "journal-ahead", "file-dir-together",
+                                 "reserve-beside-arguments", "fsyncs-together"],
                         help="try a change to staal from outside (servers/trace/tracer.py), as "
                              "one more staal row (--profile: on the traced server): defer-fork "
                              "asks for a replacement worker when a run ends; preimport-http has "
                              "the zygote import httpcore, h11 and certifi; no-rehearsal has idle "
                              "workers skip serve.rehearse; fold-arguments and journal-ahead "
-                             "model two folds of the durable steps (servers/trace/folds.py)")
+                             "model two folds of the durable steps (servers/trace/folds.py); "
+                             "file-dir-together, reserve-beside-arguments and fsyncs-together "
+                             "issue two fsyncs together (servers/trace/pairs.py)")
     parser.add_argument("--worker-costs", action="store_true",
                         help="what one worker costs by CPU time, step by step")
     parser.add_argument("--forks", type=int, default=200, help="--worker-costs: forks per case")
     parser.add_argument("--on-shm", action="store_true",
                         help="--profile, --py-spy: staal's journals on /dev/shm (fsyncs cost nothing)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
     args.scenario = args.scenario or ["noop", "get"]
     if args.worker_costs:
         worker_costs(args)

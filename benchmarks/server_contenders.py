@@ -69,6 +69,7 @@ class Contender:
     base: Path | None = None  # where its directory goes, if not the benchmark's
     takes_directory: bool = False  # its directory as one more argument (DBOS's system database)
     postgres: bool = False  # staal's ledger in the PostgreSQL store whose DSN is env[STORE_ENV]
+    runs_per_worker: int | None = None  # staal's `server.runs_per_worker`; None: not written
 
     def prepare(self, base: Path, scenario: Scenario = NOOP,
                 service: str | None = None) -> tuple[StdioServerParameters, Path]:
@@ -77,7 +78,8 @@ class Contender:
         directory = Path(tempfile.mkdtemp(prefix="bench-server-", dir=self.base or base))
         args = list(self.args)
         if self.staal:
-            write_staal_manifest(directory, scenario, service, self.postgres)
+            write_staal_manifest(directory, scenario, service, self.postgres,
+                                 self.runs_per_worker)
             args = ["serve", str(directory / "manifest.json")]
         elif self.takes_directory:
             args.append(str(directory))
@@ -85,13 +87,16 @@ class Contender:
 
 
 def write_staal_manifest(directory: Path, scenario: Scenario, service: str | None,
-                         postgres: bool = False) -> None:
+                         postgres: bool = False, runs_per_worker: int | None = None) -> None:
     """`servers/staal_manifest.json` with only the scenario's tool (so the
     zygote imports what that tool needs, no more), its program beside it,
     and the service's origin in the GET grant's `only`; with `postgres`, the
-    ledger in the PostgreSQL store whose DSN is in STORE_ENV."""
+    ledger in the PostgreSQL store whose DSN is in STORE_ENV; with
+    `runs_per_worker`, that as `server.runs_per_worker` (else the server's default)."""
     manifest = json.loads((SERVERS / "staal_manifest.json").read_text())
     manifest["tools"] = [tool for tool in manifest["tools"] if tool["name"] == scenario.tool]
+    if runs_per_worker is not None:
+        manifest["server"]["runs_per_worker"] = runs_per_worker
     if postgres:
         manifest["server"]["store"] = {"postgres": {"dsn": {"env": STORE_ENV}}}
     text = json.dumps(manifest, indent=2)
@@ -101,19 +106,42 @@ def write_staal_manifest(directory: Path, scenario: Scenario, service: str | Non
     shutil.copy(SERVERS / f"{scenario.tool}.py", directory / f"{scenario.tool}.py")
 
 
-def contenders(fastmcp_python: str, chosen: set[str] | None = None) -> list[Contender]:
-    """The servers, those in `chosen` (keys) if given; staal first."""
+def runs_per_worker_settings(text: str | None) -> list[int | None]:
+    """`--runs-per-worker 1,100`: staal's settings, a row each, in order and
+    without repeats; None (the option not given): one row, the key not written."""
+    if not text:
+        return [None]
+    settings = []
+    for part in text.split(","):
+        value = int(part)
+        if not 1 <= value <= 100_000:
+            raise SystemExit(f"--runs-per-worker: {value} is out of range (1 to 100000)")
+        settings.append(value)
+    return list(dict.fromkeys(settings))
+
+
+def staal_name(runs_per_worker: int | None) -> str:
+    return STAAL if runs_per_worker is None else f"{STAAL}, runs_per_worker {runs_per_worker}"
+
+
+def contenders(fastmcp_python: str, chosen: set[str] | None = None,
+               settings: list[int | None] | None = None) -> list[Contender]:
+    """The servers, those in `chosen` (keys) if given; staal first, a row per
+    `runs_per_worker` setting (key `staal`, or `staal:N` when set)."""
     bin_dir = Path(sys.executable).parent
     supervisor = str(bin_dir / "staal-supervisor")
+    staal = [Contender("staal" if n is None else f"staal:{n}", staal_name(n), supervisor, [],
+                       staal=True, runs_per_worker=n) for n in settings or [None]]
     everyone = [
-        Contender("staal", STAAL, supervisor, [], staal=True),
+        *staal,
         Contender("mcpserver", MCPSERVER, sys.executable, [str(SERVERS / "ref_mcpserver.py")]),
         Contender("fastmcp", FASTMCP, fastmcp_python, [str(SERVERS / "ref_fastmcp.py")]),
         Contender("dbos", DBOS, sys.executable, [str(SERVERS / "ref_dbos.py")], takes_directory=True),
     ]
     if Path("/dev/shm").is_dir():
         everyone.append(Contender("shm", STAAL_SHM, supervisor, [], staal=True, base=Path("/dev/shm")))
-    return [c for c in everyone if chosen is None or c.key in chosen]
+    return [c for c in everyone
+            if chosen is None or c.key.partition(":")[0] in chosen]
 
 
 class Session:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp import Client, MCPError
-from proctree import children_cpu, own_cpu, tree_cpu
+from proctree import children_cpu, own_cpu, root_cpu, tree_cpu
 from server_contenders import NOOP, Contender, Scenario, Service, Session
 
 IN_FLIGHT = 16
@@ -34,6 +34,7 @@ class Phase:
     service_cpu: float
     failed: int
     latencies: list[float] = field(default_factory=list)
+    root_cpu: float = 0.0  # the server's own process alone (staal: the supervisor)
 
 
 @dataclass
@@ -100,15 +101,18 @@ async def phase(calls: int, run: Callable[[], Awaitable[list[float]]], tally: Ta
     failed_before = tally.failed
     service_before = tree_cpu(service.pid) if service else 0.0
     server_before = tree_cpu(server)
+    root_before = root_cpu(server)
     client_before = own_cpu()
     begin = time.perf_counter()
     latencies = await run()
     elapsed = time.perf_counter() - begin
     client_after = own_cpu()
+    root_after = root_cpu(server)
     server_after = tree_cpu(server)
     service_after = tree_cpu(service.pid) if service else 0.0
     return Phase(calls, elapsed, server_after - server_before, client_after - client_before,
-                 service_after - service_before, tally.failed - failed_before, latencies)
+                 service_after - service_before, tally.failed - failed_before, latencies,
+                 root_cpu=root_after - root_before)
 
 
 async def sequential(call: Callable[[int], Awaitable[Any]], count: int) -> list[float]:
@@ -180,7 +184,7 @@ def percentile(ordered: list[float], q: float) -> float:
 
 def median_phase(phases: list[Phase], key: str) -> float:
     """The median over rounds of a phase's `key`: 'rate' (calls/s), or a CPU
-    ('server_cpu', 'client_cpu', 'service_cpu') per call."""
+    ('server_cpu', 'root_cpu', 'client_cpu', 'service_cpu') per call."""
     if key == "rate":
         return statistics.median(p.calls / p.elapsed for p in phases)
     return statistics.median(getattr(p, key) / p.calls for p in phases)

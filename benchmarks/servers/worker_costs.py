@@ -45,7 +45,7 @@ def main() -> None:
     manifest, journals, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     from staal.worker.processes.zygote import preload
 
-    configs, prepared = preload(manifest)
+    configs, prepared, _reuse = preload(manifest)
     gc.collect()
     gc.freeze()
     import zmq

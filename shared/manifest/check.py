@@ -23,6 +23,7 @@ from staal.manifest.model import (
     DEFAULT_MAX_STEPS,
     MIN_MEMORY_MIB,
     RUN_STATUS_TOOL,
+    RUNS_PER_WORKER_RANGE,
     Grant,
     Manifest,
     ModelConfig,
@@ -44,8 +45,8 @@ TOP = ("server", "model", "tools", "resources", "auth", "callers")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
-    "max_concurrent_runs", "once", "quota", "max_steps", "max_memory", "max_wait",
-    "max_cpu", "profiles",
+    "max_concurrent_runs", "runs_per_worker", "once", "quota", "max_steps", "max_memory",
+    "max_wait", "max_cpu", "profiles",
 )
 NET = ("timeout_ms", "connect_timeout_ms")
 ONCE = ("by", "keep")
@@ -244,6 +245,8 @@ class ManifestChecker:
         net = self.net(obj.get("net"), f"{path}.net")
         deadline = v.optional(obj, "deadline", path, v.duration)
         limit = v.optional(obj, "max_concurrent_runs", path, lambda x, p: v.whole(x, p, 1, 1024))
+        runs = v.optional(obj, "runs_per_worker", path,
+                          lambda x, p: v.whole(x, p, *RUNS_PER_WORKER_RANGE))
         once = v.optional(obj, "once", path, lambda x, p: self.once(x, p, server, grants))
         quota = v.optional(obj, "quota", path, lambda x, p: self.quota(x, p, grants))
         steps = v.whole(obj.get("max_steps", DEFAULT_MAX_STEPS), f"{path}.max_steps", 1, 10**12)
@@ -259,13 +262,14 @@ class ManifestChecker:
                 self.quota_money_bounded(quota.money, f"{path}.profiles.{set_name}", grant_set)
         if (name is None or description is None or program is None or entry is None
                 or grants is None or net is None or steps is None
-                or v.failed(obj, path, "title", "deadline", "max_concurrent_runs", "once", "quota",
-                            "max_memory", "max_wait", "max_cpu", "profiles")):
+                or v.failed(obj, path, "title", "deadline", "max_concurrent_runs",
+                            "runs_per_worker", "once", "quota", "max_memory", "max_wait",
+                            "max_cpu", "profiles")):
             return None
         return Tool(
             name=name, title=title, description=description, program=program, entry=entry,
             grants=grants, net=net, deadline=deadline, max_concurrent_runs=limit,
-            once=once, quota=quota, max_steps=steps, max_memory=memory, max_wait=wait,
+            runs_per_worker=runs, once=once, quota=quota, max_steps=steps, max_memory=memory, max_wait=wait,
             max_cpu=cpu, profiles=profiles or MappingProxyType({}),
         )
 

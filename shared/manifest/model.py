@@ -22,6 +22,12 @@ RUN_STATUS_TOOL = "staal_run_status"
 DEFAULT_KEEP_DAYS = 90
 DEFAULT_MAX_CONCURRENT_RUNS = 4
 DEFAULT_MAX_STEPS = 10_000_000
+# How many runs one worker process serves (`runs_per_worker`, per tool or
+# for the server) before it is retired; 1 is a fresh process per run. 100:
+# within 2% of 1000's CPU per call, where 10 is 23% above it (BENCHMARKS.md,
+# issue 26's goals); and the range a manifest may set.
+DEFAULT_RUNS_PER_WORKER = 100
+RUNS_PER_WORKER_RANGE = (1, 100_000)
 # An instance's lease on a shared store (`server.store.postgres.lease_s`),
 # and the range a manifest may set: under 3 s a renewal every second is
 # too easily missed on a loaded machine; an hour is already a long wait
@@ -117,6 +123,10 @@ class Tool:
     max_memory: Size | None = None
     max_wait: Duration | None = None
     max_cpu: Duration | None = None
+    # None: the server's `runs_per_worker` (Manifest.runs_per_worker). Not a
+    # run limit: it stays out of RunConfig, so changing it never changes a
+    # journal's config_sha256 and never makes a run unresumable.
+    runs_per_worker: int | None = None
     # Alternative grant sets a caller profile may pick by name (`callers`,
     # `"grants": "<name>"`); each names the same parameters as `grants`.
     profiles: Mapping[str, Mapping[str, Grant]] = field(
@@ -216,6 +226,8 @@ class ServerConfig:
     # None: "forever".
     keep_days: int | None = DEFAULT_KEEP_DAYS
     max_concurrent_runs: int = DEFAULT_MAX_CONCURRENT_RUNS
+    # Runs a worker serves before it is retired, for a tool that sets none.
+    runs_per_worker: int = DEFAULT_RUNS_PER_WORKER
     notify: tuple[str, ...] | None = None
     notify_env: tuple[str, ...] = ()
     http: HttpConfig = HttpConfig()
@@ -324,6 +336,14 @@ class Manifest:
             if tool.name == name:
                 return tool
         return None
+
+    def runs_per_worker(self, tool_name: str) -> int:
+        """How many runs one worker of the tool serves: the tool's own
+        `runs_per_worker`, else the server's (1: a fresh process per run)."""
+        tool = self.tool(tool_name)
+        if tool is not None and tool.runs_per_worker is not None:
+            return tool.runs_per_worker
+        return self.server.runs_per_worker
 
     def warnings(self) -> list[str]:
         """What is allowed but worth an operator's attention at start."""

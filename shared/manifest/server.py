@@ -1,5 +1,5 @@
 """The manifest's `server` section: the journals and how long they are kept,
-how many runs at once, the notify command, and the `http`, `traces`,
+how many runs at once and how many a worker serves, the notify command, and the `http`, `traces`,
 `metrics` and `store` sub-sections.
 
 Checked by `ServerReader`, as `GrantReader` checks grants and `AuthChecker`
@@ -22,8 +22,10 @@ from staal.manifest.model import (
     DEFAULT_LEASE_MS,
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_METRICS_LISTEN,
+    DEFAULT_RUNS_PER_WORKER,
     LEASE_S_RANGE,
     READY_PATH,
+    RUNS_PER_WORKER_RANGE,
     HttpConfig,
     MetricsConfig,
     PostgresStore,
@@ -35,8 +37,8 @@ from staal.records.record import Json
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-SERVER = ("name", "journals", "keep", "max_concurrent_runs", "notify", "notify_env", "http",
-          "traces", "metrics", "store")
+SERVER = ("name", "journals", "keep", "max_concurrent_runs", "runs_per_worker", "notify",
+          "notify_env", "http", "traces", "metrics", "store")
 HTTP = ("path", "origins", "public_url")
 TRACES = ("otlp_endpoint", "service_name")
 METRICS = ("listen", "allow_remote")
@@ -61,20 +63,23 @@ class ServerReader:
             obj.get("max_concurrent_runs", DEFAULT_MAX_CONCURRENT_RUNS),
             "server.max_concurrent_runs", 1, 1024,
         )
+        runs = v.whole(obj.get("runs_per_worker", DEFAULT_RUNS_PER_WORKER),
+                       "server.runs_per_worker", *RUNS_PER_WORKER_RANGE)
         notify = self.notify(obj.get("notify"))
         notify_env = self.env_names(obj.get("notify_env", []), "server.notify_env")
         http = self.http(obj.get("http", {}))
         traces = self.traces(obj["traces"]) if "traces" in obj else None
         metrics = v.optional(obj, "metrics", "server", self.metrics)
         store = self.store(obj.get("store", "file"))
-        if name is None or journals is None or limit is None or notify_env is None or http is None \
+        if name is None or journals is None or limit is None or runs is None \
+                or notify_env is None or http is None \
                 or keep is False or traces is False or store is False \
                 or v.failed(obj, "server", "metrics"):
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
-            notify=notify, notify_env=notify_env, http=http, traces=traces, metrics=metrics,
-            store=store,
+            runs_per_worker=runs, notify=notify, notify_env=notify_env, http=http, traces=traces,
+            metrics=metrics, store=store,
         )
 
     def traces(self, value: Json) -> TracesConfig | Literal[False]:

@@ -17,6 +17,7 @@ import base64
 import errno
 import os
 import select
+import stat
 import time
 from pathlib import Path
 from typing import Protocol
@@ -205,6 +206,12 @@ def make_private_dir(
     top down, so no durable entry ever points into a directory that is not.
     An existing directory keeps its mode: it may be shared on purpose.
     """
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            # The common case, one stat: a run's folder is made at start.
+            return path if isinstance(path, Path) else Path(path)
+    except OSError:
+        pass  # the walk below says what is missing or wrong
     target = Path(path)
     missing: list[Path] = []
     probe = target

@@ -51,6 +51,9 @@ class Run(Record):
     # and committed by the supervisor on its shared store (the worker
     # never holds the store's DSN or the fencing token).
     sink: Literal["file", "supervisor"] = "file"
+    # The worker's last run: it exits after it, whatever it could still
+    # serve (the tool's `runs_per_worker` reached; 1: a fresh process per run).
+    last: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,13 @@ class Ended(Record):
     failure: Failure | None = None
     usage: Mapping[str, Usage] = field(default_factory=dict)
     timings: Timings | None = None
+    # The worker waits for another run of its grant set after this one
+    # (worker/processes/binding.py says when it may); False: it exits now.
+    stays: bool = False
+    # Why a worker that could have served more runs does not stay (a run
+    # that did not end done or failed by its program, what a run left in the
+    # process); None: it stays, or this was its last run.
+    retires: str | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)
@@ -183,6 +193,14 @@ class Heartbeat(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class Retire(Record):
+    """Supervisor → a worker waiting between runs: exit now (idle too long,
+    more idle workers than the pool keeps, or the pool closing)."""
+
+    TYPE: ClassVar[str] = "retire"
+
+
+@dataclass(frozen=True, slots=True)
 class Check(Record):
     """Supervisor → worker at start: check one tool's program and config."""
 
@@ -247,7 +265,7 @@ MESSAGES = Family(
     tag="type",
     version=1,
     types=(Run, Started, PrintLine, Progress, StoppedMsg, Ended, Heartbeat, Check, Checked, Verify,
-           Verified, VerifierReady, RunSpans, JournalAppend, JournalAck),
+           Verified, VerifierReady, RunSpans, JournalAppend, JournalAck, Retire),
 )
 
 

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import functools
 import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
-from staal.errors import MoneyError, RecordError
+from staal.errors import RecordError
 from staal.money import Money
+from staal.records.decoders import dataclass_decoder
+from staal.records.decoders import fields_of as _fields
+from staal.records.decoders import hints_of as _hints
 
 VERSION_KEY = "v"
 _T = TypeVar("_T")
@@ -32,7 +36,7 @@ class Pattern:
     what: str
 
     def check(self, value: str, path: str) -> None:
-        if re.fullmatch(self.regex, value) is None:
+        if _compiled(self.regex).fullmatch(value) is None:
             raise RecordError(f"expected {self.what}, not {value[:80]!r}", path)
 
 
@@ -43,6 +47,11 @@ class AtLeast:
     def check(self, value: int, path: str) -> None:
         if value < self.minimum:
             raise RecordError(f"expected at least {self.minimum}, not {value}", path)
+
+
+@cache
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 RunId = Annotated[str, Pattern(r"[0-9a-f]{32}", "a run id (32 hexadecimal characters)")]
@@ -76,6 +85,10 @@ class Family:
         body = _encode_fields(record)
         return {VERSION_KEY: self.version, self.tag: record.TYPE, **body}
 
+    @functools.cached_property
+    def _tags(self) -> Mapping[str, type[Record]]:
+        return self.by_tag()
+
     def decode(self, data: Any) -> Record:
         if not isinstance(data, dict):
             raise RecordError(f"a {self.name} record is a JSON object, not {type(data).__name__}")
@@ -87,12 +100,16 @@ class Family:
                 VERSION_KEY,
             )
         tag = data.get(self.tag)
-        record_type = self.by_tag().get(tag) if isinstance(tag, str) else None
+        record_type = self._tags.get(tag) if isinstance(tag, str) else None
         if record_type is None:
             known = ", ".join(sorted(self.by_tag()))
             raise RecordError(f"unknown {self.name} record type {tag!r} (known: {known})", self.tag)
-        body = {k: v for k, v in data.items() if k not in (VERSION_KEY, self.tag)}
-        return _decode_dataclass(record_type, body, "")
+        body = dict(data)  # both keys are there: the version matched and the tag named a type
+        del body[VERSION_KEY], body[self.tag]
+        # A plain `type` for the cache wrapper, as in _encode_fields.
+        kind: type = record_type
+        decoded: Record = dataclass_decoder(kind)(body, "")
+        return decoded
 
 
 def encode_plain(record: object) -> dict[str, Any]:
@@ -188,12 +205,7 @@ def _encode_value(value: Any) -> Any:
     return value
 
 
-# -- decoding ------------------------------------------------------------
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls, include_extras=True)
+# -- decoding (decoders.py) ----------------------------------------------------
 
 
 # Made once per family and per record type, not per record decoded: the
@@ -203,93 +215,7 @@ def _by_tag(types: tuple[type[Record], ...]) -> Mapping[str, type[Record]]:
     return MappingProxyType({t.TYPE: t for t in types})
 
 
-@cache
-def _fields(cls: type) -> Mapping[str, dataclasses.Field[object]]:
-    return MappingProxyType({f.name: f for f in dataclasses.fields(cls)})
-
-
 def _decode_dataclass(cls: type[_T], data: Any, path: str) -> _T:
-    if not isinstance(data, dict):
-        raise RecordError(f"expected an object, not {_json_kind(data)}", path)
-    plain: type = cls  # a plain `type` for the cache wrappers, as in _encode_fields
-    hints = _hints(plain)
-    fields = _fields(plain)
-    for key in data:
-        if key not in fields:
-            raise RecordError("unknown field", _join(path, key))
-    values = {}
-    for name, f in fields.items():
-        where = _join(path, name)
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise RecordError("is required", where)
-            continue
-        values[name] = _decode_value(hints[name], data[name], where)
-    return cls(**values)
-
-
-def _decode_value(tp: Any, value: Any, path: str) -> Any:
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is Annotated:
-        base, *checks = get_args(tp)
-        decoded = _decode_value(base, value, path)
-        for check in checks:
-            check.check(decoded, path)
-        return decoded
-    if origin in (Union, types.UnionType):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        if value is None and len(options) < len(get_args(tp)):
-            return None
-        return _decode_value(options[0], value, path)
-    if origin is Literal:
-        if not any(value == a and type(value) is type(a) for a in get_args(tp)):
-            allowed = ", ".join(repr(a) for a in get_args(tp))
-            raise RecordError(f"expected one of {allowed}, not {value!r}", path)
-        return value
-    if origin is tuple:
-        item_type = get_args(tp)[0]
-        if not isinstance(value, list):
-            raise RecordError(f"expected a list, not {_json_kind(value)}", path)
-        return tuple(_decode_value(item_type, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (dict, collections.abc.Mapping):
-        _, item_type = get_args(tp)
-        if not isinstance(value, dict):
-            raise RecordError(f"expected an object, not {_json_kind(value)}", path)
-        return {k: _decode_value(item_type, v, _join(path, k)) for k, v in value.items()}
-    if tp is Money:
-        try:
-            return Money.from_wire(value)
-        except MoneyError as exc:
-            raise RecordError(exc.message, _join(path, exc.field or "")) from exc
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _decode_dataclass(tp, value, path)
-    return _decode_scalar(tp, value, path)
-
-
-def _decode_scalar(tp: type, value: Any, path: str) -> Any:
-    if tp is bool:
-        ok = isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif tp is str:
-        ok = isinstance(value, str)
-    else:
-        raise TypeError(f"records cannot hold {tp!r}")
-    if not ok:
-        raise RecordError(f"expected {tp.__name__}, not {_json_kind(value)}", path)
-    return value
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "true/false", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
-def _join(path: str, key: str) -> str:
-    if not key:
-        return path
-    return f"{path}.{key}" if path else key
+    kind: type = cls  # a plain `type` for the cache wrapper, as in _encode_fields
+    decoded: _T = dataclass_decoder(kind)(data, path)
+    return decoded

@@ -134,6 +134,11 @@ def config_key(tool: str, grants: str | None = None) -> str:
     return tool if grants is None else f"{tool}:{grants}"
 
 
+def tool_of_key(key: str) -> str:
+    """The tool a `config_key` names."""
+    return key.partition(":")[0]
+
+
 def from_tool(manifest: Manifest, tool: Tool, grants: str | None = None) -> RunConfig:
     """The run config a manifest tool's calls run under, with its own
     grants or the alternative set named `grants`."""

@@ -21,6 +21,11 @@ tests/crash runs a call through each of these (docs/crash-matrix.md is its
 report). The ledger's compaction has its own, `compact.written`,
 `compact.synced`, `compact.renamed` and `compact.done`, which
 tests/supervisor/store/test_ledger.py kills at.
+
+`STAAL_TEST_POOL_AHEAD=<n>`, honoured only with `STAAL_TEST_KILL_POINTS=1`,
+keeps `n` fresh workers on their way instead of the pool's own number
+(`pool_ahead`): with one, a second call of a tool waits in the pool's line
+for a worker, as the crash matrix's concurrent cell needs.
 """
 
 from __future__ import annotations
@@ -48,3 +53,17 @@ def kill_point(process: str, name: str) -> None:
         except FileExistsError:
             return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pool_ahead(usual: int) -> int:
+    """The fresh workers the pool keeps on their way: `usual`, unless the
+    crash harness sets fewer (a test-only variable, ignored in production)."""
+    if os.environ.get("STAAL_TEST_KILL_POINTS") != "1":
+        return usual
+    value = os.environ.get("STAAL_TEST_POOL_AHEAD", "")
+    if not value:
+        return usual
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"STAAL_TEST_POOL_AHEAD must be a whole number of at least 1, "
+                         f"not {value!r}")
+    return int(value)

@@ -25,7 +25,9 @@ from staal.protocol.mcp.resources import Collection, ResourceCatalogue
 from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tools import ToolDescriptor, describe_tool
 from staal.records.fsio import make_private_dir
+from staal.records.runconfig import tool_of_key
 from staal.runtime.clock import SYSTEM_CLOCK
+from staal.runtime.killpoints import pool_ahead
 from staal.supervisor.app.startup import check_tools
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.pipeline import Calls
@@ -127,9 +129,12 @@ class Startup:
         if plan.problems:
             raise StartupFailed("; ".join(plan.problems))
         directory = self.early.runtime_dir if self.early else runtime_dir()
-        self.pool = pool = Pool(self.manifest.path, directory, worker_environment(self.manifest),
-                                ahead=min(2, server.max_concurrent_runs) + 1, log=self.log,
-                                early=self.early)
+        manifest = self.manifest
+        self.pool = pool = Pool(manifest.path, directory, worker_environment(manifest),
+                                ahead=pool_ahead(min(2, server.max_concurrent_runs) + 1), log=self.log,
+                                early=self.early,
+                                reuse=lambda key: manifest.runs_per_worker(tool_of_key(key)),
+                                max_idle=server.max_concurrent_runs)
         await pool.start()
         tools, problems = await check_tools(self.manifest, pool)
         if problems:

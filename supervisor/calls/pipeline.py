@@ -36,6 +36,7 @@ from staal.records.runconfig import config_key
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import RunsInFlight
+from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import (
     answer_earlier,
     charged_of,
@@ -66,7 +67,7 @@ from staal.supervisor.telemetry.log import Log, log_file_line
 from staal.supervisor.telemetry.metrics import NO_METRICS, Observer
 from staal.supervisor.telemetry.tracing import NO_TRACING, Tracing
 from staal.supervisor.workers.pool import Pool
-from staal.supervisor.workers.pool_states import NoWorker, Worker
+from staal.supervisor.workers.pool_states import Lease, NoWorker
 from staal.supervisor.workers.zygote import run_secrets, secret_names
 
 
@@ -149,7 +150,7 @@ class Calls:
         runtime.running += 1
         try:
             try:
-                worker = await self.pool.checkout()
+                lease = await self.pool.checkout(config_key(call.name, admitted.grants(call.name)))
             except NoWorker as exc:
                 # Before the reservation: nothing is held and nothing ran, so
                 # trying again later is the truth.
@@ -158,10 +159,10 @@ class Calls:
             try:
                 if state.cancelled:
                     return None  # cancelled while it waited for a worker: nothing happens
-                return await self.reserve_and_run(runtime, values, once, call, state, worker,
+                return await self.reserve_and_run(runtime, values, once, call, state, lease,
                                                   admitted)
             finally:
-                self.pool.give_back(worker)  # a call that ended before its run was sent
+                self.pool.give_back(lease)  # a call that ended before its run was sent
         finally:
             self.running -= 1
             runtime.running -= 1
@@ -189,8 +190,8 @@ class Calls:
                                    (admission.quota is None and admission.rate is None)):
             return None  # nothing to refuse: no read
         try:
-            over = await asyncio.to_thread(self.ledger.over_quota, tool.name, tool.quota, 1,
-                                           money_held(runtime, admission), admission)
+            over = await off_loop(self.ledger.over_quota, tool.name, tool.quota, 1,
+                                  money_held(runtime, admission), admission)
         except (StoreError, LedgerUnusable):
             return None
         return None if over is None else self.refused_over(tool, over, admission)
@@ -201,12 +202,12 @@ class Calls:
 
     async def reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                               once: OnceRequest | None, call: CallTool, state: CallState,
-                              worker: Worker,
+                              lease: Lease,
                               admitted: Admitted = LOCAL) -> CallOutcome:
         """Steps 5 to 7; the run reserved is the call's until its answer
         (or its failure: then settling in place may take it up)."""
         try:
-            return await self._reserve_and_run(runtime, values, once, call, state, worker,
+            return await self._reserve_and_run(runtime, values, once, call, state, lease,
                                                admitted)
         finally:
             if state.run is not None:
@@ -214,13 +215,13 @@ class Calls:
 
     async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                                once: OnceRequest | None, call: CallTool, state: CallState,
-                               worker: Worker,
+                               lease: Lease,
                                admitted: Admitted) -> CallOutcome:
         tool = runtime.tool
         arguments = arguments_to_json(values)
         admission = admitted.admission(tool.name)
-        result = await asyncio.to_thread(self._reserve_and_keep, runtime, once, arguments, state,
-                                         admission)
+        result, files = await off_loop(self._reserve_and_keep, runtime, once, arguments, state,
+                                       admission)
         if isinstance(result, Existing):
             assert once is not None  # only a call with a once key finds an earlier run
             return self.answer_earlier(result.entry, once.args)
@@ -228,31 +229,32 @@ class Calls:
             return self.answer_earlier(result.entry, "")
         if isinstance(result, OverQuota):
             return self.refused_over(tool, result, admission)
-        files = self.files(tool.name, result.run)
+        assert files is not None  # reserved: its arguments are kept there
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
-            tool, files, resume=False, progress=progress, worker=worker,
+            tool, files, resume=False, progress=progress, lease=lease,
             grants=admitted.grants(tool.name), traceparent=state.traceparent)
         return await self.conclude(tool, files, final)
 
     def _reserve_and_keep(self, runtime: ToolRuntime, once: OnceRequest | None,
                           arguments: dict[str, Json], state: CallState,
-                          admission: Admission | None) -> ReserveResult:
+                          admission: Admission | None) -> tuple[ReserveResult, RunFiles | None]:
         """Steps 5 and 6a in one trip to a thread, each durable before the next:
-        the reservation, then the arguments file."""
+        the reservation, then the arguments file; and the run's files (None: none)."""
         tool = runtime.tool
         with self.in_flight.reserving() as hold:
             result = self.ledger.reserve_call(tool.name, tool.quota, 1,
                                               money_held(runtime, admission), once, admission)
             if isinstance(result, (Existing, Different, OverQuota)):
-                return result
+                return result, None
             hold(result.run)
             state.run = result.run
         kill_point("supervisor", "reserve")
-        self.run_journals.keep_inputs(self.files(tool.name, result.run), arguments)
+        files = self.files(tool.name, result.run)
+        self.run_journals.keep_inputs(files, arguments)
         kill_point("supervisor", "inputs")
-        return result
+        return result, files
 
     async def resume_run(self, files: RunFiles) -> CallOutcome:
         """Recovery at start: resume an unfinished or waiting run to its end
@@ -266,21 +268,21 @@ class Calls:
         return await self.conclude(tool, files, final)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
-                      progress: Progress | None = None,
-                      worker: Worker | None = None,
+                      progress: Progress | None = None, lease: Lease | None = None,
                       grants: str | None = None,
                       traceparent: str | None = None) -> Ended | StoppedMsg:
-        """Run (or resume) in `worker`, or in one checked out now, with the
+        """Run (or resume) in the worker `lease` lends, or in one lent now, with the
         tool's grant set `grants` (None: its own), its spans under the call's
         `traceparent` (None: none recorded); `WorkerLost` if the worker
         died, `NoWorker` if none was ready."""
-        worker = worker or await self.pool.checkout()
+        key = config_key(tool.name, grants)
+        lease = lease or await self.pool.checkout(key)
         message = Run(run=files.run, tool=tool.name, journal=str(files.journal),
                       inputs=str(files.inputs), resume=resume, grants=grants,
                       timed=self.metrics.timed, sink=self.run_journals.sink,
-                      secrets=run_secrets(self.secret_names[config_key(tool.name, grants)]),
-                      traceparent=traceparent)
-        self.log("run_started", run=files.run, tool=tool.name, pid=worker.pid, resume=resume or None)
+                      secrets=run_secrets(self.secret_names[key]), traceparent=traceparent)
+        self.log("run_started", run=files.run, tool=tool.name, pid=lease.worker.pid,
+                 resume=resume or None)
 
         def on_message(reply: Record) -> None:
             if isinstance(reply, PrintLine):
@@ -293,7 +295,7 @@ class Calls:
             elif isinstance(reply, RunSpans) and traceparent is not None:
                 self.tracing.worker_spans(reply, traceparent)
 
-        final = await self.pool.run(worker, message, on_message,
+        final = await self.pool.run(lease, message, on_message,
                                     lambda append: self.crashes.commit_record(files, append))
         self.metrics.worker_reported(final.timings)
         return final
@@ -327,7 +329,7 @@ class Calls:
         its arguments removed, and answered from its outcome."""
         cut = self.crashes.cut_off.pop(files.run, None)
         if cut is not None:
-            await asyncio.to_thread(self._flush_log, files, "cut off")
+            await off_loop(self._flush_log, files, "cut off")
             message = (f"run {files.run} stopped on this instance: its journal record was "
                        f"refused ({cut}); nothing was performed after it, and the run is not "
                        "settled here")
@@ -335,10 +337,9 @@ class Calls:
                      message=message)
             return Failed(files.run, "internal", message)
         if isinstance(final, StoppedMsg):
-            await asyncio.to_thread(self._flush_log, files, "stopped")
+            await off_loop(self._flush_log, files, "stopped")
             try:
-                await asyncio.to_thread(self.waiting.record, tool.name, files, final.op,
-                                        final.message)
+                await off_loop(self.waiting.record, tool.name, files, final.op, final.message)
             except StaalError as exc:  # taken over since its stop was journaled
                 self.log("waiting_refused", level="error", run=files.run, tool=tool.name,
                          kind=exc.kind, message=exc.message)
@@ -352,18 +353,18 @@ class Calls:
         if final is None:
             # No worker made its journal's header durable (they died, or none
             # came): it never started.
-            await asyncio.to_thread(self.ledger.release, files.run)
+            await off_loop(self.ledger.release, files.run)
             # A journal cut before its header was durable goes; then the run
             # ends as any run (its kept arguments, on a shared store their row too).
-            await asyncio.to_thread(discard_unstarted, files.journal)
-            await asyncio.to_thread(self.waiting.notes.end, files,
-                                    self.logs.last_lines(files, "never started"))
+            await off_loop(discard_unstarted, files.journal)
+            await off_loop(self.waiting.notes.end, files,
+                           self.logs.last_lines(files, "never started"))
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="the run never started: no worker created its journal (see above)")
             return Failed(files.run, "internal", "the run never started: no worker created its journal")
         kill_point("supervisor", "ended")
         outcome = outcome_of_message(final)
-        failed = await asyncio.to_thread(self._settle_and_clean_up, files, final)
+        failed = await off_loop(self._settle_and_clean_up, files, final)
         if failed is not None:
             # What is left is the next start's to remove (its arguments file).
             self.log("clean_up_failed", level="error", run=files.run, tool=tool.name,

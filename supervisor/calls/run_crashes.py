@@ -10,7 +10,6 @@ holds one, given how to run once in a worker (`Calls.execute`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
@@ -19,12 +18,12 @@ from staal.manifest.model import Manifest, Tool
 from staal.records.messages import Ended, JournalAppend, StoppedMsg
 from staal.records.runconfig import Limits, from_tool
 from staal.runtime.budgets import message_of, own_limit
+from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import give_up, over_limit
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import RunJournals
 from staal.supervisor.telemetry.log import Log
-from staal.supervisor.workers.pool import RecordRefused
-from staal.supervisor.workers.pool_states import NoWorker, Worker, WorkerLost
+from staal.supervisor.workers.pool_states import Lease, NoWorker, RecordRefused, WorkerLost
 from staal.supervisor.workers.silence import SILENT_S
 
 # A run whose worker dies is resumed in a new worker at most this many times.
@@ -52,7 +51,7 @@ class Execute(Protocol):
     """Run (or resume) once in a worker: `Calls.execute`."""
 
     async def __call__(self, tool: Tool, files: RunFiles, resume: bool,
-                       progress: Progress | None = None, worker: Worker | None = None,
+                       progress: Progress | None = None, lease: Lease | None = None,
                        grants: str | None = None,
                        traceparent: str | None = None) -> Ended | StoppedMsg: ...
 
@@ -72,18 +71,18 @@ class RunCrashes:
 
     async def execute_with_recovery(self, tool: Tool, files: RunFiles, resume: bool,
                                     progress: Progress | None = None,
-                                    worker: Worker | None = None,
+                                    lease: Lease | None = None,
                                     grants: str | None = None,
                                     traceparent: str | None = None) -> Ended | StoppedMsg | None:
         """A worker that dies mid-run is a crash at step 4: the run is
         resumed in a new worker, at most MAX_RESUMES times; then it fails as
         internal, or waits for an operator if an op is in doubt. So it does
-        when no new worker is ready within the pool's wait. `worker`, if
-        given, is the one the call took before its reservation."""
+        when no new worker is ready within the pool's wait. `lease`, if
+        given, lends the worker the call took before its reservation."""
         deaths = 0
         how = ""
         while True:
-            lent, worker = worker, None
+            lent, lease = lease, None
             try:
                 return await self.execute(tool, files, resume or deaths > 0, progress, lent, grants,
                                           traceparent)
@@ -105,8 +104,8 @@ class RunCrashes:
                     message = message_of(limit, limits.cpu_ms, limits.memory_mib, SILENT_S)
                     self.log("worker_over_limit", level="warning", run=files.run, tool=tool.name,
                              pid=lost.pid, how=how, limit=limit)
-                    return await asyncio.to_thread(over_limit, files, tuple(tool.grants), message,
-                                                   self.run_journals)
+                    return await off_loop(over_limit, files, tuple(tool.grants), message,
+                                          self.run_journals)
                 self.log("worker_lost", level="error", run=files.run, tool=tool.name,
                          pid=getattr(lost, "pid", None), how=how, deaths=deaths)
                 if deaths > MAX_RESUMES:
@@ -120,8 +119,8 @@ class RunCrashes:
         off here as any refused record cuts it off (answered failed, not
         settled here)."""
         try:
-            return await asyncio.to_thread(give_up, files, tuple(tool.grants), deaths, how,
-                                           self.run_journals)
+            return await off_loop(give_up, files, tuple(tool.grants), deaths, how,
+                                  self.run_journals)
         except StaalError as exc:
             if exc.kind != "fenced":
                 raise
@@ -149,7 +148,7 @@ class RunCrashes:
             return RecordRefused("wrong_run", f"the record names run {append.run}, not the "
                                  f"worker's run {files.run}")
         try:
-            await asyncio.to_thread(self.run_journals.append, files, append.record)
+            await off_loop(self.run_journals.append, files, append.record)
         except StaalError as exc:
             self.cut_off_run(files, exc)
             return RecordRefused(exc.kind, exc.message)

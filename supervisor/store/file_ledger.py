@@ -47,6 +47,13 @@ from staal.supervisor.store.ledger import (
 from staal.supervisor.store.state import Event, LedgerState
 
 COMPACT_SUFFIX = ".compact"
+# A test's lever (tests/powerloss, scenario "two in flight"): with
+# `STAAL_TEST_RESERVES_TOGETHER=<n>`, the first reserve of this process waits
+# (at most TOGETHER_S) until n - 1 more events are queued behind it, so that
+# n concurrent calls' reserves share one fsync whatever the timing. Unset,
+# it costs one lookup at open.
+TOGETHER_VARIABLE = "STAAL_TEST_RESERVES_TOGETHER"
+TOGETHER_S = 20.0
 _TEMP_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
 T = TypeVar("T")
 
@@ -62,6 +69,7 @@ class FileLedger(EndsRuns):
         self._stamper = Stamper(clock, warn, str(path))
         self._lock = threading.Lock()
         self._commit = GroupCommit(log)
+        self._together = int(os.environ.get(TOGETHER_VARIABLE) or 0)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], clock: Clock, syncer: Syncer = OS_SYNC,
@@ -113,8 +121,19 @@ class FileLedger(EndsRuns):
                 result = Reserved(entry.run, now, entry)
             else:
                 seq = self._commit.last()
+        if self._together and isinstance(result, Reserved):
+            self._wait_for_company(seq)
         self._commit.wait(seq)
         return result
+
+    def _wait_for_company(self, seq: int) -> None:
+        """The test's lever (TOGETHER_VARIABLE), once: hold this reserve
+        back, unflushed, until the reserves of the calls beside it are
+        queued behind it (counted by sequence, which only grows, so a
+        flush that took them meanwhile does not hide them)."""
+        with self._lock:
+            more, self._together = self._together - 1, 0
+        self._commit.wait_for(lambda commit: commit.submitted >= seq + more, TOGETHER_S)
 
     def forget(self, run: str) -> RunEntry:
         """Release a settled run's once key: an operator's, made holding the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +24,32 @@ from staal.runtime.ids import is_run_id
 
 @dataclass(frozen=True)
 class RunFiles:
+    """A run's paths, each made once: a call asks for them many times
+    (the pipeline, the run message, the store), and joining paths is not free."""
+
     journals: Path
     tool: str
     run: str
 
-    @property
+    @cached_property
     def folder(self) -> Path:
-        return self.journals / self.tool / self.run[:2]
+        return self.journals / f"{self.tool}/{self.run[:2]}"  # one join: pathlib's are slow
 
-    @property
+    @cached_property
     def journal(self) -> Path:
         return self.folder / f"{self.run}.journal"
 
-    @property
+    @cached_property
     def inputs(self) -> Path:
         return self.folder / kept_arguments.file_name(self.run)
 
-    @property
+    @cached_property
     def log(self) -> Path:
         return self.folder / f"{self.run}.log.jsonl"
 
-    @property
+    @cached_property
     def waiting(self) -> Path:
-        return self.journals / "waiting" / f"{self.run}.json"
+        return self.journals / f"waiting/{self.run}.json"
 
 
 def find_journals(journals: Path) -> dict[str, tuple[str, Path]]:

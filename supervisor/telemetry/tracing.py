@@ -102,18 +102,29 @@ class Tracing(Protocol):
 
 
 class _Unrecorded:
+    """The span of every call while traces are off, and its own context
+    manager: one object for all calls, no generator made per call."""
+
     traceparent = None
 
     def ended(self, outcome: CallOutcome | None, run: str | None) -> None:
         pass
 
+    def __enter__(self) -> _Unrecorded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNRECORDED = _Unrecorded()
+
 
 class NoTracing:
     """Traces off: nothing recorded, imported, exported or connected."""
 
-    @contextmanager
-    def call(self, call: CallTool, caller: str | None) -> Iterator[CallSpan]:
-        yield _Unrecorded()
+    def call(self, call: CallTool, caller: str | None) -> AbstractContextManager[CallSpan]:
+        return _UNRECORDED
 
     def worker_spans(self, spans: RunSpans, sent: str) -> None:
         pass

@@ -10,7 +10,9 @@ standard error, and nothing else can read the client's messages.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,20 +61,59 @@ class LineWriter:
         return False
 
 
-def read_chunks(fd: int, deliver: Callable[[bytes | None], None], size: int = 65536) -> threading.Thread:
-    """A thread that reads the protocol descriptor and hands each chunk to
-    `deliver`; None at end of input (or when reading fails)."""
+def read_chunks(fd: int, deliver: Callable[[bytes | None], None],
+                loop: asyncio.AbstractEventLoop, size: int = 65536) -> Callable[[], None]:
+    """Read the protocol descriptor and hand each chunk to `deliver` on the
+    event loop; None at end of input (or when reading fails). Returns what
+    stops the reading.
 
+    A pipe or a socket (what a client starts a server with) is read from the
+    loop's own poll: no thread to wake, and no hop from it to the loop, per
+    message. Anything else (a file, a terminal) is read by a thread."""
+    kind = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind):
+        # Only this process reads it: the descriptor is a private,
+        # close-on-exec copy (protect_descriptors).
+        os.set_blocking(fd, False)
+        return _read_on_loop(fd, deliver, loop, size)
+    return _read_in_thread(fd, deliver, loop, size)
+
+
+def _read_on_loop(fd: int, deliver: Callable[[bytes | None], None],
+                  loop: asyncio.AbstractEventLoop, size: int) -> Callable[[], None]:
+    def readable() -> None:
+        try:
+            data = os.read(fd, size)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+        deliver(data or None)
+
+    def stop() -> None:
+        loop.remove_reader(fd)
+
+    loop.add_reader(fd, readable)
+    return stop
+
+
+def _read_in_thread(fd: int, deliver: Callable[[bytes | None], None],
+                    loop: asyncio.AbstractEventLoop, size: int) -> Callable[[], None]:
     def pump() -> None:
         while True:
             try:
                 data = os.read(fd, size)
             except OSError:
                 data = b""
-            deliver(data or None)
+            try:
+                loop.call_soon_threadsafe(deliver, data or None)
+            except RuntimeError:
+                return  # the loop is closed: serving is over
             if not data:
                 return
 
     thread = threading.Thread(target=pump, name="staal-stdin", daemon=True)
     thread.start()
-    return thread
+    return lambda: None  # a blocked read cannot be stopped: what it reads is dropped

@@ -1,10 +1,11 @@
 """Serving over stdio (seed 000 section 3): read the protocol stream until
 it ends or SIGTERM or SIGINT, answer every call in flight, then let the server close.
 
-A thread reads the protocol descriptor into the event loop; the connection
-(protocol/mcp/connection.py) turns lines into events; every outgoing line is
-written whole under one lock (`LineWriter`), and a write that fails for
-good (the client is gone) stops the reading while running runs end.
+The event loop reads the protocol descriptor (a thread does, when it cannot
+be polled: stdio.read_chunks); the connection (protocol/mcp/connection.py)
+turns lines into events; every outgoing line is written whole under one
+lock (`LineWriter`), and a write that fails for good (the client is gone)
+stops the reading while running runs end.
 """
 
 from __future__ import annotations
@@ -40,25 +41,36 @@ class StdioServing:
     async def serve(self) -> None:
         loop = self.loop = asyncio.get_running_loop()
         stopping = self.server.stopping
-        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        ended = asyncio.Event()  # the end of input, or a failure handling it
+        failed: list[BaseException] = []
 
-        def arrived(data: bytes | None) -> None:  # in the reading thread
-            loop.call_soon_threadsafe(chunks.put_nowait, data)
-
-        read_chunks(self.stdio.reader, arrived)
-        while not stopping.is_set():
-            getter = asyncio.ensure_future(chunks.get())
-            stopper = asyncio.ensure_future(stopping.wait())
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if getter not in done:
-                getter.cancel()
-                break
-            data = getter.result()
+        def received(data: bytes | None) -> None:
+            # Each chunk is handled in the callback that brings it: a queue
+            # and a task per chunk to wait on it and on `stopping` were
+            # several loop iterations per call.
+            if ended.is_set() or stopping.is_set():
+                return  # serving is over: what comes after is not read
             if data is None:
-                break
-            for event in self.connection.receive_data(data):
-                self.dispatch(event)
+                ended.set()
+                return
+            try:
+                for event in self.connection.receive_data(data):
+                    self.dispatch(event)
+            except BaseException as exc:  # noqa: BLE001 - raised from serve(), as before
+                failed.append(exc)
+                ended.set()
+
+        stop_reading = read_chunks(self.stdio.reader, received, loop)
+        waiters = {asyncio.ensure_future(ended.wait()), asyncio.ensure_future(stopping.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.set()
+            stop_reading()
+            for waiter in waiters:
+                waiter.cancel()
+        if failed:
+            raise failed[0]
         if self.tasks:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 

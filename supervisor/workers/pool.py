@@ -13,10 +13,12 @@ cannot make the pool spin (pool_timing.ForkPace).
 The zygote is kept by zygote_keeper.py: watched, and started again when it
 dies (but the first, before it ever said ready).
 
-A call waits a bounded time for a worker (`checkout`: CALL_WAIT_S while
-serving, START_WAIT_S before) in the line of idle workers and waiting calls
-(line.py) and gets `NoWorker` when none came. A worker that exits (or
-stops sending heartbeats) before its run ended is reported to whoever waits
+A call waits a bounded time for a worker of its grant set (`checkout`:
+CALL_WAIT_S while serving, START_WAIT_S before) in the line of idle workers
+and waiting calls (line.py) and gets `NoWorker` when none came. A worker
+serves runs of the grant set its first run bound it to, up to its
+`runs_per_worker`, resting in the line between runs (resting.py). A worker
+that exits (or stops sending heartbeats) before its run ended is reported to whoever waits
 on it as `WorkerLost`, with how it ended; one killed for its silence while
 it burned CPU is marked a runaway (silence.py), so its run ends as `budget`
 instead of being resumed.
@@ -30,9 +32,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import traceback
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import zmq
@@ -44,16 +45,18 @@ from staal.records.messages import (
     Checked,
     Ended,
     Heartbeat,
-    JournalAck,
     JournalAppend,
+    Retire,
     Run,
     StoppedMsg,
     pack,
     unpack,
 )
 from staal.records.record import Record
+from staal.records.runconfig import config_key
 from staal.runtime.clock import MONOTONIC, Monotonic
 from staal.supervisor.telemetry.log import Log
+from staal.supervisor.workers.chores import Chores
 from staal.supervisor.workers.exits import describe_exit
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
@@ -61,20 +64,22 @@ from staal.supervisor.workers.pool_states import (
     SUPPLY,
     UNUSED,
     WATCHED,
+    Lease,
+    OnJournal,
+    PoolError,
     PoolState,
     Worker,
     WorkerLost,
     WorkerState,
     ZygoteGone,
+    acknowledge,
 )
 from staal.supervisor.workers.pool_timing import ForkPace
+from staal.supervisor.workers.resting import Resting, one_run
 from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
 from staal.supervisor.workers.zygote import Spawned
 from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
 
-# A journal record's commit: None when durable, else its refusal (kind and
-# message), which the worker is told as data.
-OnJournal = Callable[[JournalAppend], Awaitable["RecordRefused | None"]]
 END_GRACE_S = 5.0
 # How long a checkout waits for a worker: before serving, the zygote's own
 # start on a loaded machine; while serving, what a call may wait before it
@@ -84,23 +89,14 @@ CALL_WAIT_S = 10.0
 WATCH_S = 1.0
 
 
-
-@dataclass(frozen=True, slots=True)
-class RecordRefused:
-    """Why a worker's journal record was not committed, as the worker is
-    told it: the refusal's kind and its message."""
-
-    kind: str
-    message: str
-
-
 def _no_log(event: str, level: str = "info", **fields: object) -> None:
     """A pool made without a log (tests, benchmarks) logs nothing."""
 
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
                  ahead: int = 2, log: Log | None = None,
-                 early: Spawned | None = None, clock: Monotonic = MONOTONIC) -> None:
+                 early: Spawned | None = None, clock: Monotonic = MONOTONIC,
+                 reuse: Callable[[str], int] = one_run, max_idle: int = 16) -> None:
         self.manifest = manifest
         self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
@@ -110,53 +106,31 @@ class Pool:
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.serving = False  # set by the server once it serves: the calls' wait applies
+        self.chores = Chores(self.log)  # the pool's own tasks and timers
+        self._task, self._later = self.chores.task, self.chores.later
         self.zygote = ZygoteKeeper(manifest, self.endpoint, env, early, self, clock, self.log,
                                    self._task, self._later)
         self.workers: dict[bytes, Worker] = {}
         self.line = WorkerLine()  # idle workers and the calls waiting for one
+        self.resting = Resting(self.line, clock, self.log, self._tell_retire, reuse, max_idle)
         # Heartbeats that overtook the zygote's report of their fork, by when.
         self.heard_early: dict[bytes, float] = {}
         self.forks = ForkPace(clock)  # when the next fork may be asked
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
         self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
-        self.timers: set[asyncio.TimerHandle] = set()
         self.fork_timer: asyncio.TimerHandle | None = None
-        self.tasks: list[asyncio.Task[None]] = []
 
     # -- the pool's life ---------------------------------------------------
 
     async def start(self) -> None:
         self.router.bind(self.endpoint)
         self.zygote.start()
-        self.tasks = [self._task(self._receive()), self._task(self._watch())]
-
-    def _task(self, work: Coroutine[object, object, None]) -> asyncio.Task[None]:
-        """A task of the pool's own; a bug that ends one is logged, not lost."""
-        task = asyncio.get_running_loop().create_task(work)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            error = task.exception()
-            self.log("pool_failed", level="error", error=f"{type(error).__name__}: {error}",
-                     traceback="".join(traceback.format_exception(error)))
-
-    def _later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        def fire() -> None:
-            self.timers.discard(handle)
-            callback()
-
-        handle = asyncio.get_running_loop().call_later(delay, fire)
-        self.timers.add(handle)
-        return handle
+        self._task(self._receive())
+        self._task(self._watch())
 
     async def close(self) -> None:
         self.zygote.move("close")
-        for handle in self.timers:
-            handle.cancel()
-        for task in self.tasks:
-            task.cancel()
+        self.chores.cancel()
         await self.zygote.close()
         self.router.close()
         self.context.term()
@@ -197,7 +171,7 @@ class Pool:
         if self.zygote.state not in HAS_ZYGOTE:
             return
         missing = (self.ahead - self.zygote.asked
-                   - sum(w.state in SUPPLY for w in self.workers.values()))
+                   - sum(w.state in SUPPLY and w.fresh for w in self.workers.values()))
         if missing <= 0:
             return
         wait = self.forks.wait_s()
@@ -213,26 +187,31 @@ class Pool:
 
     # -- handing out workers ------------------------------------------------
 
-    async def checkout(self, wait_s: float | None = None) -> Worker:
-        """A ready worker, lent for one run (`run`, or `give_back` if the
-        call ends before its run starts); the pool forks its replacement at
-        once. `NoWorker` if none is ready within the wait."""
+    async def checkout(self, key: str | None = None, wait_s: float | None = None) -> Lease:
+        """A ready worker for a run of grant set `key` (config_key), lent
+        for one run (`run`, or `give_back` if the call ends before its run
+        starts); the pool forks a fresh one's replacement at once.
+        `NoWorker` if none is ready within the wait."""
         if wait_s is None:
             wait_s = CALL_WAIT_S if self.serving else START_WAIT_S
-        worker = await self.line.take(wait_s)
+        worker = await self.line.take(key, wait_s)
         worker.move("lend")
-        self._replenish()
-        return worker
+        worker.lease += 1
+        if worker.fresh:
+            self._replenish()
+        return Lease(worker, worker.lease)
 
-    def give_back(self, worker: Worker) -> None:
+    def give_back(self, lease: Lease) -> None:
         """A lent worker whose call ended before its run was sent goes back
-        to the idle line; for any other this does nothing."""
-        if worker.state is WorkerState.LENT:
+        to the idle line; for any other, or a lending that is over (the
+        worker ran, rested and was lent again), this does nothing."""
+        worker = lease.worker
+        if lease.current and worker.state is WorkerState.LENT:
             worker.move("give_back")
             self.line.offer(worker)
 
     async def check(self, tool: str) -> Checked:
-        worker = await self.line.take(START_WAIT_S)
+        worker = await self.line.take(None, START_WAIT_S)
         worker.move("check")
         try:
             check = Check(manifest=str(self.manifest), tool=tool)
@@ -246,33 +225,53 @@ class Pool:
                 worker.move("checked")
                 self.line.offer(worker)
 
-    async def run(self, worker: Worker, message: Run,
+    async def run(self, lease: Lease, message: Run,
                   on_message: Callable[[Record], None],
                   on_journal: OnJournal | None = None) -> Ended | StoppedMsg:
         """Send the run and wait for its end; every other message (started,
         print) goes to `on_message`, a journal record to `on_journal`, whose
         answer (None: committed; else why not) the worker waits for.
         `WorkerLost` if the worker dies first."""
+        worker = lease.worker
         if worker.state is WorkerState.GONE:
             raise WorkerLost(worker.pid, worker.how)  # it died while lent
+        if not lease.current:
+            raise PoolError(f"worker {worker.pid}: lease {lease.n} is over")
+        key = config_key(message.tool, message.grants)
+        if worker.key not in (None, key):
+            raise PoolError(f"worker {worker.pid} serves {worker.key!r}, not {key!r}")
         worker.move("run")
+        worker.key = key
+        worker.runs += 1
         worker.run = message.run
         worker.last_seen = self.clock.monotonic()
+        message = replace(message, last=self.resting.last(worker))
         await self.router.send_multipart([worker.identity, pack(message)])
         while True:
             reply = await self._next(worker)
             if isinstance(reply, (Ended, StoppedMsg)):
-                if worker.move("end") is WorkerState.GONE:
-                    self.workers.pop(worker.identity, None)  # kept for this message
+                self._after_run(worker, reply)
                 return reply
             if isinstance(reply, JournalAppend):
-                refused = (RecordRefused("no_journal_store", "no journal store")
-                           if on_journal is None else await on_journal(reply))
-                ack = (JournalAck(run=reply.run) if refused is None else
-                       JournalAck(run=reply.run, refused=refused.message, kind=refused.kind))
-                await self.router.send_multipart([worker.identity, pack(ack)])
+                await self._send(worker, await acknowledge(reply, on_journal))
                 continue
             on_message(reply)
+
+    def _after_run(self, worker: Worker, reply: Ended | StoppedMsg) -> None:
+        """The run ended: a worker that stays rests (resting.py); any other
+        exits of itself, unless its death was reported before its end was read."""
+        worker.run = None
+        if (worker.state is WorkerState.GONE
+                or self.resting.after_run(worker, reply, self.zygote.state is PoolState.CLOSED)):
+            return
+        if worker.move("end") is WorkerState.GONE:
+            self.workers.pop(worker.identity, None)  # kept for this message
+
+    def _tell_retire(self, worker: Worker) -> None:
+        self._task(self._send(worker, Retire()))
+
+    async def _send(self, worker: Worker, message: Record) -> None:
+        await self.router.send_multipart([worker.identity, pack(message)])
 
     async def _next(self, worker: Worker) -> Record:
         item = await worker.inbox.get()
@@ -329,7 +328,12 @@ class Pool:
         if was in WATCHED:
             worker.inbox.put_nowait(WorkerLost(worker.pid, how, status, runaway=worker.runaway))
         if was in UNUSED and strike and self.zygote.state is not PoolState.CLOSED:
-            self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+            if worker.runs == 0:
+                self._died_unused(f"worker {worker.pid} {how} while {was.value}", worker.pid)
+            else:
+                # No backoff (its fork did good); what the deaths metric's alert points at.
+                self.log("worker_died_between_runs", level="warning", pid=worker.pid,
+                         key=worker.key, runs=worker.runs, how=how)
         self._replenish()
 
     def _died_unused(self, what: str, pid: int | None) -> None:
@@ -366,6 +370,7 @@ class Pool:
                 if verdict is not None:
                     self._kill_silent(worker, verdict)
         now = self.clock.monotonic()
+        self.resting.look()
         for identity, when in list(self.heard_early.items()):
             if now - when > SILENT_S:
                 del self.heard_early[identity]  # a worker of a zygote that is gone

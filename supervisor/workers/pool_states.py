@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from staal.records.messages import JournalAck, JournalAppend
 from staal.records.record import Record
 from staal.runtime.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.runtime.transitions import advance
@@ -75,12 +76,15 @@ class WorkerState(Enum):
     RUNNING = "running"
     DRAINING = "draining"    # exited cleanly; its run's end is still on its way
     ENDED = "ended"          # its run's end arrived; it exits next
+    RETIRING = "retiring"    # told to exit between runs (idle too long, or one too many)
     GONE = "gone"
 
 
-# Workers on their way to serve a call: what keeps the pool `ahead`.
+# Workers on their way to serve a call: what keeps the pool `ahead` (those
+# not yet bound to a grant set: Worker.fresh).
 SUPPLY = frozenset({WorkerState.STARTING, WorkerState.IDLE, WorkerState.CHECKING})
-# A worker that dies in one of these served no run: a fork that did no good.
+# A worker that dies in one of these before any run served none: a fork
+# that did no good.
 UNUSED = frozenset({*SUPPLY, WorkerState.LENT})
 # Someone waits on the worker's inbox and must learn that it died.
 WATCHED = frozenset({WorkerState.CHECKING, WorkerState.RUNNING})
@@ -93,6 +97,11 @@ WORKER_TRANSITIONS: Mapping[tuple[WorkerState, str], WorkerState] = {
     (WorkerState.LENT, "give_back"): WorkerState.IDLE,
     (WorkerState.LENT, "run"): WorkerState.RUNNING,
     (WorkerState.RUNNING, "end"): WorkerState.ENDED,
+    # A warm worker's run ended and it waits for the next of its grant set;
+    # or the pool has no place for it and tells it to exit.
+    (WorkerState.RUNNING, "rest"): WorkerState.IDLE,
+    (WorkerState.RUNNING, "retire"): WorkerState.RETIRING,
+    (WorkerState.IDLE, "retire"): WorkerState.RETIRING,
     # A worker exits cleanly just after sending its run's end, and the
     # zygote's report of the exit can overtake that message.
     (WorkerState.RUNNING, "exit_clean"): WorkerState.DRAINING,
@@ -117,7 +126,53 @@ class Worker:
     how: str = ""            # how it ended, once it did
     killed: bool = False     # the pool killed it for its silence
     runaway: bool = False    # ... while it burned CPU in its run: its run ends as budget
+    key: str | None = None   # the grant set (config_key) it is bound to by its first run
+    runs: int = 0            # runs sent to it
+    lease: int = 0           # the number of the latest lending (Lease.n)
+    idle_since: float = 0.0  # when it last came to rest between runs
+
+    @property
+    def fresh(self) -> bool:
+        """Bound to no grant set yet: it may serve any."""
+        return self.key is None
 
     def move(self, event: str) -> WorkerState:
         self.state = advance(WORKER_TRANSITIONS, self.state, event)
         return self.state
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One lending of a worker to one call: `n` tells this lending from a
+    later one of the same worker (a warm worker is lent again once it rests),
+    so a call that gives back what it no longer holds gives back nothing."""
+
+    worker: Worker
+    n: int
+
+    @property
+    def current(self) -> bool:
+        return self.worker.lease == self.n
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRefused:
+    """Why a worker's journal record was not committed, as the worker is
+    told it: the refusal's kind and its message."""
+
+    kind: str
+    message: str
+
+
+# A journal record's commit: None when durable, else its refusal (kind and
+# message), which the worker is told as data.
+OnJournal = Callable[[JournalAppend], Awaitable[RecordRefused | None]]
+
+
+async def acknowledge(append: JournalAppend, on_journal: OnJournal | None) -> JournalAck:
+    """The worker's answer to its journal record: committed, or why not."""
+    refused = (RecordRefused("no_journal_store", "no journal store")
+               if on_journal is None else await on_journal(append))
+    if refused is None:
+        return JournalAck(run=append.run)
+    return JournalAck(run=append.run, refused=refused.message, kind=refused.kind)

@@ -38,6 +38,12 @@ passes only if everything it expects is what happened:
 
 Rows with once "no" show the documented behaviour without `once`: a repeat after a
 crash is a new run, bounded only by the quota.
+
+The last three rows are warm workers (`runs_per_worker` 100): there the first server is
+made two calls, each with its own order, so the service sees two refunds, each under its
+run's own key, and each call must be answered by its own refund. No worker may die unused
+there (a `worker_died_unused` line fails the row: a warm worker that served a run is no
+fork that did no good).
 """
 
 NOTES = """
@@ -65,12 +71,27 @@ NOTES = """
   before it settled: the journal has the end, the ledger no settlement, and the next
   start settles the run from its end record (`supervisor/recovery/at_start.py`).
 - **supervisor:waiting**: the service makes the refund and drops the connection, and
-  drops it again on the two retries the capability makes under the same key; the run
-  stops in doubt, the waiting record
-  is written and the server killed. The next start resumes it, sends the refund once
-  more under its key and gets the saved refund: four POSTs, one refund.
+  drops it again each time the worker sends it again under the same key, until the
+  tool's `max_wait` (3 s here: five POSTs in all) is spent; the run stops in doubt, the
+  waiting record is written and the server killed. The next start resumes it, sends the
+  refund once more under its key and gets the saved refund: six POSTs, one refund.
 - **supervisor:answer** kills the server right after the answer was written: the client
   has it (it listed the tools first, as clients do, so the SDK needs nothing more).
+- **worker:idle** is not a kill point: after a first call, the harness SIGKILLs the
+  worker that served it (its pid from `run_started`) while it rests between runs, and
+  waits for the pool's `worker_died_between_runs` line; then the cell's call is made. No
+  run was at stake, so nothing is recovered, and the call runs in a fresh worker (the row
+  fails if it ran in the killed one).
+- **worker:journal#2** kills the warm worker at its second run's journal header (kill
+  points count per process): the first call ran in it, and the second call's run is
+  resumed in a new worker, as a first run killed there is. The row fails if the second
+  run did not start in the first call's worker.
+- **worker:intent#2 (another call at once)** makes two calls at the same time with one
+  fresh worker kept ahead (`STAAL_TEST_POOL_AHEAD=1`, honoured only with kill points on),
+  so the later call waits in the pool's line for a worker while the other runs (unless
+  that worker's fork was already ready: the row does not check which). Whichever
+  run gets to its refund's intent first loses its worker there, and is resumed in a new
+  one; both calls are done, one refund each.
 """
 
 
@@ -92,7 +113,7 @@ def row(cell: Cell, observed: Observed) -> str:
     observed_recovery = recovery_text([e for _, e in observed.at_first],
                                       [e for _, e in observed.at_restart])
     result = "pass" if observed.passed else "FAIL: " + "; ".join(observed.problems)
-    return (f"| {cell.process}:{cell.point} | {'yes' if cell.once else 'no'} | {cell.first} | "
+    return (f"| {cell.label} | {'yes' if cell.once else 'no'} | {cell.first} | "
             f"{observed.first.get('seen', '?')} | {expected_recovery} | {observed_recovery} | "
             f"{service_text(*cell.requests, cell.refunds)} | "
             f"{service_text(observed.count('GET'), observed.count('POST'), len(observed.refunds))}"

@@ -7,6 +7,11 @@ client sees, the recovery the servers log (their `recovered` and
 `worker_lost` lines, in order), the GET and POST requests the fake service
 received and the refunds it made. `run_cell` gathers what happened and
 `judge` compares, so a judgement can be checked without processes.
+
+The warm cells (issue 26) serve several calls of the tool in one worker
+(`runs_per_worker` 100): calls done before the cell's call, in the same
+server, each with its own order; a worker killed by the harness while it
+rests between runs; or a second call made at once with the cell's.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,7 @@ from staal.records.appendlog import read_log
 from staal.supervisor.store.ledger import read_ledger
 from staal.supervisor.store.postgres.view import read_postgres
 from tests.helpers.payments import Payments
+from tests.helpers.servers import Stderr
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = (ROOT / "examples" / "refund.py").read_text()
@@ -58,6 +64,13 @@ RESUMED = ("resuming", "resumed: done")
 # Not a kill point: the harness SIGKILLs the supervisor while the service
 # holds the refund POST its worker sent.
 REFUND_HELD = "refund held"
+# Not a kill point either: the harness SIGKILLs a warm worker while it rests
+# between runs, and waits for the pool to log its death.
+RESTING = "idle"
+# The pool's line for a worker that served runs and died between them.
+DIED_BETWEEN_RUNS = "worker_died_between_runs"
+# Runs a worker serves in the warm cells: more than any cell makes.
+WARM_RUNS = 100
 
 
 @dataclass(frozen=True)
@@ -77,14 +90,42 @@ class Cell:
     once: bool = True
     # A fault on POST /v1/refunds for the first call: (kind, times).
     fault: tuple[str, int] | None = None
+    # Warm workers: calls done in the first server before the cell's call,
+    # each with its own order (and so its own run and refund).
+    before: int = 0
+    # A second call, with its own order, made at the same time as the cell's;
+    # the pool keeps one fresh worker ahead (STAAL_TEST_POOL_AHEAD=1), so
+    # the later of the two waits in the pool's line for that one's fork.
+    concurrent: bool = False
+    # Whether the cell's call's run starts in the worker that served the
+    # call before it (None: not judged).
+    reused: bool | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.process}:{self.point}" + (" (another call at once)" if self.concurrent
+                                                 else "")
 
     @property
     def name(self) -> str:
-        return f"{self.process}:{self.point}" + ("" if self.once else " (no once)")
+        return self.label + ("" if self.once else " (no once)")
 
     @property
     def held(self) -> bool:
         return self.point == REFUND_HELD
+
+    @property
+    def resting(self) -> bool:
+        return self.point == RESTING
+
+    @property
+    def warm(self) -> bool:
+        return self.before > 0 or self.concurrent
+
+    @property
+    def calls(self) -> int:
+        """Calls the first server is made: the earlier ones, the cell's, and the one at once."""
+        return self.before + 1 + int(self.concurrent)
 
 
 CELLS = (
@@ -121,6 +162,19 @@ CELLS = (
     Cell("supervisor", "settle", CLOSED, requests=(2, 2), refunds=2, once=False),
     Cell("worker", "intent#2", ANSWERED, at_first=(WORKER_LOST,), requests=(2, 2), refunds=2,
          once=False),
+    # Warm workers. A worker that served a call is killed while it rests:
+    # nothing was at stake, so there is nothing to recover, and its fork did
+    # good, so no backoff; the next call is served by a fresh worker.
+    Cell("worker", RESTING, ANSWERED, requests=(2, 2), refunds=2, before=1, reused=False),
+    # The journal header of the warm worker's second run: that run is resumed
+    # in a new worker, as a first run killed there is.
+    Cell("worker", "journal#2", ANSWERED, at_first=(WORKER_LOST,), requests=(2, 2), refunds=2,
+         before=1, reused=True),
+    # Two calls at once, one worker ahead: one run's worker dies at its
+    # refund's intent (whichever gets there first) while the other call
+    # waits for a worker or runs; each is done once, under its own key.
+    Cell("worker", "intent#2", ANSWERED, at_first=(WORKER_LOST,), requests=(2, 2), refunds=2,
+         concurrent=True),
 )
 
 
@@ -142,9 +196,17 @@ class Observed:
     # (run id, event) per server, in order.
     at_first: list[tuple[str, str]] = field(default_factory=list)
     at_restart: list[tuple[str, str]] = field(default_factory=list)
-    # The first run the first server started, and the worker it started in.
+    # The cell's call's run (in a concurrent cell, the one whose worker was
+    # lost), and the worker it started in.
     first_run: str | None = None
     first_worker: int | None = None
+    # The first server's run_started lines, as (run id, pid), in order.
+    started: list[tuple[str, int]] = field(default_factory=list)
+    # What the first server's other calls (before, or at once with, the
+    # cell's call) saw, in order.
+    others: list[dict[str, Any]] = field(default_factory=list)
+    # The first server's worker_died_unused lines: forks that did no good.
+    died_unused: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     refunds: list[dict] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
@@ -223,46 +285,88 @@ def gone(pidfd: int, timeout: float) -> bool:
 
 async def call(manifest_path: Path, env: dict[str, str], stderr: Path, arguments: dict,
                meanwhile: Callable[[Server], Any] | None = None,
-               answered: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               answered: Callable[[dict[str, Any]], None] | None = None, *,
+               before: Sequence[dict] = (),
+               between: Callable[[Server, Stderr], dict[str, Any]] | None = None,
+               alongside: dict | None = None) -> dict[str, Any]:
     """One server process, one call: {"seen": ANSWERED, ...the answer} or
     {"seen": what else}. `meanwhile` runs in a thread while the call is in
     flight; what it returns is under "meanwhile". `answered` is given the
-    answer as soon as it arrives, before the server is stopped."""
+    answer as soon as it arrives, before the server is stopped.
+
+    Warm cells: the calls `before` are made first, one after the other;
+    then `between` runs in a thread, given the server and its standard
+    error to wait on (what it returns is under "between"); `alongside` is
+    a call made at the same time as this one. What the other calls saw is
+    under "others", in that order."""
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "staal.supervisor.app.main", "serve", str(manifest_path)],
         env=env, cwd=str(manifest_path.parent))
-    with open(stderr, "a") as errlog:  # noqa: ASYNC230 - a local file, opened once per server
+    # A hook that waits for the server's log lines reads them through a pipe.
+    tee = Stderr(stderr) if between is not None else None
+    # A local file, opened once per server.
+    errlog = tee.errlog() if tee is not None else open(stderr, "a")  # noqa: ASYNC230, SIM115
+    with errlog:
         try:
             async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+                if tee is not None:
+                    tee.spawned()
                 # As a client does before calling: the answer's schema check
                 # then needs no second request after it.
                 await client.list_tools()
                 server = Server.of(manifest_path)
-                try:
-                    helper = (asyncio.get_running_loop().run_in_executor(None, meanwhile, server)
-                              if meanwhile else None)
+
+                async def one(args: dict) -> dict[str, Any]:
                     try:
-                        result = await client.call_tool("refund_order", arguments,
+                        result = await client.call_tool("refund_order", args,
                                                         read_timeout_seconds=TIMEOUT_S)
                     except Exception as exc:  # noqa: BLE001 - classified, not hidden
                         exited = await asyncio.to_thread(server.exited)
-                        seen: dict[str, Any] = {"seen": what_the_client_saw(exc, exited)}
+                        return {"seen": what_the_client_saw(exc, exited)}
+                    return {"seen": ANSWERED, "is_error": result.is_error,
+                            "structured": result.structured_content,
+                            "text": result.content[0].text if result.content else ""}
+
+                async def the_call() -> dict[str, Any]:
+                    seen = await one(arguments)
+                    if answered is not None and seen["seen"] == ANSWERED:
+                        answered(seen)
+                    return seen
+
+                try:
+                    others = [await one(args) for args in before]
+                    done_between = (await asyncio.to_thread(between, server, tee)
+                                    if between is not None and tee is not None else None)
+                    helper = (asyncio.get_running_loop().run_in_executor(None, meanwhile, server)
+                              if meanwhile else None)
+                    if alongside is None:
+                        seen = await the_call()
                     else:
-                        seen = {"seen": ANSWERED, "is_error": result.is_error,
-                                "structured": result.structured_content,
-                                "text": result.content[0].text if result.content else ""}
-                        if answered is not None:
-                            answered(seen)
+                        seen, other = await asyncio.gather(the_call(), one(alongside))
+                        others.append(other)
                     if helper is not None:
                         seen["meanwhile"] = await helper
+                    if before or alongside is not None:
+                        seen["others"] = others
+                    if done_between is not None:
+                        seen["between"] = done_between
                     return seen
                 finally:
                     server.close()
         except Exception as exc:  # noqa: BLE001 - the cell reports it
             return {"seen": "; ".join(f"an error: {type(e).__name__}: {e}" for e in leaves(exc))}
+        finally:
+            if tee is not None:
+                tee.spawned()  # if the server never started, this was never done
+                # Every line in the file before it is read: the pipe ends
+                # once the server and its children are gone.
+                try:
+                    await asyncio.to_thread(tee.wait_closed, WAIT_S)
+                except AssertionError:
+                    pass  # a child that outlived the server: the judgement sees what is missing
 
 
 # -- one cell ---------------------------------------------------------------------
@@ -297,6 +401,8 @@ def manifest(workdir: Path, base: str, cell: Cell, postgres: bool = False) -> Pa
         # sixth attempt never does, so five lost answers make the run wait.
         tool["max_wait"] = "3s"
     data: dict[str, Any] = {"server": {"name": "crash", "journals": "journals"}, "tools": [tool]}
+    if cell.warm:
+        data["server"]["runs_per_worker"] = WARM_RUNS
     if postgres:
         data["server"]["store"] = {"postgres": {"dsn": {"env": STORE_ENV}}}
     path = workdir / "manifest.json"
@@ -327,14 +433,38 @@ def kill_while_held(payments: Payments) -> Callable[[Server], dict[str, list[int
     return kill
 
 
+def kill_resting(server: Server, stderr: Stderr) -> dict[str, Any]:
+    """SIGKILL the worker the calls before ran in, resting between runs
+    now that their answers arrived, and wait for the pool to log its death:
+    {"killed": pid, "how": ...}, or {"error": why not}."""
+    started = stderr.events("run_started")
+    if not started:
+        return {"error": "no run started before the worker was to be killed"}
+    pid = int(started[-1]["pid"])
+    family = {child.pid for child in server.process.children(recursive=True)}
+    if pid not in family:
+        return {"error": f"the worker {pid} of the call before is not among the server's "
+                         f"children {sorted(family)}"}
+    os.kill(pid, signal.SIGKILL)
+    try:
+        died = stderr.wait_event(DIED_BETWEEN_RUNS, timeout=WAIT_S, pid=pid)
+    except AssertionError:
+        return {"error": f"the pool did not log {DIED_BETWEEN_RUNS} for worker {pid} "
+                         f"within {WAIT_S} s"}
+    return {"killed": pid, "how": died.get("how")}
+
+
 def run_cell(cell: Cell, store_dsn: str | None = None) -> Observed:
     """Run `cell`; with `store_dsn`, the ledger in that PostgreSQL store."""
     observed = Observed(cell)
     workdir = Path(tempfile.mkdtemp(prefix="staal-crash-"))
     payments = Payments()
     try:
-        intent = payments.intent(amount=5000, currency="usd")
-        arguments = {**CALL, "order": intent["id"]}
+        # One order per call: a once key each.
+        calls = [{**CALL, "order": payments.intent(amount=5000, currency="usd")["id"]}
+                 for _ in range(cell.calls)]
+        arguments = calls[cell.before]  # the cell's call
+        alongside = calls[cell.before + 1] if cell.concurrent else None
         path = manifest(workdir, payments.base, cell, postgres=store_dsn is not None)
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("STAAL_KILL")}
         base_env.pop("STAAL_TEST_KILL_POINTS", None)
@@ -342,18 +472,26 @@ def run_cell(cell: Cell, store_dsn: str | None = None) -> Observed:
         if store_dsn is not None:
             base_env[STORE_ENV] = store_dsn
         first_env, meanwhile = base_env, None
+        between: Callable[[Server, Stderr], dict[str, Any]] | None = None
         if cell.held:
             meanwhile = kill_while_held(payments)
+        elif cell.resting:
+            between = kill_resting
         else:
             first_env = {**base_env, "STAAL_TEST_KILL_POINTS": "1",
                          "STAAL_KILL_AT": f"{cell.process}:{cell.point}",
                          "STAAL_KILL_ONCE": str(workdir / "killed")}
+            if cell.concurrent:
+                first_env["STAAL_TEST_POOL_AHEAD"] = "1"
         if cell.fault:
             kind, times = cell.fault
             payments.fault("/v1/refunds", kind, times=times,
                            hold_ms=1000 * (TIMEOUT_S + WAIT_S) if kind == "hang" else None)
         first_log, second_log = workdir / "first.log", workdir / "second.log"
-        observed.first = asyncio.run(call(path, first_env, first_log, arguments, meanwhile))
+        observed.first = asyncio.run(call(path, first_env, first_log, arguments, meanwhile,
+                                          before=calls[:cell.before], between=between,
+                                          alongside=alongside))
+        observed.others = observed.first.pop("others", [])
         if cell.held:
             killed = observed.first.get("meanwhile") or {}
             observed.killed = bool(killed)
@@ -365,13 +503,20 @@ def run_cell(cell: Cell, store_dsn: str | None = None) -> Observed:
                 payments.wait("/v1/refunds", finished=1, timeout=WAIT_S)
             except AssertionError as exc:
                 observed.problems.append(f"the held refund never finished: {exc}")
+        elif cell.resting:
+            killed = observed.first.get("between") or {}
+            observed.killed = "killed" in killed
+            if "error" in killed:
+                observed.problems.append(killed["error"])
         else:
             observed.killed = (workdir / "killed").exists()
         observed.repeat = asyncio.run(call(path, base_env, second_log, arguments))
         observed.at_first, started = recovery(first_log)
         observed.at_restart, _ = recovery(second_log)
-        if started:
-            observed.first_run, observed.first_worker = started[0]["run"], started[0]["pid"]
+        observed.started = [(e["run"], e["pid"]) for e in started]
+        observed.first_run, observed.first_worker = the_cells_run(cell, observed)
+        observed.died_unused = [e for e in log_events(first_log)
+                                if e.get("event") == "worker_died_unused"]
         observed.requests = payments.requests()
         observed.refunds = payments.refunds()
         gather_files(workdir / "journals", observed, store_dsn)
@@ -382,10 +527,22 @@ def run_cell(cell: Cell, store_dsn: str | None = None) -> Observed:
     return observed
 
 
-def recovery(stderr: Path) -> tuple[list[tuple[str, str]], list[dict]]:
-    """The recovery one server logged, as (run id, event) in order, and its
-    run_started lines. A worker lost counts as WORKER_LOST only when the
-    same run then started again, resumed, in another worker."""
+def the_cells_run(cell: Cell, observed: Observed) -> tuple[str | None, int | None]:
+    """The cell's call's run and the worker it started in: the run started
+    after the calls before; in a concurrent cell, the run whose worker was
+    lost (the kill point is met by whichever of the two gets there first)."""
+    started = observed.started
+    if cell.concurrent:
+        lost = [run for run, event in observed.at_first if event.startswith("worker lost")]
+        run = lost[0] if lost else (started[0][0] if started else None)
+        return run, next((pid for r, pid in started if r == run), None)
+    if len(started) > cell.before:
+        return started[cell.before]
+    return None, None
+
+
+def log_events(stderr: Path) -> list[dict]:
+    """Every line of a server's standard error that is a JSON object."""
     events: list[dict] = []
     for line in stderr.read_text().splitlines():
         try:
@@ -394,6 +551,14 @@ def recovery(stderr: Path) -> tuple[list[tuple[str, str]], list[dict]]:
             continue
         if isinstance(event, dict):
             events.append(event)
+    return events
+
+
+def recovery(stderr: Path) -> tuple[list[tuple[str, str]], list[dict]]:
+    """The recovery one server logged, as (run id, event) in order, and its
+    run_started lines. A worker lost counts as WORKER_LOST only when the
+    same run then started again, resumed, in another worker."""
+    events = log_events(stderr)
     started = [e for e in events if e.get("event") == "run_started"]
     found = []
     for at, event in enumerate(events):
@@ -430,8 +595,9 @@ def gather_files(journals: Path, observed: Observed, store_dsn: str | None = Non
 def judge(cell: Cell, observed: Observed) -> None:
     problems = observed.problems
     if not observed.killed:
-        problems.append("the kill point was never reached" if not cell.held
-                        else "the service never held the refund, so nothing was killed")
+        problems.append("the service never held the refund, so nothing was killed" if cell.held
+                        else "the resting worker was never killed" if cell.resting
+                        else "the kill point was never reached")
     if cell.held and observed.first_worker not in observed.family:
         problems.append(f"the run's worker {observed.first_worker} was not among the supervisor's "
                         f"children {observed.family} when it was killed")
@@ -440,6 +606,7 @@ def judge(cell: Cell, observed: Observed) -> None:
     if observed.first.get("seen") != cell.first:
         problems.append(f"the first call saw {observed.first.get('seen')!r}, expected {cell.first!r}")
     judge_recovery(cell, observed)
+    judge_warm(cell, observed)
     judge_service(cell, observed)
     repeat = observed.repeat
     if repeat.get("seen") != ANSWERED or repeat["is_error"]:
@@ -476,6 +643,39 @@ def judge_recovery(cell: Cell, observed: Observed) -> None:
         runs.add(observed.first_run)
     if len(runs) > 1:
         observed.problems.append(f"recovery concerned runs {sorted(runs)}, not only the first call's")
+
+
+def judge_warm(cell: Cell, observed: Observed) -> None:
+    """The calls besides the cell's are done, each by a refund of its own;
+    the cell's call ran in the worker it should have; and no worker died
+    unused (a warm worker killed between runs served runs: its fork did good)."""
+    problems = observed.problems
+    if len(observed.others) != cell.calls - 1:
+        problems.append(f"{len(observed.others)} other calls were answered, expected "
+                        f"{cell.calls - 1}")
+    made = {r["id"] for r in observed.refunds}
+    answered = [observed.first] if observed.first.get("seen") == ANSWERED else []
+    for at, other in enumerate(observed.others):
+        if other.get("seen") != ANSWERED or other.get("is_error"):
+            problems.append(f"the other call {at + 1} was not done: {other}")
+        else:
+            answered.append(other)
+    if cell.once and answered:
+        named = [a["structured"]["result"]["refund"] for a in answered if a["structured"]]
+        if len(set(named)) != len(named) or not set(named) <= made:
+            problems.append(f"the calls answered refunds {named}, not one each of those made "
+                            f"{sorted(made)}")
+    if cell.reused is not None and cell.before:
+        if len(observed.started) <= cell.before:
+            problems.append(f"the cell's call never started: runs started {observed.started}")
+        else:
+            previous, own = observed.started[cell.before - 1][1], observed.started[cell.before][1]
+            if (previous == own) != cell.reused:
+                problems.append(f"the cell's call started in worker {own}, "
+                                + (f"not in the warm worker {previous} of the call before it"
+                                   if cell.reused else "the worker killed after the call before it"))
+    if observed.died_unused:
+        problems.append(f"workers died unused: {[e.get('how') for e in observed.died_unused]}")
 
 
 def judge_service(cell: Cell, observed: Observed) -> None:

@@ -10,7 +10,8 @@ import pytest
 from tests.crash.harness import CELLS, cell_named, run_cell
 
 ON_THEIR_OWN = ("worker:journal_file", "worker:outcome", "worker:end", "supervisor:refund held",
-                "supervisor:ended")
+                "supervisor:ended", "worker:idle", "worker:journal#2",
+                "worker:intent#2 (another call at once)")
 
 
 def check(name_or_cell) -> None:
@@ -43,3 +44,15 @@ def test_a_supervisor_killed_while_the_service_holds_the_refund_resends_it_under
 
 def test_a_run_that_ended_as_the_supervisor_died_is_settled_from_its_end_at_the_next_start():
     check("supervisor:ended")
+
+
+def test_a_warm_worker_killed_while_it_rests_between_runs_costs_no_run_and_no_fork_backoff():
+    check("worker:idle")
+
+
+def test_a_warm_worker_killed_at_its_second_runs_journal_header_is_replaced_by_one_that_resumes_it():
+    check("worker:journal#2")
+
+
+def test_a_run_that_kills_its_worker_while_another_call_of_its_tool_waits_for_one_does_each_once():
+    check("worker:intent#2 (another call at once)")

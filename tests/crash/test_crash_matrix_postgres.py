@@ -1,6 +1,8 @@
 """The crash matrix on the PostgreSQL store (issue 15): the cells whose
 kill point is in the supervisor, where the ledger is written, and those in
-the worker, whose journal records the supervisor commits as rows there.
+the worker, whose journal records the supervisor commits as rows there
+(the warm cells among them: a worker serving several runs commits each
+run's records as rows of its own run).
 Each kill point keeps its meaning ("after the step is durable"), judged by
 the same rules as on the file store (tests/crash/harness.py): nothing lost,
 nothing done twice, one reserve and at most one settle or release per run."""

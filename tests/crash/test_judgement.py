@@ -19,6 +19,7 @@ from tests.crash.harness import (
 )
 
 RUN = "a" * 32
+OTHER = "c" * 32  # the other call's run, in a warm cell
 
 
 def request(method: str, key: str | None = None, hung_up: bool = False) -> dict:
@@ -45,6 +46,31 @@ def as_expected(cell: Cell) -> Observed:
         refunds=[refund] * cell.refunds, runs=[RUN], charged_minor=2000,
         journals={RUN: ["Header", "Intent", "OutcomeRecord", "Intent", "OutcomeRecord", "Print",
                         "End"]})
+
+
+def as_expected_warm(cell: Cell) -> Observed:
+    """What a correct run of a warm cell shows: the other call's run
+    OTHER, before the cell's call or at once with it, each run with its
+    own GET, refund POST under its own key, and refund."""
+    def answer(refund: str) -> dict:
+        return {"seen": ANSWERED, "is_error": False,
+                "structured": {"result": {"refund": refund, "status": "succeeded"}}}
+
+    worker, fresh, resumed = 11, 12, 13
+    own = worker if cell.reused else fresh
+    started = [(OTHER, worker), (RUN, own)] + ([(RUN, resumed)] if cell.at_first else [])
+    journal = ["Header", "Intent", "OutcomeRecord", "Intent", "OutcomeRecord", "Print", "End"]
+    return Observed(
+        cell, first=answer("re_1"), repeat=answer("re_1"), others=[answer("re_2")], killed=True,
+        at_first=[(RUN, e) for e in cell.at_first], first_run=RUN, first_worker=own,
+        started=started,
+        requests=[request("GET"), request("POST", f"{OTHER}-{REFUND_OP}"),
+                  request("GET"), request("POST", f"{RUN}-{REFUND_OP}")],
+        refunds=[{"id": "re_2", "amount": 2000}, {"id": "re_1", "amount": 2000}],
+        runs=[OTHER, RUN], charged_minor=4000, journals={OTHER: journal, RUN: journal})
+
+
+WARM_CELLS = ("worker:idle", "worker:journal#2", "worker:intent#2 (another call at once)")
 
 
 def judged(observed: Observed) -> list[str]:
@@ -146,6 +172,51 @@ def test_docs_crash_matrix_holds_a_passing_row_for_every_cell_as_the_report_prin
     assert len(rows) == len(CELLS)
     for cell, line in zip(CELLS, rows, strict=True):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[:3] == [f"{cell.process}:{cell.point}", "yes" if cell.once else "no",
+        assert cells[:3] == [cell.label, "yes" if cell.once else "no",
                              cell.first], line
         assert cells[-1] == "pass", line
+
+
+def test_what_a_correct_run_of_each_warm_cell_shows_passes():
+    for name in WARM_CELLS:
+        assert judged(as_expected_warm(cell_named(name))) == [], name
+
+
+def test_a_second_run_that_did_not_start_in_the_warm_worker_of_the_first_fails_its_cell():
+    observed = as_expected_warm(cell_named("worker:journal#2"))
+    observed.started[1] = (RUN, 12)
+    assert judged(observed) == ["the cell's call started in worker 12, not in the warm worker 11 "
+                                "of the call before it"]
+
+
+def test_a_call_served_by_the_worker_killed_while_it_rested_fails_its_cell():
+    observed = as_expected_warm(cell_named("worker:idle"))
+    observed.started[1] = (RUN, 11)
+    assert judged(observed) == ["the cell's call started in worker 11, the worker killed after "
+                                "the call before it"]
+
+
+def test_a_resting_worker_the_harness_never_killed_fails_its_cell():
+    observed = as_expected_warm(cell_named("worker:idle"))
+    observed.killed = False
+    assert judged(observed) == ["the resting worker was never killed"]
+
+
+def test_a_worker_that_died_unused_fails_a_cell():
+    observed = as_expected_warm(cell_named("worker:idle"))
+    observed.died_unused = [{"event": "worker_died_unused", "how": "worker 11 was killed by "
+                                                                  "SIGKILL while idle"}]
+    assert judged(observed) == ["workers died unused: ['worker 11 was killed by SIGKILL while idle']"]
+
+
+def test_an_other_call_that_was_not_done_fails_a_warm_cell():
+    observed = as_expected_warm(cell_named("worker:intent#2 (another call at once)"))
+    observed.others = [{"seen": CLOSED}]
+    assert judged(observed) == [f"the other call 1 was not done: {{'seen': {CLOSED!r}}}"]
+
+
+def test_two_calls_answered_by_one_refund_fail_a_warm_cell():
+    observed = as_expected_warm(cell_named("worker:journal#2"))
+    observed.others[0]["structured"]["result"]["refund"] = "re_1"
+    assert judged(observed) == ["the calls answered refunds ['re_1', 're_1'], not one each of "
+                                "those made ['re_1', 're_2']"]

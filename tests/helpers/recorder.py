@@ -44,6 +44,7 @@ class Recorder:
         # Headers a route answers with besides its content's.
         self.answer_headers: dict[tuple[str, str], dict[str, str]] = {}
         self.holds: dict[str, Hold] = {}
+        self.connections = 0  # TCP connections accepted
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)
         recorder = self
@@ -53,6 +54,8 @@ class Recorder:
 
             def setup(self) -> None:
                 super().setup()
+                with recorder.lock:
+                    recorder.connections += 1
                 # Headers and body are two writes; without this a delayed ACK
                 # adds 40 ms to an answer on a kept-alive connection.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

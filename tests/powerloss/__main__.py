@@ -45,20 +45,32 @@ How it works (`tests/powerloss/`):
 - **Trying a state.** The journal directory is made to hold exactly that state, the
   fake service is put back to what it had done by then (the refunds it had made are
   made again under their keys), the real server (`staal-supervisor serve`) is started
-  on it and the call repeated through the official MCP client. The rules, read with the
-  project's own readers: the server starts and answers the repeat (a state the seed
+  on it and each call repeated through the official MCP client. The rules, read with the
+  project's own readers: the server starts and answers each repeat (a state the seed
   says refuses to start, such as a journal with no reservation, must not be reachable);
   every run in the ledger has one reserve and one settle or release, none is left
   unsettled; the service made at most the refunds the scenario allows, at most one per
   key, each under the key of a run whose settlement charged what it refunded; every run
   in the ledger when the client was answered is still there, and a repeat of an
   answered call answers the same refund.
+- **Two calls in flight.** The scenario "two in flight" sends two calls of two orders
+  at once and holds the first reserve back until the second is queued behind it
+  (`STAAL_TEST_RESERVES_TOGETHER`, a test's lever in `supervisor/store/file_ledger.py`),
+  so one fsync of the ledger makes both reserves durable, as the group commit does
+  under load; its states cross the two calls' steps (one run settled while the other
+  still runs, both reserves written and neither durable, one journal torn beside the
+  other's end).
+- **A warm worker's second run.** The scenario "warm second run" sends two calls one
+  after the other; the second runs in the worker that served the first
+  (`runs_per_worker` above 1), so its journal is made by a process that made one
+  already and reuses its descriptor numbers (the disk model maps a process's descriptor
+  to a file at each recorded open).
 
-Run it all with `python -m tests.powerloss --report` (about 10 minutes on two cores);
+Run it all with `python -m tests.powerloss --report` (28 minutes on two cores at load 10);
 one scenario with `--scenario NAME`. In the default test run,
-`tests/powerloss/test_powerloss.py` tries a fixed sample of the refund's states on the
-real server, and checks every state of the retention sweep (the regression below)
-without starting one.
+`tests/powerloss/test_powerloss.py` tries a fixed sample of the states of the refund and
+of two in flight on the real server, and checks every state of the retention sweep (the
+regression below) without starting one.
 """
 
 NOTES = """

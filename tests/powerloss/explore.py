@@ -45,15 +45,18 @@ class Refund:
         return int(fields["amount"])
 
 
+Answer = tuple[int, str | None, tuple[str, ...]]
+
+
 @dataclass
 class Candidate:
     """One distinct state, with what the world outside the disk knew."""
 
     state: State
     refunds: tuple[Refund, ...]
-    # The answers the client had by the crash: (refund id or None, the runs
-    # in the ledger when it was answered).
-    answers: set[tuple[str | None, tuple[str, ...]]] = field(default_factory=set)
+    # The answers the client had by the crash: (which call, its refund id or
+    # None, the runs in the ledger when it was answered).
+    answers: set[Answer] = field(default_factory=set)
     points: list[int] = field(default_factory=list)  # the crash points that leave it
 
 
@@ -76,7 +79,7 @@ def candidates(ctx: Context, snapshot: Disk) -> tuple[list[Candidate], int]:
     resets = [i for i, op in enumerate(before) if _is(op, "reset")]
     kept = before[resets[-1] + 1:] if resets else before
     refunds = [Refund(op["key"], op["body"]) for op in kept if _is(op, "refund")]
-    answers: set[tuple[str | None, tuple[str, ...]]] = set()
+    answers: set[Answer] = set()
     found: dict[tuple[State, tuple[Refund, ...]], Candidate] = {}
     points = 0
 
@@ -108,7 +111,7 @@ def candidates(ctx: Context, snapshot: Disk) -> tuple[list[Candidate], int]:
         elif _is(op, "post"):
             received.append(Refund(op["key"], op["body"]))
         elif _is(op, "answered"):
-            answers.add((op["refund"], tuple(op["runs"])))
+            answers.add((op.get("call", 0), op["refund"], tuple(op["runs"])))
         elif op["op"] == "mark" or not snapshot.apply(op):
             continue
         crash_here()
@@ -126,7 +129,7 @@ def restore_service(ctx: Context, refunds: tuple[Refund, ...]) -> None:
     """The service as it was at the crash: the intent, and each refund it
     had made, made again through its API under the same key."""
     ctx.payments.reset()
-    ctx.payments.intent(amount=ctx.intent["amount"], currency="usd", id=ctx.intent["id"])
+    ctx.make_intents()
     for refund in refunds:
         answer = httpx.post(ctx.payments.base + "/v1/refunds", content=refund.body, headers={
             "Authorization": f"Bearer {ctx.payments.key}", "Idempotency-Key": refund.key,
@@ -152,9 +155,9 @@ def try_state(scenario: Scenario, ctx: Context, candidate: Candidate) -> Outcome
     restore_service(ctx, candidate.refunds)
     log = ctx.workdir / "state.log"
     log.write_text("")
-    seen = ctx.call(ctx.env(), "state.log")
+    seen = ctx.call_all(ctx.env(), "state.log", in_series=scenario.in_series)
     problems = judge(scenario, ctx, candidate, seen, service_refunds(ctx, offset))
-    if problems and seen.get("seen") != ANSWERED:
+    if problems and any(one.get("seen") != ANSWERED for one in seen):
         problems.append("its server said: " + _last_error(log))
     return Outcome(candidate, problems)
 
@@ -175,17 +178,18 @@ def _last_error(log: Path) -> str:
 # -- the rules --------------------------------------------------------------------
 
 
-def judge(scenario: Scenario, ctx: Context, candidate: Candidate, seen: dict[str, Any],
+def judge(scenario: Scenario, ctx: Context, candidate: Candidate, seen: list[dict[str, Any]],
           refunds: list[Refund]) -> list[str]:
     """Seed 000 section 7's rules, on what the server and the service now
-    hold: it started and answered the repeat; every run has one reserve and
+    hold: it started and answered each repeat; every run has one reserve and
     at most one settle or release, and none is left unsettled; each refund
     was made once, under the key of a run whose settlement says so; nothing
     answered before the crash is lost."""
     problems: list[str] = []
-    if seen.get("seen") != ANSWERED or seen.get("is_error"):
-        problems.append(f"the repeated call was not done: {seen.get('seen')} "
-                        f"{seen.get('text', '')[:300]}")
+    for number, one in enumerate(seen):
+        if one.get("seen") != ANSWERED or one.get("is_error"):
+            problems.append(f"the repeated call {number} was not done: {one.get('seen')} "
+                            f"{one.get('text', '')[:300]}")
     try:
         events = read_log(ctx.journals / LEDGER_FILE, LEDGER.decode).records
     except (OSError, StaalError) as exc:
@@ -239,15 +243,15 @@ def judge_service(scenario: Scenario, refunds: list[Refund], before: tuple[Refun
     return problems
 
 
-def judge_answers(candidate: Candidate, seen: dict[str, Any], runs: set[str]) -> list[str]:
+def judge_answers(candidate: Candidate, seen: list[dict[str, Any]], runs: set[str]) -> list[str]:
     problems = []
-    for refund, answered_runs in sorted(candidate.answers, key=str):
+    for number, refund, answered_runs in sorted(candidate.answers, key=str):
         lost = sorted(set(answered_runs) - runs)
         if lost:
             problems.append(f"runs {lost} were in the ledger when the client was answered, "
                             "and are lost")
-        if refund is not None and refund_of(seen) != refund:
-            problems.append(f"the client was answered refund {refund} before the crash; the "
-                            f"repeat answered {refund_of(seen)}")
+        if refund is not None and refund_of(seen[number]) != refund:
+            problems.append(f"call {number} was answered refund {refund} before the crash; "
+                            f"its repeat answered {refund_of(seen[number])}")
     return problems
 

@@ -185,7 +185,7 @@ def failing_after(monkeypatch, records) -> None:
     """The engine writes `records` to the run's journal, then raises."""
     import staal.worker.processes.serve as serve
 
-    def execute(message, configs, prepared, channel, spans=None):
+    def execute(message, binding, channel, spans=None):
         from staal.journal.writer import JournalWriter
 
         with JournalWriter.reopen(message.journal) as writer:
@@ -201,13 +201,15 @@ def serve_run_of(tmp_path, monkeypatch, *records):
 
     import staal.worker.processes.serve as serve
     from staal.records.messages import Run
+    from staal.worker.processes.binding import Binding
 
     files = journal_of(tmp_path, post(1, 2, "k-1"), *records[:-1])
     failing_after(monkeypatch, records[-1:])
     channel = Sent()
     configs = {"pay": SimpleNamespace(grants={"pay": None})}
     serve.serve_run(channel, Run(run=files.run, tool="pay", journal=str(files.journal),
-                                 inputs=str(files.inputs), resume=False), configs, {})
+                                 inputs=str(files.inputs), resume=False), configs,
+                    Binding(configs, {}, {}))
     return files, channel.messages[-1]
 
 

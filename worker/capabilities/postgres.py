@@ -16,11 +16,23 @@ transaction read-only by default. `execute` runs one statement that commits
 when it ends. A statement the server refused failed for certain; one whose
 connection was lost while it ran may have committed: that write is in
 doubt and the run stops for an operator.
+
+A worker that serves many runs keeps the connection across them
+(services.Kept, `KEPT`). Between runs, `between_runs` rolls back a
+transaction left open and runs `DISCARD ALL`, which drops what a run left in
+the session (SET values, temporary tables, advisory locks, LISTEN, prepared
+statements) and resets settings to the session's defaults: those of the
+startup options, so `statement_timeout` and a read grant's read-only default
+stay. A connection that cannot be reset is closed, and one that the server
+closed while it sat idle is found before its next use (it has something to
+read: the server's farewell, or an error): either way the next run opens a
+new one, and no statement is sent on a connection known to be gone.
 """
 
 from __future__ import annotations
 
 import math
+import select
 from typing import Any
 
 import psycopg
@@ -34,6 +46,7 @@ from staal.runtime.redaction import redact
 from staal.worker.capabilities.sql import SqlBound, collect_rows
 from staal.worker.errors import WorkerError
 from staal.worker.runs.actions import Performed
+from staal.worker.runs.refusal import broker_section
 from staal.worker.runs.resend import InDoubt
 
 # Rows fetched per round trip while streaming a query (libpq 17 and later;
@@ -61,6 +74,8 @@ class PostgresDatabase:
         self.writes = writes
         self._conn: psycopg.Connection | None = None
         self._hide: tuple[str, ...] = (dsn,)
+        # Whether the connection was used since it was last reset (or opened).
+        self._used = False
 
     # -- messages ------------------------------------------------------
 
@@ -77,7 +92,9 @@ class PostgresDatabase:
 
     def _connect(self) -> psycopg.Connection:
         conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
+        if conn is not None and not conn.closed and not conn.broken and (
+                self._used or not _gone_while_idle(conn)):
+            self._used = True
             return conn
         if conn is not None:
             conn.close()
@@ -105,7 +122,34 @@ class PostgresDatabase:
             raise Unusable(f"could not connect to PostgreSQL (the DSN in ${self.env}): "
                            f"{self._reason(exc)}") from None
         self._conn = conn
+        self._used = True
         return conn
+
+    def between_runs(self) -> None:
+        """Leave nothing of this run's session to the next run: roll back a
+        transaction left open (a run cut off mid-statement) and, if the
+        connection was used, `DISCARD ALL`. Closed when that fails or the
+        connection is not usable: the next use opens a new one."""
+        conn, used, self._used = self._conn, self._used, False
+        if conn is None:
+            return
+        # Inside the broker, as every use of the connection is: closing and
+        # resetting are the broker's own work.
+        with broker_section():
+            if conn.closed or conn.broken:
+                self.close()
+                return
+            try:
+                status = conn.info.transaction_status
+                if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+                    conn.rollback()
+                elif status != pq.TransactionStatus.IDLE:  # a statement still running, or unknown
+                    self.close()
+                    return
+                if used:
+                    conn.execute("DISCARD ALL", prepare=False)  # autocommit: outside a transaction
+            except psycopg.Error:
+                self.close()
 
     # -- the actions -----------------------------------------------------
 
@@ -185,11 +229,25 @@ class PostgresDatabase:
             self._conn = None
 
 
+def _gone_while_idle(conn: psycopg.Connection) -> bool:
+    """Whether an idle connection has something to read. The server sends
+    nothing unasked to an idle session (DISCARD ALL ended any LISTEN) but its
+    farewell when it ends one (an administrator's pg_terminate_backend, a
+    restart, idle_session_timeout), and a socket whose peer is gone or whose
+    keepalives failed reads as ready too. One poll, no round trip."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    return bool(readable)
+
+
 class PostgresReadCapability(SqlBound, PostgresRead):
     WRITES = False
+    KEPT = True
 
     def _ready(self) -> None:
         self._dsn = self._secret(self._secret_env(self._state.grant.dsn, "dsn"))
+
+    def _identity(self) -> str:
+        return self._dsn
 
     def _open(self) -> PostgresDatabase:
         config = self._services.config

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import hashlib
 import math
 import uuid
 import weakref
@@ -39,7 +40,7 @@ from staal.worker.errors import WorkerError
 from staal.worker.runs.actions import ActionSpec, Performed
 
 if TYPE_CHECKING:
-    from staal.worker.capabilities.services import Database, Services
+    from staal.worker.capabilities.services import Database, DatabaseKey, Services
 
 MAX_ROWS = 10_000
 MAX_RESULT_BYTES = 8 * 1024 * 1024
@@ -169,12 +170,17 @@ def check_sql_result(action: str, result: Json) -> None:
         raise ValueError(f"no action {action!r} here")
 
 
-# -- one connection per run per grant ----------------------------------------------
+# -- one connection per grant: per run, or kept across a worker's runs ----------------
 
 
-def connections(services: Services) -> dict[str, Database]:
-    """The run's open database connections, by grant (its parameter); closed
-    when the run's services go away or the process exits."""
+def connections(services: Services, kept: bool = False) -> dict[DatabaseKey, Database]:
+    """The open database connections, by key (services.DatabaseKey). A
+    capability whose connections may be `kept`, in a worker that keeps them
+    (`services.kept`), gets the worker's: they outlive the run and the worker
+    resets and closes them. Otherwise the run's own: closed when the run's
+    services go away or the process exits."""
+    if kept and services.kept is not None:
+        return services.kept.databases
     pool = services.databases
     if pool is None:
         pool = services.databases = {}
@@ -182,7 +188,7 @@ def connections(services: Services) -> dict[str, Database]:
     return pool
 
 
-def close_all(pool: dict[str, Database]) -> None:
+def close_all(pool: dict[DatabaseKey, Database]) -> None:
     for database in pool.values():
         with contextlib.suppress(Exception):  # closing is best effort at the end
             database.close()
@@ -198,18 +204,33 @@ class SqlBound(Bound):
     `query(sql, params)` and `execute(sql, params)` return `Performed`."""
 
     WHAT = ""
+    # Whether a worker that serves many runs keeps this capability's
+    # connections across them (services.Kept); a kept database must leave
+    # nothing of one run's session to the next (its between_runs).
+    KEPT = False
 
     @staticmethod
     def check_result(action: str, result: Json) -> None:
         check_sql_result(action, result)
 
     def _database(self) -> Database:
-        pool = connections(self._services)
-        root = self._state.chain()[-1].param
-        database = pool.get(root)
+        root = self._state.chain()[-1]
+        pool = connections(self._services, self.KEPT)
+        key = (root.param, root.cap, hashlib.sha256(self._identity().encode()).hexdigest())
+        database = pool.get(key)
         if database is None:
-            database = pool[root] = self._open()
+            # The grant's secret changed since its connection was opened:
+            # that connection is never used again.
+            for old in [k for k in pool if k[:2] == key[:2]]:
+                with contextlib.suppress(Exception):
+                    pool.pop(old).close()
+            database = pool[key] = self._open()
         return database
+
+    def _identity(self) -> str:
+        """The secret value the database is opened with (a DSN), known once
+        `_ready()` ran; "" when there is none."""
+        return ""
 
     def _open(self) -> Database:
         raise NotImplementedError

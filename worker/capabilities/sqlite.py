@@ -121,6 +121,11 @@ class SqliteDatabase:
             cursor.close()
         return self._open_transaction_refused(conn, "execute") or Performed(result=changed)
 
+    def between_runs(self) -> None:
+        # Never kept (SqlBound.KEPT): a file opened in this process costs
+        # next to nothing to open again, and a closed one holds no session.
+        self.close()
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

@@ -42,6 +42,17 @@ _lock = threading.Lock()
 _client: httpx.Client | None = None
 _ssl_context: ssl.SSLContext | None = None
 
+# How long an idle connection is kept for a later request: in a worker that
+# serves many runs, a connection outlives the run that opened it. Under the
+# 5 s after which many servers close an idle one (Node's keepAliveTimeout;
+# httpx's own default is 5 s too), so a request rarely goes out on a
+# connection the server is closing as it arrives; when one does, a GET is
+# an ActionFailed and an unkeyed POST is in doubt, as any POST whose answer
+# was lost (docs/programs.md, net.http). The pool's sizes are httpx's.
+KEEPALIVE_S = 4.0
+_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                       keepalive_expiry=KEEPALIVE_S)
+
 # httpcore's trace events when a request starts to go out on a connection.
 _SENDING = ("http11.send_request_headers.started", "http2.send_request_headers.started")
 
@@ -58,7 +69,7 @@ def _shared() -> httpx.Client:
         if _client is None:
             _ssl_context = httpx.create_ssl_context(trust_env=False)
             _client = httpx.Client(verify=_ssl_context, follow_redirects=False, trust_env=False,
-                                   timeout=None)
+                                   timeout=None, limits=_LIMITS)
             _client.cookies.jar.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # stores none
             _import_lazily_loaded(_client)
         return _client

@@ -14,6 +14,7 @@ splits them into limits per process and per run (warm_limits.py).
 
 from __future__ import annotations
 
+import importlib
 import math
 import resource
 import signal
@@ -42,6 +43,12 @@ def _c_guard() -> Callable[[int, int], None] | None:
 
 
 _ARM_GUARD = _c_guard()
+
+# The C module under `signal`: the same calls without the enum conversions
+# `signal.signal` and `getsignal` make each time (a raised and caught
+# ValueError for every handler that is a function), which a warm worker
+# would pay several times per run.
+RAW_SIGNAL: Any = importlib.import_module("_signal")
 
 
 __all__ = ["CPU_GRACE_SECONDS", "WaitBound", "bound_process", "cpu_backstop", "memory_limit"]
@@ -108,8 +115,8 @@ def start_cpu_backstop(seconds: float, soft: int, hard: int) -> None:
         if not in_broker_section():
             raise RunFailed(failure.kind, failure.message)
 
-    signal.signal(signal.SIGPROF, on_sigprof)
-    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    RAW_SIGNAL.signal(signal.SIGPROF.value, on_sigprof)
+    RAW_SIGNAL.signal(signal.SIGXCPU.value, signal.SIG_DFL.value)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     signal.setitimer(signal.ITIMER_PROF, seconds, 1.0)

@@ -33,6 +33,7 @@ from staal.manifest.sizes import MIB
 from staal.records.runconfig import Limits
 from staal.worker.confinement.limits import (
     CPU_GRACE_SECONDS,
+    RAW_SIGNAL,
     capped,
     cpu_used,
     data_bytes,
@@ -124,7 +125,7 @@ def disarm_run_cpu() -> None:
     """
     with broker_section():
         signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, signal.SIG_IGN)
+        RAW_SIGNAL.signal(signal.SIGPROF.value, signal.SIG_IGN.value)
 
 
 def cpu_headroom_ok(limits: Limits) -> bool:

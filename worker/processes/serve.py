@@ -1,11 +1,14 @@
-"""A worker: one forked process that serves exactly one run, then exits.
+"""A worker: one forked process that serves runs of one grant set, one at
+a time, until it is told its run is the last or its binding retires it
+(worker/processes/binding.py), then exits.
 
 It connects its own ZeroMQ DEALER to the supervisor's ROUTER and says it is
 ready (a heartbeat with no run). The main thread uses the socket itself
 (`Channel`): while idle it waits for a message, sending a heartbeat each
-second, and answers start-up checks; the first `run` message is its one
-run, during which a thread, started while idle to keep it off the
-run's path, sends the heartbeats. Failures leave as data (kind, message), never as tracebacks.
+second, and answers start-up checks; during a run, a thread, started while
+idle to keep it off the run's path, sends the heartbeats. Between runs it
+waits again for the next run, or for `retire`. Failures leave as data
+(kind, message), never as tracebacks.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from staal.records.messages import (
     Heartbeat,
     PrintLine,
     Progress,
+    Retire,
     Run,
     Started,
     StoppedMsg,
@@ -45,10 +49,10 @@ from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS
 from staal.worker.confinement import confine
-from staal.worker.confinement.limits import bound_process
+from staal.worker.processes.binding import Binding
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.journal_sink import ChannelSink
-from staal.worker.runs.run import Prepared, RunRequest, note_violation, resume, start, uses_ffi
+from staal.worker.runs.run import Prepared, RunRequest, resume, start
 from staal.worker.runs.spans import RunRecorder
 
 HEARTBEAT_S = 1.0
@@ -62,11 +66,12 @@ class Channel:
     stopped, ended) itself, so a message crosses no thread inside the worker.
 
     Heartbeats: while idle the main thread, waiting for a message, sends one
-    each second itself. Once the run is received it is busy with the run, so
-    a small thread (started while idle, silent until then) sends them. It
-    takes the same lock as every send, so the socket is used by one thread at
-    a time (ZeroMQ's rule), and it never receives: the supervisor sends a
-    worker nothing after its run. It is a bare `_thread` thread: a
+    each second itself. Once a run is received it is busy with the run, so
+    a small thread (started while idle, silent until then) sends them, until
+    `end_run`. It takes the same lock as every send, so the socket is used by
+    one thread at a time (ZeroMQ's rule), and it never receives: during a run
+    the main thread receives only the answers to its own requests, and
+    between runs the beat thread is silent. It is a bare `_thread` thread: a
     `threading.Thread` costs a forked worker several times its CPU in
     copy-on-write faults (BENCHMARKS.md, issue 12 item 3). It is a Python
     thread on purpose: a run stuck in C code holding the interpreter stops
@@ -106,6 +111,13 @@ class Channel:
         takes over the beats (and names the run in them). Called after the
         main thread's last use of the socket without the lock."""
         self.run_id = run_id
+
+    def end_run(self) -> None:
+        """The run is over and its report sent: the heartbeat thread goes
+        silent again, and the main thread may use the socket without the
+        lock to wait for the next run."""
+        with self._lock:
+            self.run_id = None
 
     def send(self, message: Record) -> None:
         with self._lock:
@@ -190,24 +202,32 @@ def rehearse(configs: dict[str, RunConfig], prepared: dict[str, Prepared | RunOu
         pack(Started(run="0" * 32, pid=os.getpid()))
 
 
-def serve_one(endpoint: str, configs: dict[str, RunConfig],
-              prepared: dict[str, Prepared | RunOutcome]) -> int:
+def serve(endpoint: str, configs: dict[str, RunConfig],
+          prepared: dict[str, Prepared | RunOutcome], reuse: dict[str, int]) -> int:
+    """Serve checks, then runs of one grant set (`reuse`: how many runs a
+    worker of each set may serve), until a run is the last or `retire` comes."""
     try:
         rehearse(configs, prepared)
     except Exception:  # noqa: BLE001 - a rehearsal is an optimisation; the run reports real problems
         pass
     channel = Channel(endpoint)
+    binding = Binding(configs, prepared, reuse)
     try:
         channel.start()
         while True:
             message = channel.receive()
             if isinstance(message, Check):
                 channel.send(checked(message.tool, configs, prepared))
+            elif isinstance(message, Retire):
+                return 0
             elif isinstance(message, Run):
                 channel.begin_run(message.run)
-                serve_run(channel, message, configs, prepared)
-                return 0
+                if not serve_run(channel, message, configs, binding):
+                    return 0
+                binding.between_runs()
+                channel.end_run()
     finally:
+        binding.close()
         channel.finish()
 
 
@@ -231,15 +251,17 @@ def checked(tool: str, configs: dict[str, RunConfig],
 
 
 def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
-              prepared: dict[str, Prepared | RunOutcome]) -> None:
+              binding: Binding) -> bool:
+    """Serve one run and report its end; whether the worker stays for another."""
     # Spans are recorded only when the call's span came with the run.
     spans = None if message.traceparent is None else \
         RunRecorder(message.run, message.tool, message.traceparent, message.resume)
     report: Ended | StoppedMsg
+    engine_failed = False
     TIMINGS.reset()  # the run's own actions and fsyncs, not the zygote's or the rehearsal's
     try:
         channel.send(Started(run=message.run, pid=os.getpid()))
-        outcome = execute(message, configs, prepared, channel, spans)
+        outcome = execute(message, binding, channel, spans)
         timings = TIMINGS.snapshot() if message.timed else None
         if outcome.outcome == "stopped":
             op, why = outcome.waits_at()
@@ -250,16 +272,23 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
             report = Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
                            failure=outcome.failure, usage=outcome.usage, timings=timings)
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
+        engine_failed = True
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),
                         message.secrets.values())
         # A refusal keeps its kind across the boundary, as data.
         cause = exc.kind if isinstance(exc, StaalError) else None
         report = last_word(message, configs, f"the worker failed: {detail}", channel, cause)
+    finally:
+        binding.disarm()
+    stays = binding.after_run(report, engine_failed, message.last)
+    if isinstance(report, Ended) and (stays or binding.retires):
+        report = replace(report, stays=stays, retires=binding.retires)
     if spans is not None:
         # Before the last word: the supervisor stops listening to a run
         # once it has its end.
         channel.send(spans.finish(report))
     channel.send(report)
+    return isinstance(report, Ended) and report.stays
 
 
 def last_word(message: Run, configs: dict[str, RunConfig], reason: str,
@@ -290,15 +319,12 @@ def sink_of(message: Run, channel: Channel | None) -> ChannelSink | None:
     return ChannelSink(message.run, Path(message.journal), channel.request)
 
 
-def execute(message: Run, configs: dict[str, RunConfig],
-            prepared: dict[str, Prepared | RunOutcome], channel: Channel,
+def execute(message: Run, binding: Binding, channel: Channel,
             spans: RunRecorder | None = None) -> RunOutcome:
-    key = config_key(message.tool, message.grants)
-    config, loaded = configs[key], prepared[key]
+    config, loaded, fresh = binding.accept(message)
     if isinstance(loaded, RunOutcome):
         return loaded
-    confine.narrow_tripwire(uses_ffi(config), note_violation)
-    bound_process(config.limits)
+    binding.arm(config.limits)
     with confine.broker_section():
         arguments = kept_arguments.read(Path(message.inputs))
     request = RunRequest(
@@ -310,6 +336,8 @@ def execute(message: Run, configs: dict[str, RunConfig],
         prepared=replace(loaded, secrets=dict(message.secrets)),
         spans=spans,
         sink=sink_of(message, channel),
+        fresh=fresh,
+        kept=binding.kept,
     )
     if message.resume:
         with confine.broker_section():

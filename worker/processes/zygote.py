@@ -1,6 +1,6 @@
 """The zygote: started once by the supervisor with an environment that
 holds no secret, it installs the tripwire, imports the engine and every
-tool's program, and then forks one worker per run on request (DESIGN.md
+tool's program, and then forks workers on request (DESIGN.md
 section 6). A worker is handed its own run's secrets in its run message, so
 no worker's memory holds another tool's secret (worker/processes/serve.py).
 
@@ -29,22 +29,29 @@ from staal.manifest.check import load_manifest
 from staal.records.runconfig import RunConfig, config_key, from_tool
 from staal.runtime.private_memory import keep_memory_private
 from staal.worker.confinement import confine
+from staal.worker.processes.binding import flush_c_stdio
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.run import Prepared, load, note_violation, uses_ffi
 
+Preloaded = tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome], dict[str, int]]
 
-def preload(manifest_path: Path) -> tuple[dict[str, RunConfig], dict[str, Prepared | RunOutcome]]:
-    """Every tool's run config and program, loaded once under confinement."""
+
+def preload(manifest_path: Path) -> Preloaded:
+    """Every tool's run config and program, loaded once under confinement,
+    and how many runs a worker of each grant set may serve."""
     manifest = load_manifest(manifest_path)
+    sets = [(tool, grants) for tool in manifest.tools for grants in (None, *tool.profiles)]
     configs = {config_key(tool.name, grants): from_tool(manifest, tool, grants)
-               for tool in manifest.tools for grants in (None, *tool.profiles)}
+               for tool, grants in sets}
+    reuse = {config_key(tool.name, grants): manifest.runs_per_worker(tool.name)
+             for tool, grants in sets}
     confine.scrub_environment(())
     confine.install_tripwire(allow_ffi=any(uses_ffi(c) for c in configs.values()),
                              on_violation=note_violation)
     # Loaded without secrets: checking a program never needs one.
     prepared = {name: load(config, {}) for name, config in configs.items()}
     warm(configs)
-    return configs, prepared
+    return configs, prepared, reuse
 
 
 def warm(configs: dict[str, RunConfig]) -> None:
@@ -82,12 +89,10 @@ def warm(configs: dict[str, RunConfig]) -> None:
 
 
 class Zygote:
-    def __init__(self, endpoint: str, report_fd: int, configs: dict[str, RunConfig],
-                 prepared: dict[str, Prepared | RunOutcome]) -> None:
+    def __init__(self, endpoint: str, report_fd: int, preloaded: Preloaded) -> None:
         self.endpoint = endpoint
         self.report = report_fd
-        self.configs = configs
-        self.prepared = prepared
+        self.configs, self.prepared, self.reuse = preloaded
         self.children: set[int] = set()
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe()
@@ -166,9 +171,9 @@ class Zygote:
             for fd in (self.report, self.wake_r, self.wake_w):
                 os.close(fd)
             confine.refuse_stdin()
-            from staal.worker.processes.serve import serve_one
+            from staal.worker.processes.serve import serve
 
-            code = serve_one(self.endpoint, self.configs, self.prepared)
+            code = serve(self.endpoint, self.configs, self.prepared, self.reuse)
         finally:
             flush_c_stdio()
             os._exit(code)
@@ -192,19 +197,6 @@ def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def flush_c_stdio() -> None:
-    """What a C library called through ffi.c wrote with printf may still sit
-    in C's stdout buffer (fully buffered: descriptor 1 is a pipe to stderr);
-    os._exit would drop it, so every C stream is flushed first."""
-    import ctypes
-
-    try:
-        with confine.broker_section():
-            ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):
         pass
 
 
@@ -245,13 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     die_with_parent()
     keep_memory_private()  # for every worker it forks: each holds its run's secrets
-    configs, prepared = preload(args.manifest)
+    preloaded = preload(args.manifest)
     # Everything loaded so far lives as long as the zygote: move it out of
     # the collector's view, so a worker's collections never walk (and so
     # never copy) the pages it shares with the zygote.
     gc.collect()
     gc.freeze()
-    Zygote(args.endpoint, args.report_fd, configs, prepared).serve()
+    Zygote(args.endpoint, args.report_fd, preloaded).serve()
 
 
 if __name__ == "__main__":

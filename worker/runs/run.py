@@ -36,7 +36,7 @@ from staal.runtime.budgets import memory_message
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.ids import new_run_id
 from staal.worker.capabilities import implementation
-from staal.worker.capabilities.services import Services
+from staal.worker.capabilities.services import Kept, Services
 from staal.worker.confinement import confine
 from staal.worker.confinement.limits import WaitBound, bound_process
 from staal.worker.confinement.steps import StepCounter
@@ -82,6 +82,10 @@ class RunRequest:
     # its module body runs again, so nothing an earlier run of this process
     # left in the program's globals is seen. False: the module loaded first.
     fresh: bool = False
+    # The connections the worker keeps across the runs it serves (its
+    # PostgreSQL ones, reset between runs by the worker); None: the run's
+    # connections are its own, closed when it ends.
+    kept: Kept | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,11 @@ def note_violation(message: str) -> None:
     """The tripwire's report: the run fails as `capability` even if the
     program catches the refusal."""
     _violations.append(message)
+
+
+def violated() -> bool:
+    """Whether the tripwire refused anything during the last run."""
+    return bool(_violations)
 
 
 def _prepared(request: RunRequest) -> Prepared | RunOutcome:
@@ -223,7 +232,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         on_print=request.on_print, program_dir=config.program.parent, on_op=request.on_op,
         spans=request.spans, wait_ms=config.limits.wait_ms,
     )
-    services = Services(clock=request.clock, secrets=secrets, config=config)
+    services = Services(clock=request.clock, secrets=secrets, config=config, kept=request.kept)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
     waits = _wait_bound(config, ctx)
     returned, failure = None, None

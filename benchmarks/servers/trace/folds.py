@@ -4,7 +4,7 @@ tracer's import hook applies them, in the benchmark's servers only).
 
 They model what each fold costs and gains on the call's path; they are not
 the folds themselves (no record kind, kill point or recovery rule changes),
-so they measure and prove nothing about recovery: BENCHMARKS.md's section
+so they measure and prove nothing about recovery: benchmarks/HISTORY.md's section
 "Issue 12 item 3" says what each would do to the guarantees.
 
 - `fold-arguments`: the kept arguments ride in the reserve's ledger event,

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 import folds
+import pairs
 
 _fd: int | None = None
 _buffer: list[tuple[int, str, str, int]] = []
@@ -150,6 +151,7 @@ def _wrap(fn: Callable, name: str) -> Callable:
 
 def _patch(module: Any) -> None:
     folds.patch(module, _experiments)  # first, so that a traced run wraps what a fold put in
+    pairs.patch(module, _experiments)
     if _tracing:
         for target in SPANS.get(module.__name__, ()):
             _patch_one(module, target)
@@ -241,7 +243,7 @@ def _defer_forks(module: Any) -> None:
 
 
 def _defer_exits(module: Any) -> None:
-    """The benchmark's workaround for a race in `Pool` (see BENCHMARKS.md):
+    """The benchmark's workaround for a race in `Pool` (see benchmarks/HISTORY.md):
     the zygote's report that a worker exited can be handled before that
     worker's last ZeroMQ message (its run's end), and `_exited` then forgets
     the worker, so `_receive` drops the end and the call never returns. Here a
@@ -358,6 +360,7 @@ def install(path: str | None, fix_exit_race: bool = False,
     if "no-rehearsal" in _experiments:
         _wanted.add("staal.worker.processes.serve")
     _wanted |= folds.install(_experiments, _role, scratch)
+    _wanted |= pairs.install(_experiments, _role)
     if _wanted:
         sys.meta_path.insert(0, _Hook())
     if not _tracing:

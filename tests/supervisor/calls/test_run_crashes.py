@@ -12,7 +12,7 @@ from staal.records.messages import JournalAppend
 from staal.supervisor.calls.run_crashes import RunCrashes
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.postgres.ledger import Fenced
-from staal.supervisor.workers.pool import RecordRefused
+from staal.supervisor.workers.pool_states import RecordRefused
 
 RUN = "cd" * 16
 

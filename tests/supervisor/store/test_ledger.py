@@ -28,7 +28,7 @@ from staal.records.canonical import canonical_json
 from staal.records.ledger_records import LEDGER, OnceHold, Release, Reserve, Settle
 from staal.runtime.clock import FixedClock
 from staal.supervisor.store.entries import RunEntry
-from staal.supervisor.store.file_ledger import FileLedger
+from staal.supervisor.store.file_ledger import TOGETHER_VARIABLE, FileLedger
 from staal.supervisor.store.ledger import (
     Different,
     Existing,
@@ -594,6 +594,26 @@ def test_concurrent_reserves_share_fsyncs(tmp_path: Path) -> None:
     assert len(ledgers.lines()) == count
 
 
+def test_with_the_test_lever_the_first_reserve_waits_for_the_next_and_one_fsync_takes_both(
+        ledgers: Ledgers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The power-loss scenario "two in flight" relies on it."""
+    monkeypatch.setenv(TOGETHER_VARIABLE, "2")
+    with ledgers.open() as ledger:
+        before = ledgers.syncer.files
+        first = threading.Thread(target=reserve, args=(ledger,))
+        first.start()
+        assert ledger._commit.wait_for(lambda commit: commit.submitted == 1, BOUND)
+        second = reserve(ledger)
+        first.join(BOUND)
+        assert not first.is_alive()
+        assert isinstance(second, Reserved)
+        assert ledgers.syncer.files - before == 1
+        # Once: the next reserve waits for nobody.
+        reserve(ledger)
+        assert ledgers.syncer.files - before == 2
+    assert len(ledgers.lines()) == 3
+
+
 def test_a_lone_event_costs_one_fsync(ledger: FileLedger, ledgers: Ledgers) -> None:
     before = ledgers.syncer.files
     run = reserved(ledger).run
@@ -734,7 +754,7 @@ def test_a_leftover_temp_file_is_ignored_at_open_and_removed_by_the_next_compact
 COMPACT_CHILD = """
 import sys
 from staal.runtime.clock import FixedClock
-from staal.supervisor.store.file_ledger import FileLedger
+from staal.supervisor.store.file_ledger import TOGETHER_VARIABLE, FileLedger
 ledger = FileLedger.open(sys.argv[1], FixedClock(int(sys.argv[2])))
 ledger.compact(set(), {"t": 3_600_000})
 ledger.close()

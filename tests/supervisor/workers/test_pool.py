@@ -45,11 +45,11 @@ DIES_ON_IMPORT = "import os\nos._exit(3)\n"
 
 
 @contextmanager
-def serving_noop(tmp_path) -> Iterator[tuple[Site, RawServer]]:
+def serving_noop(tmp_path, runs_per_worker: int = 100) -> Iterator[tuple[Site, RawServer]]:
     """A server of one tool that returns its input, shown serving."""
     site = Site(tmp_path)
     site.program("noop.py", NOOP)
-    site.write([{"name": "noop", "program": "noop.py"}])
+    site.write([{"name": "noop", "program": "noop.py", "runs_per_worker": runs_per_worker}])
     with RawServer(site) as server:
         server.initialize()
         assert server.call_tool("noop", {"n": 0})["structuredContent"] == {"result": 0}
@@ -93,7 +93,9 @@ def test_after_every_worker_is_killed_as_it_appears_for_two_seconds_twenty_calls
 
 
 def test_a_zygote_that_stops_answering_is_killed_and_replaced_and_calls_go_on(tmp_path):
-    with serving_noop(tmp_path) as (site, server):
+    # A worker per run: every call needs a fork of the zygote (a warm
+    # worker would serve them all and the stopped zygote never be asked).
+    with serving_noop(tmp_path, runs_per_worker=1) as (site, server):
         stuck = zygote(site.manifest)
         os.kill(stuck.pid, signal.SIGSTOP)  # alive, but it answers no fork request
         try:

@@ -67,8 +67,7 @@ def scene(tmp_path):
     pool.zygote.process = zygote  # type: ignore[assignment]
     pool.zygote.due.started()  # as a zygote's start does
     yield Scene(pool, clock, zygote, logged)
-    for handle in pool.timers:
-        handle.cancel()
+    pool.chores.cancel()
     pool.router.close()
     pool.context.term()
 

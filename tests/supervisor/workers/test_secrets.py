@@ -284,3 +284,30 @@ def test_a_program_past_the_tripwire_cannot_open_the_servers_the_zygotes_or_anot
     assert opened.pop(peeker) == "opened"  # its own: the way in works where it may
     assert opened == {str(pid): "denied" for pid in others}
     assert server.answer(pay)["result"]["isError"] is False
+
+
+@needs_root
+def test_a_warm_worker_serves_only_its_own_tools_runs_and_holds_only_their_secrets(tmp_path):
+    site = Site(tmp_path)
+    four_tools(site)
+    manifest = site.manifest.read_text()
+    site.manifest.write_text(manifest.replace('"server": {', '"server": {"runs_per_worker": 100, ', 1))
+    gate = tmp_path / "open.gate"
+    gate.write_bytes(b"")  # a program reading it goes on at once
+    values = every_secret()
+    with RawServer(site, env=values) as server:
+        server.initialize()
+        for tool in ("pay", "blind", "blind", "pay", "blind"):
+            answer = server.call_tool(tool, {"gate": str(gate)})
+            assert answer["isError"] is False, answer
+        ran_in: dict[str, set[int]] = {"pay": set(), "blind": set()}
+        for started in server.stderr.events("run_started"):
+            ran_in[started["tool"]].add(int(started["pid"]))
+        assert ran_in["pay"].isdisjoint(ran_in["blind"])
+        assert len(ran_in["pay"]) == len(ran_in["blind"]) == 1  # each served all its tool's runs
+        # Between runs, still alive: each holds its own grant set's secrets only.
+        (pay_pid,), (blind_pid,) = ran_in["pay"], ran_in["blind"]
+        assert secrets_in_memory(pay_pid, values) == {"STRIPE_SECRET_KEY"}
+        assert secrets_in_memory(blind_pid, values) == set()
+        server.close_stdin()
+        assert server.wait_exit() == 0

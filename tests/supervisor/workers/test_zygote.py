@@ -22,7 +22,7 @@ def test_a_worker_not_yet_in_its_own_process_group_is_killed_by_pid_when_the_zyg
                              stdin=subprocess.DEVNULL)
     report_r, report_w = os.pipe()
     exited = os.pidfd_open(child.pid)
-    zygote = Zygote("ipc:///nowhere", report_w, {}, {})
+    zygote = Zygote("ipc:///nowhere", report_w, ({}, {}, {}))
     try:
         assert os.getpgid(child.pid) != child.pid
         zygote.children.add(child.pid)

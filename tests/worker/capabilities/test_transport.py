@@ -33,3 +33,12 @@ def test_a_cookie_a_service_sets_is_never_sent_back_on_a_later_request(service):
     later, = service.seen("GET", "/next")
     assert "cookie" not in later.headers
     assert len(client().cookies.jar) == 0
+
+
+def test_an_idle_connection_is_dropped_before_the_five_seconds_after_which_servers_often_close_it():
+    # httpcore's pool is where the expiry is enforced; its settings are the
+    # client's, so this reads the pool the shared client really uses.
+    pool = client()._transport._pool  # type: ignore[attr-defined]
+
+    assert pool._keepalive_expiry < 5.0
+    assert (pool._max_connections, pool._max_keepalive_connections) == (100, 20)

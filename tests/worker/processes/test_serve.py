@@ -17,9 +17,20 @@ from staal.errors import StaalError
 from staal.journal.reader import read_journal
 from staal.journal.records import JOURNAL, End, Header
 from staal.journal.writer import close_unfinished
-from staal.records.messages import Check, Ended, Heartbeat, PrintLine, Run, Started, pack, unpack
+from staal.records.messages import (
+    Check,
+    Ended,
+    Heartbeat,
+    PrintLine,
+    Retire,
+    Run,
+    Started,
+    pack,
+    unpack,
+)
 from staal.supervisor.calls.run_logs import failure_fields
 from staal.worker.processes import serve
+from staal.worker.processes.binding import Binding
 from staal.worker.processes.serve import Channel
 from staal.worker.runs.run import ResumeRefused
 
@@ -94,6 +105,45 @@ def test_while_the_run_runs_the_heartbeat_thread_sends_heartbeats_naming_it(star
     assert not socket.poll(1_500)  # stopped: none after finish() returned
 
 
+def test_after_end_run_the_channel_receives_the_next_run_and_beats_without_naming_the_last(started):
+    socket, channel, identity = started
+    first = Run(run="e" * 32, tool="noop", journal="j", inputs="i", last=False)
+    socket.send_multipart([identity, pack(first)])
+    assert channel.receive() == first
+    channel.begin_run(first.run)
+    channel.send(Ended(run=first.run, outcome="done", result=1, stays=True))
+    channel.end_run()
+    got = next_message(socket)[1]
+    while isinstance(got, Heartbeat):
+        got = next_message(socket)[1]
+    assert got == Ended(run=first.run, outcome="done", result=1, stays=True)
+    second = Run(run="f" * 32, tool="noop", journal="j", inputs="i")
+    received: list[object] = []
+    waiting = threading.Thread(target=lambda: received.append(channel.receive()))
+    waiting.start()
+    # Idle again: the main thread's own beats, naming no run.
+    beat = next_message(socket)[1]
+    while beat != Heartbeat(pid=os.getpid()):
+        assert beat == Heartbeat(pid=os.getpid(), run=first.run)  # one sent before end_run
+        beat = next_message(socket)[1]
+    socket.send_multipart([identity, pack(second)])
+    waiting.join(BOUND_MS / 1000)
+    assert received == [second]
+
+
+def test_serving_ends_when_retire_comes_between_runs(router, monkeypatch):
+    socket, endpoint = router
+    monkeypatch.setattr(serve, "rehearse", lambda *_: None)
+    code: list[int] = []
+    serving = threading.Thread(target=lambda: code.append(serve.serve(endpoint, {}, {}, {})))
+    serving.start()
+    identity, ready = next_message(socket)
+    assert ready == Heartbeat(pid=os.getpid())
+    socket.send_multipart([identity, pack(Retire())])
+    serving.join(BOUND_MS / 1000)
+    assert code == [0] and not serving.is_alive()
+
+
 def test_an_idle_channel_sends_heartbeats_while_it_waits_for_a_message(started):
     socket, channel, identity = started
     received: list[object] = []
@@ -131,7 +181,7 @@ def test_a_refusal_in_the_worker_reaches_the_supervisor_with_its_kind(started, m
     monkeypatch.setattr(serve, "execute", refuse_the_resume)
     run = Run(run="c" * 32, tool="noop", journal=str(tmp_path / "none.journal"), inputs="i")
     channel.begin_run(run.run)
-    serve.serve_run(channel, run, {}, {})
+    stays = serve.serve_run(channel, run, {}, Binding({}, {}, {}))
     got = next_message(socket)[1]
     while isinstance(got, (Heartbeat, Started)):
         got = next_message(socket)[1]
@@ -141,6 +191,7 @@ def test_a_refusal_in_the_worker_reaches_the_supervisor_with_its_kind(started, m
     assert (got.failure.kind, got.failure.cause) == ("internal", "resume_refused")
     assert "ResumeRefused" in got.failure.message
     assert failure_fields(got.failure)["cause"] == "resume_refused"
+    assert stays is False and got.stays is False  # a worker whose engine failed never stays
 
 
 def test_a_journal_closed_after_a_refusal_keeps_the_refusals_kind_in_its_end(tmp_path):
