@@ -11,7 +11,7 @@ are put in its inbox by the test."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -21,29 +21,7 @@ from staal.runtime.clock import FakeMonotonic
 from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.pool_states import Lease, NoWorker, Worker, WorkerState
 from staal.supervisor.workers.resting import WORKER_IDLE_S
-
-NO_SUCH_PID = 4_194_400  # above the kernel's largest pid
-KILLED = 9
-
-
-class Pipe:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, data: bytes) -> None:
-        self.lines.append(data.decode().strip())
-
-    def flush(self) -> None:
-        pass
-
-
-@dataclass
-class StandInZygote:
-    pid: int = NO_SUCH_PID
-    stdin: Pipe = field(default_factory=Pipe)
-
-    def kill(self) -> None:
-        pass
+from tests.helpers.stand_ins import KILLED, NO_SUCH_PID, StandInZygote
 
 
 class StandInRouter:
