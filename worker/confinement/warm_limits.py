@@ -136,10 +136,7 @@ def cpu_headroom_ok(limits: Limits) -> bool:
     if hard == resource.RLIM_INFINITY:
         return True
     soft = math.ceil(cpu_used() + limits.cpu_ms / 1000) + CPU_GRACE_SECONDS
-    # One more second than the arm needs: the CPU a worker spends between
-    # this check and the next run's arm must not bring the soft limit to
-    # the hard one (the kernel's end would then be SIGKILL, not SIGXCPU).
-    return soft + 2 <= hard
+    return soft + 1 <= hard
 
 
 def memory_retained_ok(bound: ProcessBound) -> bool:
