@@ -29,6 +29,10 @@ from staal.manifest.sizes import show_mib
 
 # The exit code of a worker whose C code crashed with its memory at the limit.
 MEMORY_EXIT_CODE = 86
+# Seconds of CPU time past a run's budget before the kernel ends its process
+# (RLIMIT_CPU's soft limit, worker/confinement/limits.py), and what the pool
+# allows a warm worker's run past it (supervisor/workers/silence.py).
+CPU_GRACE_SECONDS = 2
 
 Limit = Literal["cpu", "memory", "runaway"]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from staal.protocol.mcp.resources import Collection, ResourceCatalogue
 from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tools import ToolDescriptor, describe_tool
 from staal.records.fsio import make_private_dir
-from staal.records.runconfig import tool_of_key
+from staal.records.runconfig import config_key, from_tool, tool_of_key
+from staal.runtime.budgets import CPU_GRACE_SECONDS
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.runtime.killpoints import pool_ahead
 from staal.supervisor.app.startup import check_tools
@@ -86,6 +88,21 @@ class Parts:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
+def warm_cpu_ceiling(manifest: Manifest) -> Callable[[str], float | None]:
+    """The CPU seconds a warm worker's run of each grant set may use before
+    the pool kills it (silence.CpuCeiling): its budget, the kernel's grace
+    and a second more, as a one-run worker's hard limit; None for a tool
+    whose workers serve one run (the kernel's limit holds there)."""
+    ceilings: dict[str, float | None] = {}
+    for tool in manifest.tools:
+        warm = manifest.runs_per_worker(tool.name) > 1
+        for grants in (None, *tool.profiles):
+            limits = from_tool(manifest, tool, grants).limits
+            ceilings[config_key(tool.name, grants)] = (
+                limits.cpu_ms / 1000 + CPU_GRACE_SECONDS + 1 if warm else None)
+    return lambda key: ceilings.get(key)
+
+
 class Startup:
     def __init__(self, manifest: Manifest, log: Log, early: Spawned | None,
                  tracing: Tracing, observer: Observer) -> None:
@@ -134,7 +151,8 @@ class Startup:
                                 ahead=pool_ahead(min(2, server.max_concurrent_runs) + 1), log=self.log,
                                 early=self.early,
                                 reuse=lambda key: manifest.runs_per_worker(tool_of_key(key)),
-                                max_idle=server.max_concurrent_runs)
+                                max_idle=server.max_concurrent_runs,
+                                cpu_ceiling=warm_cpu_ceiling(manifest))
         await pool.start()
         tools, problems = await check_tools(self.manifest, pool)
         if problems:

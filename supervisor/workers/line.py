@@ -102,7 +102,8 @@ class WorkerLine:
         try:
             await asyncio.wait({waiter}, timeout=max(0.0, deadline - time.monotonic()))
         except asyncio.CancelledError:
-            if waiter.done() and waiter.exception() is None:
+            if (waiter.done() and waiter.exception() is None
+                    and waiter.result().state is WorkerState.IDLE):
                 self.offer(waiter.result())  # handed over just as the call went away
             waiter.cancel()
             raise

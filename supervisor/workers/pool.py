@@ -1,30 +1,19 @@
-"""The supervisor's workers: a zygote that forks them, a ZeroMQ ROUTER they
-connect to, and `ahead` of them kept ready (DESIGN.md section 6).
+"""The supervisor's workers: a zygote that forks them (kept by
+zygote_keeper.py), a ZeroMQ ROUTER they connect to, and `ahead` fresh ones
+kept ready (DESIGN.md section 6).
 
-The pool accounts for every fork it asks for: asked (no report yet), then
-each worker by pid, from the zygote's report that it was forked, through its
-states (pool_states.py), to its exit, which the zygote reports for every
-child, one that dies before its first heartbeat included. Whenever fewer
-than `ahead` are on their way or ready, more are asked for at once (so a
-call's replacement is forked on the other core while the call runs); while
-workers keep dying unused, only after a backoff, so a loop killing them
-cannot make the pool spin (pool_timing.ForkPace).
-
-The zygote is kept by zygote_keeper.py: watched, and started again when it
-dies (but the first, before it ever said ready).
-
-A call waits a bounded time for a worker of its grant set (`checkout`:
-CALL_WAIT_S while serving, START_WAIT_S before) in the line of idle workers
-and waiting calls (line.py) and gets `NoWorker` when none came. A worker
-serves runs of the grant set its first run bound it to, up to its
-`runs_per_worker`, resting in the line between runs (resting.py). A worker
-that exits (or stops sending heartbeats) before its run ended is reported to whoever waits
-on it as `WorkerLost`, with how it ended; one killed for its silence while
-it burned CPU is marked a runaway (silence.py), so its run ends as `budget`
-instead of being resumed.
-
-Every reading of time is the pool's clock's (`Monotonic`), so its
-decisions are tested on a clock the test moves (tests/supervisor/workers/).
+Every fork asked for is accounted for, from the zygote's report of it
+through the worker's states (pool_states.py) to its exit; whenever fewer
+than `ahead` fresh workers are on their way or ready, more are asked for at
+once, and while workers keep dying unused only after a backoff
+(pool_timing.ForkPace). A call waits a bounded time for a worker of its
+grant set (`checkout`) in the line (line.py); a worker serves runs of the
+grant set its first run bound it to, resting between them (resting.py). A
+worker that exits or goes silent before its run ended is reported to
+whoever waits on it as `WorkerLost`; one killed computing while silent, or
+past a warm run's CPU ceiling, is a runaway (silence.py): its run ends as
+`budget`. Every reading of time is the pool's clock's (`Monotonic`), so
+its decisions are tested on a clock the test moves.
 """
 
 from __future__ import annotations
@@ -76,27 +65,29 @@ from staal.supervisor.workers.pool_states import (
 )
 from staal.supervisor.workers.pool_timing import ForkPace
 from staal.supervisor.workers.resting import Resting, one_run
-from staal.supervisor.workers.silence import SILENT_S, Silence, SilenceWatch, Verdict
+from staal.supervisor.workers.silence import SILENT_S, CpuCeiling, Silence, SilenceWatch, Verdict
 from staal.supervisor.workers.zygote import Spawned
 from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
 
 END_GRACE_S = 5.0
+WATCH_S = 1.0
 # How long a checkout waits for a worker: before serving, the zygote's own
 # start on a loaded machine; while serving, what a call may wait before it
 # is told the truth (far less than a client's patience).
 START_WAIT_S = 60.0
 CALL_WAIT_S = 10.0
-WATCH_S = 1.0
 
 
 def _no_log(event: str, level: str = "info", **fields: object) -> None:
     """A pool made without a log (tests, benchmarks) logs nothing."""
 
+
 class Pool:
     def __init__(self, manifest: Path, runtime_dir: Path, env: dict[str, str],
                  ahead: int = 2, log: Log | None = None,
                  early: Spawned | None = None, clock: Monotonic = MONOTONIC,
-                 reuse: Callable[[str], int] = one_run, max_idle: int = 16) -> None:
+                 reuse: Callable[[str], int] = one_run, max_idle: int = 16,
+                 cpu_ceiling: Callable[[str], float | None] | None = None) -> None:
         self.manifest = manifest
         self.clock = clock
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
@@ -118,6 +109,7 @@ class Pool:
         self.forks = ForkPace(clock)  # when the next fork may be asked
         self.deaths = {"run": 0, "idle": 0}  # every worker that died, for the metrics
         self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
+        self.ceilings = CpuCeiling(cpu_ceiling)  # a warm run's CPU at most, by grant set
         self.fork_timer: asyncio.TimerHandle | None = None
 
     # -- the pool's life ---------------------------------------------------
@@ -214,8 +206,7 @@ class Pool:
         worker = await self.line.take(None, START_WAIT_S)
         worker.move("check")
         try:
-            check = Check(manifest=str(self.manifest), tool=tool)
-            await self.router.send_multipart([worker.identity, pack(check)])
+            await self._send(worker, Check(manifest=str(self.manifest), tool=tool))
             while True:
                 message = await self._next(worker)
                 if isinstance(message, Checked):
@@ -241,9 +232,8 @@ class Pool:
         if worker.key not in (None, key):
             raise PoolError(f"worker {worker.pid} serves {worker.key!r}, not {key!r}")
         worker.move("run")
-        worker.key = key
+        worker.key, worker.run, worker.runaway = key, message.run, False
         worker.runs += 1
-        worker.run = message.run
         worker.last_seen = self.clock.monotonic()
         message = replace(message, last=self.resting.last(worker))
         await self.router.send_multipart([worker.identity, pack(message)])
@@ -316,6 +306,7 @@ class Pool:
         if was is WorkerState.DRAINING:
             return
         self.silence.forget(worker.pid)
+        self.ceilings.forget(worker.pid)
         if not clean and self.zygote.state is not PoolState.CLOSED:
             self.deaths["run" if was is WorkerState.RUNNING else "idle"] += 1
         if worker.move("exit_clean" if clean else "exit") is WorkerState.DRAINING:
@@ -344,7 +335,6 @@ class Pool:
 
     def _end_overdue(self, worker: Worker, how: str) -> None:
         if worker.state is WorkerState.DRAINING:
-            self.silence.forget(worker.pid)
             worker.move("overdue")
             worker.how = how
             self.workers.pop(worker.identity, None)
@@ -369,19 +359,28 @@ class Pool:
                 verdict = self.silence.look(worker.pid, worker.last_seen)
                 if verdict is not None:
                     self._kill_silent(worker, verdict)
+                elif worker.state is WorkerState.RUNNING:
+                    self._watch_cpu(worker)
         now = self.clock.monotonic()
         self.resting.look()
         for identity, when in list(self.heard_early.items()):
             if now - when > SILENT_S:
                 del self.heard_early[identity]  # a worker of a zygote that is gone
 
+    def _watch_cpu(self, worker: Worker) -> None:
+        """A warm run past its CPU ceiling (silence.CpuCeiling) is killed as a runaway."""
+        spent = self.ceilings.over(worker.pid, worker.run, worker.key)
+        if spent is not None:
+            worker.runaway = True
+            self.log("worker_over_cpu", level="warning", pid=worker.pid, run=worker.run,
+                     cpu_s=round(spent, 2))
+            self._kill(worker)
+
     def _kill_silent(self, worker: Worker, verdict: Verdict) -> None:
-        """Kill a worker silent for SILENT_S. One running a run that burned
-        CPU meanwhile is a runaway: its run ends as budget (run_crashes.py).
-        The mark lives in memory until the run's journal has its end: a
-        supervisor that dies in between leaves a journal without an end,
-        which the next start resumes once, and that resume, computing the
-        same way, is killed as a runaway again."""
+        """Kill a worker silent for SILENT_S; one whose run burned CPU meanwhile
+        is a runaway, its run ended as budget (run_crashes.py). The mark is in
+        memory only: a supervisor that dies before the end is journaled has
+        the run resumed once at start, and killed as a runaway again."""
         worker.runaway = (verdict.silence is Silence.RUNAWAY
                           and worker.state is WorkerState.RUNNING)
         share = None if verdict.cpu_share is None else round(verdict.cpu_share, 2)

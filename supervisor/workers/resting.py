@@ -49,7 +49,8 @@ class Resting:
     def after_run(self, worker: Worker, reply: Ended | StoppedMsg, closing: bool) -> bool:
         """A run ended: whether the worker rests (or retires) instead of
         exiting of itself."""
-        if not (isinstance(reply, Ended) and reply.stays and worker.state is WorkerState.RUNNING):
+        if not (isinstance(reply, Ended) and reply.stays and worker.state is WorkerState.RUNNING
+                and not worker.killed):  # killed by the watch: its exit is on its way
             if isinstance(reply, Ended) and reply.retires:
                 self.log("worker_retired", pid=worker.pid, key=worker.key, runs=worker.runs,
                          why=reply.retires)
@@ -74,6 +75,8 @@ class Resting:
 
     def retire(self, worker: Worker, why: str) -> None:
         self.line.withdraw(worker)
+        if worker.state is not WorkerState.IDLE:
+            return  # it died, or was lent, meanwhile: nothing to retire
         worker.move("retire")
         self.log("worker_retired", pid=worker.pid, key=worker.key, runs=worker.runs, why=why)
         self.tell_retire(worker)

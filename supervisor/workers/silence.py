@@ -126,3 +126,40 @@ class SilenceWatch:
     def forget(self, pid: int) -> None:
         """The worker is gone: its reading goes with it."""
         self.samples.pop(pid, None)
+
+
+class CpuCeiling:
+    """A warm worker's run may not outspend its CPU budget by much.
+
+    A worker of one run has RLIMIT_CPU's hard limit a second past its
+    budget: a program that sets SIGXCPU and the budget's timer aside is
+    killed there. A warm worker's hard limit leaves room for all the runs it
+    may serve (worker/confinement/warm_limits.py), so the pool keeps that
+    promise from outside: each look reads a running warm worker's CPU time,
+    counted from the first look of its run, and one past its grant set's
+    ceiling (`ceiling_of`; None: not watched) is killed as a runaway (its
+    run ends as budget)."""
+
+    def __init__(self, ceiling_of: Callable[[str], float | None] | None = None,
+                 read: ReadUsage = read_usage) -> None:
+        self.ceiling_of = ceiling_of
+        self.read = read
+        self.starts: dict[int, tuple[str, float]] = {}  # by pid: (run, CPU time at its first look)
+
+    def over(self, pid: int, run: str | None, key: str | None) -> float | None:
+        """The CPU seconds the run spent, once past its ceiling; else None."""
+        ceiling_s = None if self.ceiling_of is None or run is None else self.ceiling_of(key or "")
+        if ceiling_s is None:
+            return None
+        usage = self.read(pid)
+        if usage is None:
+            return None
+        seen = self.starts.get(pid)
+        if seen is None or seen[0] != run:
+            self.starts[pid] = (run, usage.cpu_s)
+            return None
+        spent = usage.cpu_s - seen[1]
+        return spent if spent > ceiling_s else None
+
+    def forget(self, pid: int) -> None:
+        self.starts.pop(pid, None)

@@ -194,3 +194,38 @@ def test_a_warm_worker_keeps_its_postgres_connection_and_no_run_sees_what_anothe
     assert len({row["pid"] for row in rows}) == 1  # one connection for the ten runs
     # Every other run set its search_path; the next run never sees it.
     assert {row["path"] for row in rows} == {'"$user", public'}
+
+
+SPINS = """
+import hashlib
+import signal
+
+def main(spin: bool) -> str:
+    if not spin:
+        return "ok"
+    # Sets the run's budget aside (its timer, the kernel's signal) and
+    # computes in C with the interpreter let go (its heartbeats go on, and
+    # few lines are counted).
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, signal.SIG_IGN)
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    data = b"x" * (64 << 20)
+    while True:
+        hashlib.sha256(data).digest()
+"""
+
+
+def test_a_warm_run_that_sets_its_cpu_budget_aside_is_ended_as_budget_by_the_pool(tmp_path):
+    site = Site(tmp_path)
+    site.program("spins.py", SPINS)
+    site.write([{"name": "spins", "program": "spins.py", "max_cpu": "1s"}], runs_per_worker=100)
+    with RawServer(site) as server:
+        server.initialize()
+        spun = server.call_tool("spins", {"spin": True})
+        after = server.call_tool("spins", {"spin": False})
+        over = server.stderr.events("worker_over_cpu")
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    assert spun["isError"] is True and "budget" in spun["content"][0]["text"], spun
+    assert after["structuredContent"]["result"] == "ok"
+    assert len(over) == 1 and over[0]["cpu_s"] > 1 + 2 + 1  # max_cpu, the grace and a second

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from staal.manifest.sizes import MIB
 from staal.program import RunFailed
 from staal.records.runconfig import Limits
-from staal.runtime.budgets import MEMORY_EXIT_CODE, cpu_message
+from staal.runtime.budgets import CPU_GRACE_SECONDS, MEMORY_EXIT_CODE, cpu_message
 from staal.worker.runs.refusal import broker_section, in_broker_section
 
 if TYPE_CHECKING:
@@ -56,8 +56,6 @@ __all__ = ["CPU_GRACE_SECONDS", "WaitBound", "bound_process", "cpu_backstop", "m
 
 # ---------------------------------------------------------------- CPU time
 
-# Seconds of CPU time past the limit before the kernel ends the process.
-CPU_GRACE_SECONDS = 2
 
 
 def cpu_backstop(seconds: float) -> None:

@@ -280,7 +280,10 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
         report = last_word(message, configs, f"the worker failed: {detail}", channel, cause)
     finally:
         binding.disarm()
-    stays = binding.after_run(report, engine_failed, message.last)
+    try:
+        stays = binding.after_run(report, engine_failed, message.last)
+    except Exception as exc:  # noqa: BLE001 - the run's report goes all the same; the worker retires
+        stays, binding.why_not = False, f"its retire rules failed: {type(exc).__name__}"
     if isinstance(report, Ended) and (stays or binding.retires):
         report = replace(report, stays=stays, retires=binding.retires)
     if spans is not None:

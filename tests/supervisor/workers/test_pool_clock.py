@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -19,31 +19,7 @@ from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.pool_states import WorkerState
 from staal.supervisor.workers.pool_timing import ZYGOTE_BOOT_S, ZYGOTE_SILENT_S
 from staal.supervisor.workers.silence import SILENT_S, SilenceWatch
-
-# Above the kernel's largest pid (4194304): a kill of its group finds no process.
-NO_SUCH_PID = 4_194_400
-KILLED = 9  # a wait status: killed by SIGKILL
-
-
-class Pipe:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, data: bytes) -> None:
-        self.lines.append(data.decode().strip())
-
-    def flush(self) -> None:
-        pass
-
-
-@dataclass
-class StandInZygote:
-    pid: int = NO_SUCH_PID
-    stdin: Pipe = field(default_factory=Pipe)
-    killed: bool = False
-
-    def kill(self) -> None:
-        self.killed = True
+from tests.helpers.stand_ins import KILLED, NO_SUCH_PID, StandInZygote
 
 
 @dataclass

@@ -11,7 +11,7 @@ are put in its inbox by the test."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -19,31 +19,10 @@ from staal.records.messages import Ended, Retire, Run, StoppedMsg, unpack
 from staal.records.record import Record
 from staal.runtime.clock import FakeMonotonic
 from staal.supervisor.workers.pool import Pool
-from staal.supervisor.workers.pool_states import Lease, NoWorker, Worker, WorkerState
+from staal.supervisor.workers.pool_states import Lease, NoWorker, Worker, WorkerLost, WorkerState
 from staal.supervisor.workers.resting import WORKER_IDLE_S
-
-NO_SUCH_PID = 4_194_400  # above the kernel's largest pid
-KILLED = 9
-
-
-class Pipe:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, data: bytes) -> None:
-        self.lines.append(data.decode().strip())
-
-    def flush(self) -> None:
-        pass
-
-
-@dataclass
-class StandInZygote:
-    pid: int = NO_SUCH_PID
-    stdin: Pipe = field(default_factory=Pipe)
-
-    def kill(self) -> None:
-        pass
+from staal.supervisor.workers.silence import CpuCeiling, Usage
+from tests.helpers.stand_ins import KILLED, NO_SUCH_PID, StandInZygote
 
 
 class StandInRouter:
@@ -282,3 +261,39 @@ async def test_a_resting_worker_goes_to_the_call_of_its_grant_set_already_waitin
     await scene.serve(lease, "pay", stays())
     got = await asyncio.wait_for(waiting, 5)
     assert got.worker is worker and worker.state is WorkerState.LENT
+
+
+@run_in_loop
+async def test_a_worker_the_watch_killed_is_never_rested_though_its_end_says_it_stays(scene):
+    worker = scene.ready_worker()
+    lease = await scene.pool.checkout("pay", wait_s=0)
+    worker.killed = True  # the silence watch killed it; its end was already on its way
+    await scene.serve(lease, "pay", stays())
+    assert worker.state is WorkerState.ENDED
+    with pytest.raises(NoWorker):
+        await scene.pool.checkout("pay", wait_s=0)
+
+
+@run_in_loop
+async def test_a_warm_run_past_its_cpu_ceiling_is_killed_as_a_runaway(scene):
+    spent = {"cpu": 10.0}
+    scene.pool.ceilings = CpuCeiling(lambda key: 3.0 if key == "pay" else None,
+                                     read=lambda pid: Usage(spent["cpu"], stopped=False))
+    worker = scene.ready_worker()
+    lease = await scene.pool.checkout("pay", wait_s=0)
+    running = asyncio.ensure_future(scene.pool.run(
+        lease, Run(run="b" * 32, tool="pay", journal="j", inputs="i"), lambda _: None))
+    await asyncio.sleep(0)
+    for cpu in (10.0, 12.5, 13.0):  # the first look takes its start; 3 s is not past 3 s
+        spent["cpu"] = cpu
+        worker.last_seen = scene.clock.monotonic()  # heartbeats keep coming
+        scene.pool.look()
+    assert not worker.killed
+    spent["cpu"] = 13.5
+    scene.pool.look()
+    assert worker.killed and worker.runaway
+    assert scene.events("worker_over_cpu") == [{"level": "warning", "pid": worker.pid,
+                                                "run": "b" * 32, "cpu_s": 3.5}]
+    with pytest.raises(WorkerLost) as lost:  # the kill found no process: it is gone
+        await asyncio.wait_for(running, 5)
+    assert lost.value.runaway

@@ -18,6 +18,7 @@ from staal.supervisor.workers.silence import (
     RUNAWAY_SHARE,
     SILENT_S,
     SUSPECT_S,
+    CpuCeiling,
     Sample,
     Silence,
     SilenceWatch,
@@ -189,3 +190,21 @@ def test_reading_a_process_that_is_gone_gives_nothing(child):
     process = child("pass")
     process.wait()
     assert read_usage(process.pid) is None
+
+
+def test_a_warm_runs_cpu_is_counted_from_its_first_look_and_only_past_its_ceiling_reported():
+    cpu = {"s": 5.0}
+    ceiling = CpuCeiling(lambda key: 2.0 if key == "t" else None,
+                         read=lambda pid: Usage(cpu["s"], stopped=False))
+    assert ceiling.over(1, "r1", "t") is None  # the run's start
+    cpu["s"] = 7.0
+    assert ceiling.over(1, "r1", "t") is None  # 2 s: not past it
+    cpu["s"] = 7.5
+    assert ceiling.over(1, "r1", "t") == 2.5
+    assert ceiling.over(1, "r2", "t") is None  # the worker's next run starts over
+    assert ceiling.over(1, "r1", "other") is None  # a grant set with no ceiling: never
+
+
+def test_a_gone_process_has_no_cpu_to_report():
+    ceiling = CpuCeiling(lambda key: 1.0, read=lambda pid: None)
+    assert ceiling.over(1, "r", "t") is None and ceiling.starts == {}
