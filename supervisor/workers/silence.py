@@ -148,7 +148,9 @@ class CpuCeiling:
 
     def over(self, pid: int, run: str | None, key: str | None) -> float | None:
         """The CPU seconds the run spent, once past its ceiling; else None."""
-        ceiling_s = None if self.ceiling_of is None or run is None else self.ceiling_of(key or "")
+        if self.ceiling_of is None or run is None:
+            return None
+        ceiling_s = self.ceiling_of(key or "")
         if ceiling_s is None:
             return None
         usage = self.read(pid)
