@@ -75,7 +75,7 @@ class Resting:
 
     def retire(self, worker: Worker, why: str) -> None:
         self.line.withdraw(worker)
-        if worker.state is not WorkerState.IDLE:
+        if worker.state not in (WorkerState.IDLE, WorkerState.RUNNING):
             return  # it died, or was lent, meanwhile: nothing to retire
         worker.move("retire")
         self.log("worker_retired", pid=worker.pid, key=worker.key, runs=worker.runs, why=why)

@@ -297,3 +297,15 @@ async def test_a_warm_run_past_its_cpu_ceiling_is_killed_as_a_runaway(scene):
     with pytest.raises(WorkerLost) as lost:  # the kill found no process: it is gone
         await asyncio.wait_for(running, 5)
     assert lost.value.runaway
+
+
+@run_in_loop
+async def test_a_worker_whose_run_ends_while_the_pool_closes_is_told_to_retire(scene):
+    worker = scene.ready_worker()
+    lease = await scene.pool.checkout("pay", wait_s=0)
+    scene.pool.zygote.move("close")
+    await scene.serve(lease, "pay", stays())
+    await asyncio.sleep(0)  # the Retire is sent by a task of the pool's
+    assert worker.state is WorkerState.RETIRING
+    assert scene.router.to(worker)[-1] == Retire()
+    assert [e["why"] for e in scene.events("worker_retired")] == ["pool closing"]
