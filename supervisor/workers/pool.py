@@ -1,5 +1,5 @@
 """The supervisor's workers: a zygote that forks them (kept by
-zygote_keeper.py), a ZeroMQ ROUTER they connect to, and `ahead` fresh ones
+zygote_keeper.py), a ZeroMQ ROUTER they connect to (router.py), and `ahead` fresh ones
 kept ready (DESIGN.md section 6).
 
 Every fork asked for is accounted for, from the zygote's report of it
@@ -24,9 +24,6 @@ import signal
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-
-import zmq
-import zmq.asyncio
 
 from staal.errors import StaalError
 from staal.records.messages import (
@@ -65,6 +62,7 @@ from staal.supervisor.workers.pool_states import (
 )
 from staal.supervisor.workers.pool_timing import ForkPace
 from staal.supervisor.workers.resting import Resting, one_run
+from staal.supervisor.workers.router import WorkerRouter
 from staal.supervisor.workers.silence import SILENT_S, CpuCeiling, Silence, SilenceWatch, Verdict
 from staal.supervisor.workers.zygote import Spawned
 from staal.supervisor.workers.zygote_keeper import ZygoteKeeper
@@ -93,9 +91,7 @@ class Pool:
         self.endpoint = early.endpoint if early else f"ipc://{runtime_dir / 'workers'}"
         self.ahead = ahead
         self.log: Log = log or _no_log
-        self.context = zmq.asyncio.Context()
-        self.router = self.context.socket(zmq.ROUTER)
-        self.router.setsockopt(zmq.LINGER, 0)
+        self.router = WorkerRouter(self._arrived)
         self.serving = False  # set by the server once it serves: the calls' wait applies
         self.chores = Chores(self.log)  # the pool's own tasks and timers
         self._task, self._later = self.chores.task, self.chores.later
@@ -117,7 +113,6 @@ class Pool:
     async def start(self) -> None:
         self.router.bind(self.endpoint)
         self.zygote.start()
-        self._task(self._receive())
         self._task(self._watch())
 
     async def close(self) -> None:
@@ -125,7 +120,6 @@ class Pool:
         self.chores.cancel()
         await self.zygote.close()
         self.router.close()
-        self.context.term()
 
     # -- what the zygote reports (zygote_keeper.Reports) -------------------------
 
@@ -206,7 +200,7 @@ class Pool:
         worker = await self.line.take(None, START_WAIT_S)
         worker.move("check")
         try:
-            await self._send(worker, Check(manifest=str(self.manifest), tool=tool))
+            self._send(worker, Check(manifest=str(self.manifest), tool=tool))
             while True:
                 message = await self._next(worker)
                 if isinstance(message, Checked):
@@ -236,14 +230,14 @@ class Pool:
         worker.runs += 1
         worker.last_seen = self.clock.monotonic()
         message = replace(message, last=self.resting.last(worker))
-        await self.router.send_multipart([worker.identity, pack(message)])
+        self.router.send(worker.identity, pack(message))
         while True:
             reply = await self._next(worker)
             if isinstance(reply, (Ended, StoppedMsg)):
                 self._after_run(worker, reply)
                 return reply
             if isinstance(reply, JournalAppend):
-                await self._send(worker, await acknowledge(reply, on_journal))
+                self._send(worker, await acknowledge(reply, on_journal))
                 continue
             on_message(reply)
 
@@ -258,10 +252,10 @@ class Pool:
             self.workers.pop(worker.identity, None)  # kept for this message
 
     def _tell_retire(self, worker: Worker) -> None:
-        self._task(self._send(worker, Retire()))
+        self._send(worker, Retire())
 
-    async def _send(self, worker: Worker, message: Record) -> None:
-        await self.router.send_multipart([worker.identity, pack(message)])
+    def _send(self, worker: Worker, message: Record) -> None:
+        self.router.send(worker.identity, pack(message))
 
     async def _next(self, worker: Worker) -> Record:
         item = await worker.inbox.get()
@@ -271,25 +265,27 @@ class Pool:
 
     # -- what arrives ----------------------------------------------------------
 
-    async def _receive(self) -> None:
-        while True:
-            identity, frame = await self.router.recv_multipart()
-            try:
-                message = unpack(frame)
-            except StaalError as exc:
-                self.log("bad_worker_message", level="error", error=exc.message)
-                continue
-            worker = self.workers.get(identity)
-            if worker is None:
-                if isinstance(message, Heartbeat):
-                    self.heard_early[identity] = self.clock.monotonic()
-                continue
-            worker.last_seen = self.clock.monotonic()
+    def _arrived(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            self.log("bad_worker_message", level="error", error=f"{len(frames) - 1} frames, not 1")
+            return
+        identity, frame = frames
+        try:
+            message = unpack(frame)
+        except StaalError as exc:
+            self.log("bad_worker_message", level="error", error=exc.message)
+            return
+        worker = self.workers.get(identity)
+        if worker is None:
             if isinstance(message, Heartbeat):
-                if worker.state is WorkerState.STARTING:
-                    self._heard(worker)
-                continue
-            worker.inbox.put_nowait(message)
+                self.heard_early[identity] = self.clock.monotonic()
+            return
+        worker.last_seen = self.clock.monotonic()
+        if isinstance(message, Heartbeat):
+            if worker.state is WorkerState.STARTING:
+                self._heard(worker)
+            return
+        worker.inbox.put_nowait(message)
 
     def _heard(self, worker: Worker) -> None:
         worker.move("heard")

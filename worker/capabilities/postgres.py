@@ -234,9 +234,11 @@ def _gone_while_idle(conn: psycopg.Connection) -> bool:
     nothing unasked to an idle session (DISCARD ALL ended any LISTEN) but its
     farewell when it ends one (an administrator's pg_terminate_backend, a
     restart, idle_session_timeout), and a socket whose peer is gone or whose
-    keepalives failed reads as ready too. One poll, no round trip."""
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    return bool(readable)
+    keepalives failed reads as ready too. One poll, no round trip (poll, not
+    select: a worker's descriptor may be past select's limit of 1024)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class PostgresReadCapability(SqlBound, PostgresRead):

@@ -45,7 +45,6 @@ def scene(tmp_path):
     yield Scene(pool, clock, zygote, logged)
     pool.chores.cancel()
     pool.router.close()
-    pool.context.term()
 
 
 def in_loop(test):

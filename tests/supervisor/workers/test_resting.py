@@ -31,8 +31,7 @@ class StandInRouter:
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, Record]] = []
 
-    async def send_multipart(self, frames: list[bytes]) -> None:
-        identity, frame = frames
+    def send(self, identity: bytes, frame: bytes) -> None:
         self.sent.append((identity, unpack(frame)))
 
     def close(self) -> None:
@@ -89,7 +88,6 @@ def scene(tmp_path):
     yield Scene(pool, clock, router, logged)
     pool.chores.cancel()
     real_router.close()
-    pool.context.term()
 
 
 def stays(run: str = "a" * 32) -> Ended:
