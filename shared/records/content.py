@@ -83,9 +83,9 @@ def _shape_problem(part: ContentPart) -> tuple[str, str] | None:
         if ("text" in given) == ("data" in given):
             return "text", "an embedded resource has either text or data (its bytes), not both or neither"
     for name in sorted(needed - given):
-        return name, f"a {part.type} part needs {name}"
+        return name, f"{_a(part.type)} part needs {name}"
     for name in sorted(given - allowed):
-        return name, f"a {part.type} part has no {name}"
+        return name, f"{_a(part.type)} part has no {name}"
     if part.mime_type is not None:
         major = part.type if part.type in ("image", "audio") else None
         problem = mime_type_problem(part.mime_type, major)
@@ -96,6 +96,10 @@ def _shape_problem(part: ContentPart) -> tuple[str, str] | None:
         if problem is not None:
             return "uri", problem
     return None
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 
 
 def check_content(outcome: str, result: object, content: tuple[ContentPart, ...] | None) -> None:
