@@ -21,6 +21,7 @@ from staal.protocol.mcp.results import (
 )
 from staal.protocol.mcp.revisions import LEGACY, MODERN
 from staal.records.content import ContentPart
+from tests.helpers.content_parts import PARTS
 from tests.protocol.test_support import (
     MODERN_ONLY_KEYS,
     RUN,
@@ -262,13 +263,6 @@ def test_no_outcome_is_ever_answered_as_input_required(tmp_path):
 # -- results of content parts (images, audio, embedded resources) ------
 
 
-PARTS = (
-    ContentPart("text", text="the chart:"),
-    ContentPart("image", data="iVBORw0KGgo=", mime_type="image/png"),
-    ContentPart("audio", data="UklGRg==", mime_type="audio/wav"),
-    ContentPart("resource", text='{"a":1}', mime_type="application/json", uri="test://r"),
-    ContentPart("resource", data="JVBERg==", uri="file:///a.pdf"),
-)
 ITEMS = [
     {"type": "text", "text": "the chart:"},
     {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},

@@ -9,18 +9,11 @@ import pytest
 
 from staal.errors import RecordError
 from staal.journal.records import JOURNAL, End
-from staal.records.content import ContentPart
 from staal.records.messages import Ended, pack, report_of, unpack
 from staal.records.outcomes import Failure
+from tests.helpers.content_parts import PARTS
 
 RUN = "0123456789abcdef0123456789abcdef"
-PARTS = (
-    ContentPart("text", text="a chart"),
-    ContentPart("image", data="iVBORw0KGgo=", mime_type="image/png"),
-    ContentPart("audio", data="UklGRg==", mime_type="audio/wav"),
-    ContentPart("resource", text='{"a":1}', mime_type="application/json", uri="test://r"),
-    ContentPart("resource", data="JVBERg==", uri="file:///a.pdf"),
-)
 
 
 def test_an_end_record_with_content_reads_back_equal_and_writes_the_same_bytes():
