@@ -43,6 +43,8 @@ def test_an_image_with_text_is_journaled_as_parts_and_resumed_runs_answer_the_sa
     assert len(service.seen("GET", "/chart")) == 1  # replayed from the journal, not fetched
     (end,) = ws.records("end")
     assert end["content"] == resumed.outcome["content"] and "result" not in end
+    shown = ws.staal("journal", "show", "run.journal")
+    assert 'done: text "sales by month", image image/png 10 bytes' in shown.stdout
     again = ws.resume()  # an ended run answers from its end record
     assert again.stdout == resumed.stdout
     assert len(ws.records("end")) == 1 and len(service.seen("GET", "/chart")) == 1
