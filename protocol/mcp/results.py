@@ -129,11 +129,13 @@ class ToolResult:
     is_error: bool
     structured: dict[str, Json] | None = None
     # The content items after `text` (a run status's result), or in place
-    # of it when `text` is "" (a result of content parts).
+    # of it when `text` is "" (a result of content parts, which has no text
+    # of its own beyond its parts).
     items: tuple[dict[str, Json], ...] = ()
 
     def to_wire(self) -> dict[str, Json]:
-        text: list[Json] = [{"type": "text", "text": self.text}] if self.text else []
+        only_items = self.items and not self.text
+        text: list[Json] = [] if only_items else [{"type": "text", "text": self.text}]
         wire: dict[str, Json] = {"content": [*text, *self.items]}
         if self.structured is not None:
             wire["structuredContent"] = self.structured
