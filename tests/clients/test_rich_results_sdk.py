@@ -14,12 +14,13 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp.types import AudioContent, EmbeddedResource, ImageContent, TextContent
 
 from staal.journal.reader import read_journal
 from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.http_servers import HttpServer
-from tests.helpers.servers import Site, sdk_session
+from tests.helpers.servers import NET, SERVER_NAME, Site, sdk_session
 
 MODES = ["auto", "legacy", "2026-07-28"]
 PNG = bytes([137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 73, 72, 68, 82])
@@ -118,3 +119,33 @@ def test_over_http_the_sdk_gets_images_text_audio_and_resources_in_order(tmp_pat
 
         seen = anyio.run(session)
     check_seen(seen, site)
+
+
+CHARTS = f"""
+from staal import Image
+
+def get_chart(id: str):
+    return Image({PNG!r}, "image/png")
+
+def list_charts(after: str | None, limit: int) -> list[dict]:
+    return []
+"""
+
+
+def test_a_collection_whose_entry_returns_content_parts_is_answered_an_internal_error(tmp_path):
+    site = Site(tmp_path)
+    site.program("charts.py", CHARTS)
+    site.program("chart.py", CHART)
+    site.write([{"name": "chart", "program": "chart.py"}],
+               {"resources": [{"name": "charts", "description": "Charts.", "program": "charts.py",
+                               "get": "get_chart", "list": "list_charts", "net": NET}]})
+
+    async def session():
+        async with sdk_session(site, "legacy") as served:
+            with pytest.raises(MCPError) as refused:
+                await served.client.read_resource(f"staal://{SERVER_NAME}/charts/c1")
+            return refused.value.error
+
+    error = anyio.run(session)
+    assert error.code == -32603
+    assert "returned content parts (images, audio, resources), not JSON" in error.message
