@@ -59,6 +59,14 @@ class CanonicalError(StaalError):
     kind = "canonical"
 
 
+class ContentError(StaalError):
+    """A result's content part that cannot be answered: a MIME type that is
+    not of its kind, bytes that are not bytes, a URI that is not one. The
+    message names the part by its index."""
+
+    kind = "content"
+
+
 class RecordError(StaalError):
     """A ledger event, journal record or worker message of the wrong shape."""
 

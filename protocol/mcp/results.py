@@ -17,6 +17,7 @@ import orjson
 
 from staal.manifest.model import RUN_STATUS_TOOL
 from staal.protocol.errors import BadValue, NotAnOutcome
+from staal.records.content import ContentPart
 from staal.records.outcomes import ERROR_KINDS, FAILURE_KINDS
 from staal.records.record import Json
 
@@ -25,8 +26,12 @@ MAX_RESULT = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Done:
+    """The run ended done: a JSON `result`, or, when the program returned
+    images, audio or embedded resources, its `content` parts (result None)."""
+
     run: str
     result: Json
+    content: tuple[ContentPart, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,7 @@ class RunStatus:
     kind: str | None = None
     message: str | None = None
     op: int | None = None
+    content: tuple[ContentPart, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
@@ -122,9 +128,15 @@ class ToolResult:
     text: str
     is_error: bool
     structured: dict[str, Json] | None = None
+    # The content items after `text` (a run status's result), or in place
+    # of it when `text` is "" (a result of content parts, which has no text
+    # of its own beyond its parts).
+    items: tuple[dict[str, Json], ...] = ()
 
     def to_wire(self) -> dict[str, Json]:
-        wire: dict[str, Json] = {"content": [{"type": "text", "text": self.text}]}
+        only_items = self.items and not self.text
+        text: list[Json] = [] if only_items else [{"type": "text", "text": self.text}]
+        wire: dict[str, Json] = {"content": [*text, *self.items]}
         if self.structured is not None:
             wire["structuredContent"] = self.structured
         wire["isError"] = self.is_error
@@ -149,10 +161,37 @@ def shape_outcome(outcome: CallOutcome) -> ToolResult:
 
 
 def _done(outcome: Done) -> ToolResult:
+    if outcome.content is not None:
+        items = content_items(outcome.content)
+        size = len(orjson.dumps(items))
+        if size > MAX_RESULT:
+            return ToolResult(too_large_text(outcome.run, size), True)
+        return ToolResult("", False, items=items)
     encoded = orjson.dumps(outcome.result)
     if len(encoded) > MAX_RESULT:
         return ToolResult(too_large_text(outcome.run, len(encoded)), True)
     return ToolResult(encoded.decode(), False, {"result": outcome.result})
+
+
+def content_items(content: tuple[ContentPart, ...]) -> tuple[dict[str, Json], ...]:
+    """A result's parts as MCP content items (TextContent, ImageContent,
+    AudioContent, EmbeddedResource), in order; both revisions write them alike."""
+    return tuple(content_item(part) for part in content)
+
+
+def content_item(part: ContentPart) -> dict[str, Json]:
+    if part.type == "text":
+        return {"type": "text", "text": part.text}
+    if part.type in ("image", "audio"):
+        return {"type": part.type, "data": part.data, "mimeType": part.mime_type}
+    resource: dict[str, Json] = {"uri": part.uri}
+    if part.mime_type is not None:
+        resource["mimeType"] = part.mime_type
+    if part.text is not None:
+        resource["text"] = part.text
+    else:
+        resource["blob"] = part.data
+    return {"type": "resource", "resource": resource}
 
 
 def too_large_text(run: str, size: int) -> str:
@@ -196,6 +235,8 @@ def shape_run_status(status: RunStatus) -> ToolResult:
     """staal_run_status's answer: structuredContent {"run", "status", ...}
     and the same as JSON text. An internal failure's details stay out."""
     structured: dict[str, Json] = {"run": status.run, "status": status.status}
+    if status.status == "done" and status.content is not None:
+        return _done_status(status.run, status.content, structured)
     if status.status == "done":
         structured["result"] = status.result
     elif status.status == "failed":
@@ -207,3 +248,15 @@ def shape_run_status(status: RunStatus) -> ToolResult:
         if status.message is not None:
             structured["message"] = status.message
     return ToolResult(orjson.dumps(structured).decode(), False, structured)
+
+
+def _done_status(run: str, content: tuple[ContentPart, ...],
+                 structured: dict[str, Json]) -> ToolResult:
+    """A done run whose result is content parts: its status, then the parts
+    as they were answered (or, over the cap, why they are not)."""
+    items = content_items(content)
+    size = len(orjson.dumps(items))
+    if size > MAX_RESULT:
+        return ToolResult(orjson.dumps(structured).decode(), False, structured,
+                          ({"type": "text", "text": too_large_text(run, size)},))
+    return ToolResult(orjson.dumps(structured).decode(), False, structured, items)

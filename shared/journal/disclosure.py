@@ -19,7 +19,8 @@ answer, which may hold an argument: its kind alone is shown), and the
 server's own file paths. A program's prints go to the operator (the
 server's stderr carries them too), never to the caller; an internal
 failure reads to the caller as the text its call was answered with; a
-done run's result is the caller's own, and left off the console's page.
+done run's result (its JSON, or its content parts) is the caller's own, and
+left off the console's page.
 
 Each view picks from what its row allows what it displays, and asks the
 row first: a record kind or field with no row is an error, never a record
@@ -80,7 +81,8 @@ _TABLE: dict[type[Record], dict[str, tuple[Shown, Shown, Shown]]] = {
     Resolved: {"op": _ALL, "happened": _ALL, "time": _ALL, "result": (_W, "sha256", "shown"),
                "charged": _ALL},
     End: {"outcome": _ALL, "time": _ALL, "result": (_W, "shown", "shown"),
-          "failure": ("shown", "answer", "shown"), "usage": _ALL},
+          "failure": ("shown", "answer", "shown"), "usage": _ALL,
+          "content": (_W, "shown", "shown")},
 }
 
 DISCLOSURE: Mapping[type[Record], Mapping[Audience, Mapping[str, Shown]]] = MappingProxyType({

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from staal.errors import RecordError
 from staal.money import Money
+from staal.records.content import ContentPart, check_content
 from staal.records.outcomes import Failure, Outcome, Usage, check_one_per_currency, check_outcome
 from staal.records.record import Family, Json, OpNumber, Record, RunId, Sha256, TimeMs
 
@@ -132,9 +133,13 @@ class End(Record):
     result: Json = None
     failure: Failure | None = None
     usage: Mapping[str, Usage] = field(default_factory=dict)
+    # What a program returned that is not JSON (images, audio, embedded
+    # resources, with text), in its order; `result` is None then.
+    content: tuple[ContentPart, ...] | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)
+        check_content(self.outcome, self.result, self.content)
 
 
 JOURNAL = Family(

@@ -204,7 +204,12 @@ def dataclass_decoder(cls: type) -> Decoder:
                     raise RecordError("is required", _join(path, name))
                 continue
             values[name] = decode(data[name], f"{path}.{name}" if path else name)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except RecordError as exc:  # its own check: named under where it was read
+            if not path:
+                raise
+            raise RecordError(exc.reason, _join(path, exc.path)) from None
 
     return dataclass_
 

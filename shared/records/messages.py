@@ -15,6 +15,7 @@ import orjson
 
 from staal.errors import RecordError
 from staal.journal.records import End, Stopped
+from staal.records.content import ContentPart, check_content
 from staal.records.outcomes import Failure, Outcome, Usage, check_outcome
 from staal.records.record import Count, Family, Json, OpNumber, Pattern, Record, RunId, Sha256
 from staal.runtime.timings import Timings
@@ -109,9 +110,12 @@ class Ended(Record):
     # that did not end done or failed by its program, what a run left in the
     # process); None: it stays, or this was its last run.
     retires: str | None = None
+    # A result that is not JSON, as the journal's end holds it (End.content).
+    content: tuple[ContentPart, ...] | None = None
 
     def __post_init__(self) -> None:
         check_outcome(self.outcome, self.failure)
+        check_content(self.outcome, self.result, self.content)
 
 
 SpanId = Annotated[str, Pattern(r"[0-9a-f]{16}", "a span id (16 hexadecimal characters)")]
@@ -287,4 +291,4 @@ def report_of(run: str, record: End | Stopped) -> Ended | StoppedMsg:
     if isinstance(record, Stopped):
         return StoppedMsg(run=run, op=record.op, message=record.message)
     return Ended(run=run, outcome=record.outcome, result=record.result, failure=record.failure,
-                 usage=record.usage)
+                 usage=record.usage, content=record.content)

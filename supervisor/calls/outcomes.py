@@ -12,6 +12,7 @@ from staal.journal.records import End
 from staal.journal.writer import close_unfinished
 from staal.money import Money
 from staal.protocol.mcp.results import CallOutcome, Done, Errored, Failed, Refused, RunStatus, Stopped
+from staal.records.content import ContentPart
 from staal.records.messages import Ended, StoppedMsg, report_of
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
@@ -19,16 +20,18 @@ from staal.supervisor.store.ledger import RunEntry
 from staal.supervisor.store.notes import RunNotes
 
 
-def outcome_of_end(run: str, outcome: str, result: Any, failure: Any) -> CallOutcome:
+def outcome_of_end(run: str, outcome: str, result: Any, failure: Any,
+                   content: tuple[ContentPart, ...] | None = None) -> CallOutcome:
     if outcome == "done":
-        return Done(run, result)
+        return Done(run, result, content)
     if outcome == "failed":
         return Failed(run, failure.kind, failure.message)
     return Errored(run, failure.kind, failure.message)
 
 
 def outcome_of_message(message: Ended) -> CallOutcome:
-    return outcome_of_end(message.run, message.outcome, message.result, message.failure)
+    return outcome_of_end(message.run, message.outcome, message.result, message.failure,
+                          message.content)
 
 
 def charged_of(message: Ended | End) -> tuple[Money, ...]:
@@ -61,7 +64,7 @@ def answer_of_journal(entry: RunEntry, files: RunFiles,
             "in_progress",
             f"this call was already made as run {entry.run}, which ended as {entry.outcome}; "
             "its journal is no longer kept, so its result cannot be given again")
-    return outcome_of_end(entry.run, end.outcome, end.result, end.failure)
+    return outcome_of_end(entry.run, end.outcome, end.result, end.failure, end.content)
 
 
 def answer_earlier(entry: RunEntry, args_hash: str, files: RunFiles, notes: RunNotes,
@@ -105,7 +108,7 @@ def run_status(entry: RunEntry, files: RunFiles, notes: RunNotes,
     if end is None:
         return RunStatus(run, "expired")
     if end.outcome == "done":
-        return RunStatus(run, "done", result=end.result)
+        return RunStatus(run, "done", result=end.result, content=end.content)
     assert end.failure is not None  # an end other than done says how it failed
     return RunStatus(run, "failed", kind=end.failure.kind, message=end.failure.message)
 

@@ -185,6 +185,9 @@ class Resources:
         outcome = await self.call_tool(call, state, admitted)
         if not isinstance(outcome, Done):
             return _read_failed(read.uri, outcome)
+        if outcome.content is not None:  # a resource's contents are JSON records
+            return RpcError(INTERNAL_ERROR, f"run {outcome.run}: the collection's {tool.name} "
+                            "returned content parts (images, audio, resources), not JSON")
         if isinstance(ref, RecordItem):
             return self._record(read, ref, outcome)
         return self._page(read, ref, outcome)

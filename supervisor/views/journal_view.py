@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from staal.journal.disclosure import NoDisclosureRule, row
+from staal.journal.disclosure import NoDisclosureRule, may_see, row
 from staal.journal.reader import JournalState
 from staal.journal.records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
 from staal.money import Money
+from staal.protocol.mcp.results import content_items
 from staal.records.record import Record
 from staal.runtime.utc import for_machines
 from staal.supervisor.views.disclosure import (
@@ -96,6 +97,8 @@ def end_data(end: End, run: str) -> dict[str, Any]:
     shown, result = end_result(end, CALLER)
     if shown:
         data["result"] = result
+    if end.content is not None and may_see(end, "content", CALLER):
+        data["content"] = list(content_items(end.content))  # as the call was answered
     failure = end_failure(end, run, CALLER)
     if end.outcome != "done" and failure is not None:
         data["failure"] = {"kind": failure[0], "message": failure[1]}

@@ -10,6 +10,7 @@ kind with no row there stops the command rather than being left out."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from staal.errors import LogDamaged
 from staal.journal.disclosure import JOURNAL_SHOW, NoDisclosureRule, row, shown
 from staal.journal.reader import JournalState, read_journal
 from staal.journal.records import End, Intent, OutcomeRecord, Print, Resolved, Stopped, Value
+from staal.records.content import ContentPart
 from staal.records.outcomes import format_frames
 from staal.records.record import Record
 from staal.runtime.utc import for_people as _when
@@ -129,13 +131,29 @@ def _now_lines(state: JournalState) -> list[str]:
     return lines
 
 
+def _part(part: ContentPart) -> str:
+    """One content part, in short: its type, URI and MIME type, and its text
+    or the size of its bytes."""
+    if part.type == "text":
+        return f"text {_short(part.text)}"
+    words = [part.type, *(w for w in (part.uri, part.mime_type) if w is not None)]
+    if part.text is not None:
+        words.append(_short(part.text))
+    else:
+        words.append(f"{len(base64.b64decode(part.data or ''))} bytes")
+    return " ".join(words)
+
+
 def _end_lines(end: End) -> list[str]:
     usage = "; ".join(
         f"{name}: {u.actions} action{'s' if u.actions != 1 else ''}"
         + (f", charged {_money(u.charged)}" if u.charged else "")
         for name, u in sorted(end.usage.items()))
     failure = shown(end, "failure", JOURNAL_SHOW)
-    if end.outcome == "done":
+    content = shown(end, "content", JOURNAL_SHOW)
+    if content is not None:
+        what = "done: " + ", ".join(_part(part) for part in content)
+    elif end.outcome == "done":
         what = f"done: {_short(shown(end, 'result', JOURNAL_SHOW))}"
     elif failure is not None:
         what = f"{end.outcome}: {failure.kind}: {failure.message}"

@@ -270,7 +270,8 @@ def serve_run(channel: Channel, message: Run, configs: dict[str, RunConfig],
             with confine.broker_section():  # the end is durable; the supervisor not yet told
                 kill_point("worker", "end")
             report = Ended(run=message.run, outcome=outcome.outcome, result=outcome.result,
-                           failure=outcome.failure, usage=outcome.usage, timings=timings)
+                           failure=outcome.failure, usage=outcome.usage, timings=timings,
+                           content=outcome.content)
     except BaseException as exc:  # noqa: BLE001 - a bug in the engine: reported as data
         engine_failed = True
         detail = redact("".join(traceback.format_exception_only(type(exc), exc)).strip(),

@@ -9,16 +9,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
+from staal.content import content_of
+from staal.errors import CanonicalError, ContentError
 from staal.journal.records import Intent
 from staal.money import Money
 from staal.program import ActionFailed, RunEnded, RunFailed
 from staal.records.canonical import canonical_json, sha256_hex
+from staal.records.content import ContentPart
 from staal.records.outcomes import Failure, FailureKind, Frame, Usage
-from staal.records.record import Json
+from staal.records.record import Json, encode_plain
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS
 from staal.worker.runs.broker import GrantState
@@ -72,6 +77,8 @@ class RunOutcome:
     op: int | None = None
     message: str | None = None
     usage: dict[str, Usage] = field(default_factory=dict)
+    # A done run's result that is not JSON (End.content); `result` is None then.
+    content: tuple[ContentPart, ...] | None = None
 
     def waits_at(self) -> tuple[int, str]:
         """The op a stopped run waits at, and why."""
@@ -83,7 +90,9 @@ class RunOutcome:
         out: dict[str, Any] = {"outcome": self.outcome}
         if self.run is not None:
             out["run"] = self.run
-        if self.outcome == "done":
+        if self.content is not None:
+            out["content"] = [encode_plain(part) for part in self.content]
+        elif self.outcome == "done":
             out["result"] = self.result
         if self.failure is not None:
             out["failure"] = {"kind": self.failure.kind, "message": self.failure.message}
@@ -137,6 +146,36 @@ def redact_value(secrets: tuple[str, ...], value: Any) -> Any:
     if isinstance(value, dict):
         return {redact(k, secrets): redact_value(secrets, v) for k, v in value.items()}
     return value
+
+
+def answer_of(returned: object, secrets: tuple[str, ...]
+              ) -> tuple[Json, tuple[ContentPart, ...] | None] | Failure:
+    """What a done run answers for what its program returned: its content
+    parts (result None), or its JSON result (content None); a `value`
+    failure when it is neither, naming what was wrong."""
+    try:
+        content = content_of(returned)
+    except ContentError as exc:
+        return Failure("value", f"the result's {exc.message}")
+    if content is not None:
+        return None, redact_content(secrets, content)
+    try:
+        result = orjson.loads(canonical_json(returned))
+    except CanonicalError as exc:
+        return Failure("value", f"the result has no JSON form: {exc.message}")
+    return redact_value(secrets, result), None
+
+
+def redact_content(secrets: tuple[str, ...],
+                   content: tuple[ContentPart, ...]) -> tuple[ContentPart, ...]:
+    """Content parts with every secret cut out of their text and URIs (the
+    bytes of an image are the program's, and are kept as they are)."""
+    if not secrets:
+        return content
+    return tuple(replace(part,
+                         text=None if part.text is None else redact(part.text, secrets),
+                         uri=None if part.uri is None else redact(part.uri, secrets))
+                 for part in content)
 
 
 def safe_to_resend(spec: ActionSpec, intent: Intent, now_ms: int) -> bool:

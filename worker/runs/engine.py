@@ -17,14 +17,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-import orjson
-
-from staal.errors import CanonicalError
 from staal.journal.reader import JournalState, OpEntry
 from staal.journal.records import End, Intent, OutcomeRecord, Print, Stopped, Value
 from staal.journal.writer import JournalWriter, resolve_hint
 from staal.program import CapabilityRefused, RunFailed
-from staal.records.canonical import canonical_json
 from staal.records.messages import ActionOutcome
 from staal.records.outcomes import Failure, Usage
 from staal.records.runconfig import DEFAULT_WAIT_MS
@@ -36,6 +32,7 @@ from staal.worker.runs.actions import (
     Performed,
     RunOutcome,
     RunStopped,
+    answer_of,
     args_hash,
     count_use,
     deliver,
@@ -360,7 +357,7 @@ class RunContext:
             if outcome.outcome != "stopped":
                 self.writer.write(End(
                     outcome=outcome.outcome, time=self.writer.now(), result=outcome.result,
-                    failure=outcome.failure, usage=outcome.usage,
+                    failure=outcome.failure, usage=outcome.usage, content=outcome.content,
                 ))
             return outcome
 
@@ -389,9 +386,7 @@ class RunContext:
         if error is not None:
             kind, message = failure_of(error, self.redact)
             return outcome("failed", failure=Failure(kind, message, frames))
-        try:
-            result = orjson.loads(canonical_json(returned))
-        except CanonicalError as exc:
-            failure = Failure("value", f"the result has no JSON form: {exc.message}")
-            return outcome("failed", failure=failure)
-        return outcome("done", result=redact_value(self.secrets, result))
+        answer = answer_of(returned, self.secrets)
+        if isinstance(answer, Failure):
+            return outcome("failed", failure=answer)
+        return outcome("done", result=answer[0], content=answer[1])

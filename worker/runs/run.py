@@ -219,7 +219,7 @@ def ended_outcome(state: JournalState) -> RunOutcome:
     if end is None:
         raise ValueError(f"{state.path}: the run has not ended")
     return RunOutcome(end.outcome, run=state.header.run, result=end.result, failure=end.failure,
-                      usage=dict(end.usage))
+                      usage=dict(end.usage), content=end.content)
 
 
 def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],

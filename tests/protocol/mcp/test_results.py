@@ -16,9 +16,12 @@ from staal.protocol.mcp.results import (
     Refused,
     RunStatus,
     Stopped,
+    content_items,
     shape_outcome,
 )
 from staal.protocol.mcp.revisions import LEGACY, MODERN
+from staal.records.content import ContentPart
+from tests.helpers.content_parts import PARTS
 from tests.protocol.test_support import (
     MODERN_ONLY_KEYS,
     RUN,
@@ -255,3 +258,64 @@ def test_no_outcome_is_ever_answered_as_input_required(tmp_path):
     for request_id, outcome in enumerate(outcomes):
         (call,) = feed(conn, modern(request_id, "tools/call", {"name": "refund_order"}))
         assert conn.answer_call(call, outcome)["result"]["resultType"] == "complete"
+
+
+# -- results of content parts (images, audio, embedded resources) ------
+
+
+ITEMS = [
+    {"type": "text", "text": "the chart:"},
+    {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+    {"type": "resource", "resource": {"uri": "test://r", "mimeType": "application/json",
+                                      "text": '{"a":1}'}},
+    {"type": "resource", "resource": {"uri": "file:///a.pdf", "blob": "JVBERg=="}},
+]
+
+
+@REVISIONS
+def test_a_done_run_of_content_parts_answers_them_as_content_items_in_order(
+        tmp_path, make, revision):
+    result = answered(tmp_path, make, revision, Done(RUN, None, PARTS))
+    assert result == {"content": ITEMS, "isError": False}
+
+
+def content_of_json_length(length: int) -> tuple[ContentPart, ...]:
+    """A text and an image whose content items are `length` bytes of JSON."""
+    image = ContentPart("image", data="AAAA", mime_type="image/png")
+    base = len(orjson.dumps(content_items((ContentPart("text", text=""), image))))
+    return ContentPart("text", text="x" * (length - base)), image
+
+
+@REVISIONS
+def test_content_of_exactly_1_mib_of_json_is_sent(tmp_path, make, revision):
+    parts = content_of_json_length(MAX_RESULT)
+    assert len(orjson.dumps(content_items(parts))) == MAX_RESULT
+    result = answered(tmp_path, make, revision, Done(RUN, None, parts))
+    assert result["isError"] is False and [i["type"] for i in result["content"]] == ["text", "image"]
+
+
+@REVISIONS
+def test_content_over_1_mib_is_not_sent_and_the_answer_names_the_run(tmp_path, make, revision):
+    result = answered(tmp_path, make, revision, Done(RUN, None, content_of_json_length(MAX_RESULT + 1)))
+    assert result["isError"] is True and "structuredContent" not in result
+    assert RUN in text_of(result) and "too large" in text_of(result)
+    assert len(orjson.dumps(result)) < 4096
+
+
+@REVISIONS
+def test_run_status_of_a_run_that_answered_content_gives_its_status_then_the_same_items(
+        tmp_path, make, revision):
+    status = RunStatus(RUN, "done", content=PARTS)
+    result = answered(tmp_path, make, revision, status, RUN_STATUS_TOOL, {"run": RUN})
+    assert result["structuredContent"] == {"run": RUN, "status": "done"}
+    assert result["content"][0] == {"type": "text", "text": orjson.dumps(
+        {"run": RUN, "status": "done"}).decode()}
+    assert result["content"][1:] == ITEMS
+
+
+def test_run_status_of_content_over_1_mib_says_so_in_place_of_the_items():
+    shaped = shape_outcome(RunStatus(RUN, "done", content=content_of_json_length(MAX_RESULT + 1)))
+    (status, too_large) = shaped.to_wire()["content"]
+    assert orjson.loads(status["text"]) == {"run": RUN, "status": "done"}
+    assert "too large" in too_large["text"] and RUN in too_large["text"]

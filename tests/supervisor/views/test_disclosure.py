@@ -9,10 +9,11 @@ import json
 from staal.journal.reader import read_journal
 from staal.journal.records import End, Header, Intent, OutcomeRecord, Print
 from staal.journal.writer import JournalWriter
-from staal.protocol.mcp.results import internal_error_text
+from staal.protocol.mcp.results import content_items, internal_error_text
 from staal.records.outcomes import Failure, Frame
 from staal.supervisor.views.journal_view import record_data
 from staal.supervisor.views.timeline import timeline
+from tests.helpers.content_parts import PARTS
 
 RUN = "0123456789abcdef0123456789abcdef"
 SHA = "ab" * 32
@@ -75,3 +76,13 @@ def test_a_done_runs_result_is_the_callers_and_left_off_the_operators_page(tmp_p
     caller, operator = _both(path)
     assert "re_unique_3141" in caller
     assert all("re_unique_3141" not in f"{e.label} {e.detail}" for e in operator.events)
+
+
+def test_a_done_runs_content_is_the_callers_as_it_was_answered_and_left_off_the_operators_page(
+        tmp_path):
+    path = _journal(tmp_path / "run.journal", End(outcome="done", time=T0 + 4, content=PARTS))
+    caller, operator = _both(path)
+    (end,) = [r for r in json.loads(caller) if r["type"] == "end"]
+    assert end["content"] == list(content_items(PARTS))
+    shown = " ".join(f"{e.label} {e.detail}" for e in operator.events)
+    assert "iVBORw0KGgo=" not in shown and "the chart:" not in shown
