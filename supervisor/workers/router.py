@@ -41,8 +41,10 @@ class WorkerRouter:
         """Bind and start reading; called in the loop that will read."""
         self.socket.bind(endpoint)
         self._loop = asyncio.get_running_loop()
-        self._fd = self.socket.getsockopt(zmq.FD)
-        self._loop.add_reader(self._fd, self._drain)
+        fd = self.socket.getsockopt(zmq.FD)
+        assert isinstance(fd, int)  # an integer option; pyzmq's types say int | bytes
+        self._fd = fd
+        self._loop.add_reader(fd, self._drain)
         self._loop.call_soon(self._drain)  # anything that came before the reader
 
     def send(self, identity: bytes, frame: bytes) -> None:
@@ -53,7 +55,8 @@ class WorkerRouter:
         self._recheck()
 
     def _recheck(self) -> None:
-        if self._loop is not None and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        events = self.socket.getsockopt(zmq.EVENTS)
+        if self._loop is not None and isinstance(events, int) and events & zmq.POLLIN:
             self._loop.call_soon(self._drain)
 
     def _drain(self) -> None:
