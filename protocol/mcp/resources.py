@@ -76,7 +76,16 @@ class RecordsPage:
     after: str | None = None
 
 
-ResourceRef = RunsPage | RunItem | JournalPage | RecordItem | RecordsPage
+@dataclass(frozen=True, slots=True)
+class RecordIds:
+    """A completion from a collection's record ids starting with `prefix`
+    (completion/complete: one run of its `list` entry, read as a page is)."""
+
+    segment: str
+    prefix: str
+
+
+ResourceRef = RunsPage | RunItem | JournalPage | RecordItem | RecordsPage | RecordIds
 
 
 @dataclass(frozen=True, slots=True)
