@@ -106,10 +106,8 @@ class PromptReader:
         obj = v.obj(value, path, PROMPT, required=("name", "description", "messages"))
         if obj is None:
             return None
-        name = v.string(obj.get("name"), f"{path}.name")
-        if name is not None and not _PROMPT_NAME.fullmatch(name):
-            v.add(f"{path}.name", f"{show(name)} is not a prompt name (1 to 128 of A-Z a-z 0-9 _ - .)")
-            name = None
+        name = v.matching(obj.get("name"), f"{path}.name", _PROMPT_NAME,
+                          "a prompt name (1 to 128 of A-Z a-z 0-9 _ - .)")
         title = v.optional(obj, "title", path, v.string)
         description = v.string(obj.get("description"), f"{path}.description")
         arguments = self.arguments(obj.get("arguments", []), f"{path}.arguments")
@@ -141,11 +139,8 @@ class PromptReader:
         obj = v.obj(value, path, ARGUMENT, required=("name",))
         if obj is None:
             return None
-        name = v.string(obj.get("name"), f"{path}.name")
-        if name is not None and not _ARGUMENT_NAME.fullmatch(name):
-            v.add(f"{path}.name", f"{show(name)} is not an argument name (a letter or _, then up "
-                  "to 63 of A-Z a-z 0-9 _ -)")
-            name = None
+        name = v.matching(obj.get("name"), f"{path}.name", _ARGUMENT_NAME,
+                          "an argument name (a letter or _, then up to 63 of A-Z a-z 0-9 _ -)")
         description = v.optional(obj, "description", path, v.string)
         required = v.optional(obj, "required", path, v.boolean)
         complete = v.optional(obj, "complete", path, self.complete)

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import PromptReference, ResourceTemplateReference
 
 from staal.supervisor.store.ledger import read_ledger
-from tests.helpers.http_servers import HttpServer
+from tests.helpers.http_servers import HttpServer, explored_over_http
 from tests.helpers.resource_sites import BASE, order_id, orders_collection, resource_site
 from tests.helpers.servers import Site, sdk_session
 from tests.processes.test_callers_http import callers_site
@@ -126,13 +126,7 @@ def test_over_stdio_the_sdk_lists_gets_and_completes_the_operators_prompts(tmp_p
 @pytest.mark.parametrize("mode", MODES)
 def test_over_http_the_sdk_lists_gets_and_completes_the_operators_prompts(tmp_path, mode):
     site = prompts_site(tmp_path)
-    with HttpServer(site) as http:
-
-        async def session():
-            async with Client(http.url, mode=mode) as client:
-                return await explore(client)
-
-        seen = anyio.run(session)
+    seen = explored_over_http(site, mode, explore)
     check_seen(seen, site)
 
 
