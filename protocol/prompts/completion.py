@@ -12,12 +12,13 @@ does not take, or a template this server does not serve is invalid params.
 from __future__ import annotations
 
 from staal.protocol.mcp.jsonrpc import RpcError
-from staal.protocol.mcp.resources import RecordIds, ResourceCatalogue
+from staal.protocol.mcp.resources import MAX_ID, RecordIds, ResourceCatalogue
 from staal.protocol.prompts.catalogue import PromptCatalogue, invalid, unknown_prompt
 from staal.records.record import Json
 
 MAX_VALUES = 100
-MAX_PREFIX = 256
+MAX_PREFIX = MAX_ID
+_HIGHEST = chr(0x10FFFF)
 
 
 def values_completion(values: list[str] | tuple[str, ...], prefix: str) -> dict[str, Json]:
@@ -42,10 +43,17 @@ def ids_completion(ids: list[str], prefix: str, more_records: bool) -> dict[str,
 
 
 def list_after(prefix: str) -> str | None:
-    """Where a `list` run starts so that every id starting with `prefix`
-    comes after it: the prefix less its last character (ids before the
-    matching ones may come too, and are passed over)."""
-    return prefix[:-1] or None
+    """Where a `list` run starts so that the first id after it is the first
+    one at or past `prefix` (ids are compared by code point, as a page's
+    order is checked): the prefix with its last character one less and then
+    the highest character to the longest id's length, so no id shorter than
+    that falls between it and the prefix."""
+    if not prefix:
+        return None
+    head, last = prefix[:-1], ord(prefix[-1])
+    if last == 0:
+        return head or None
+    return head + chr(last - 1) + _HIGHEST * (MAX_ID - len(prefix) + 1)
 
 
 class Completer:

@@ -178,7 +178,7 @@ class Resources:
         decl = self.collections[ref.segment]
         completing = ref if isinstance(ref, RecordIds) else None
         if isinstance(ref, RecordIds):
-            # A completion reads one page from just before its prefix.
+            # A completion reads one page from just before its prefix's ids.
             ref = RecordsPage(ref.segment, decl.max_page_size, list_after(ref.prefix))
         arguments: dict[str, Any]  # a call's arguments, as CallTool holds them
         if isinstance(ref, RecordItem):

@@ -91,9 +91,15 @@ def test_a_page_of_ids_keeps_those_with_the_prefix():
     assert ids_completion(many, "o", more_records=False)["hasMore"] is True
 
 
-def test_a_list_run_starts_just_before_every_id_with_the_prefix():
-    assert list_after("") is None and list_after("o") is None
-    assert list_after("o01") == "o0" and all(i > list_after("o01") for i in ["o01", "o010"])
+@pytest.mark.parametrize("prefix", ["o01", "o1", "x", "o\x00", "\x00", "é"])
+def test_a_list_run_starts_just_before_every_id_at_or_past_the_prefix(prefix):
+    after = list_after(prefix)
+    assert after is None or after < prefix
+    earlier = [prefix[:-1] + chr(max(ord(prefix[-1]) - 1, 0)) + tail
+               for tail in ("", "z", "\U0010ffff" * 200)]
+    assert all(i <= (after or "") for i in earlier if i < prefix and len(i) <= 256)
+    assert all(i > (after or "") for i in [prefix, prefix + "0", prefix + "\U0010ffff" * 10])
+    assert list_after("") is None
 
 
 def test_values_completion_of_an_empty_prefix_is_every_value():
