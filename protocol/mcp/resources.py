@@ -118,6 +118,8 @@ class Collection:
     segment: str
     description: str
     max_page_size: int = MAX_LIMIT
+    # The ids the operator lists for completions (none: a run reads them).
+    ids: tuple[str, ...] = ()
 
 
 def unknown_resource(uri: Json, why: str) -> RpcError:

@@ -1,8 +1,9 @@
 """completion/complete (issue 29): suggestions for a prompt's argument or a
 resource template's parameter, prefix-matched, at most 100, `hasMore` set.
 
-From the operator's listed values, answered at once; or, for an argument
-naming a collection (and a collection template's `{id}`), from its record
+From the operator's listed values (an argument's, or a collection's for its
+`{id}`), answered at once; or, for an argument naming a collection (and a
+collection template's `{id}` without listed values), from its record
 ids: a `RecordIds` for the application, which reads them with one run of
 the collection's `list` entry, journaled as any record read, and shapes its
 page with `ids_completion`. A prompt the caller does not see, an argument it
@@ -91,7 +92,7 @@ class Completer:
             return invalid(f"prompt {prompt.name!r} has no argument {name[:80]!r}",
                            argument=name[:80])
         if argument.collection is not None:
-            return RecordIds(argument.collection, prefix)
+            return self.record_ids(argument.collection, prefix)
         return values_completion(argument.values, prefix)
 
     def for_template(self, uri: Json, name: str,
@@ -105,10 +106,18 @@ class Completer:
         if f"{{{name}}}" not in uri and not _in_query(uri, name):
             return invalid(f"resource template {uri[:200]!r} has no parameter {name[:80]!r}",
                            argument=name[:80])
-        segment = uri[len(self.resources.base) + 1:].split("/")[0]
-        if name == "id" and segment in self.resources.collections:
-            return RecordIds(segment, prefix)
-        return values_completion((), prefix)
+        collection = self.resources.collections.get(uri[len(self.resources.base) + 1:]
+                                                    .split("/")[0])
+        if name != "id" or collection is None:
+            return values_completion((), prefix)
+        return self.record_ids(collection.segment, prefix)
+
+    def record_ids(self, segment: str, prefix: str) -> dict[str, Json] | RecordIds:
+        """A collection's ids: those the operator listed, or a read of them."""
+        collection = None if self.resources is None else self.resources.collections.get(segment)
+        if collection is not None and collection.ids:
+            return values_completion(collection.ids, prefix)
+        return RecordIds(segment, prefix)
 
 
 def _in_query(uri: str, name: str) -> bool:

@@ -318,6 +318,8 @@ class ResourceDecl:
     max_page_size: int
     get: Tool
     list: Tool
+    # `complete.values`: the ids completions offer, without a run (none: read by one).
+    ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,3 +115,13 @@ def test_a_completion_from_a_collection_is_read_by_the_application_and_answered_
     answered = served.read_result(read, Contents({"values": ["o1"], "total": 1, "hasMore": False}))
     assert answered.result["completion"] == {"values": ["o1"], "total": 1, "hasMore": False}
     assert answered.result["resultType"] == "complete"
+
+
+def test_a_collections_listed_ids_are_offered_without_a_read():
+    listed = ResourceCatalogue("shop", [Collection("orders", "Orders.", ids=("o1", "o2", "x9"))],
+                               SIGNER)
+    served = Completer(PromptCatalogue([HELP], SIGNER), listed)
+    template = {"type": "ref/resource", "uri": "staal://shop/orders/{id}"}
+    for ref, name in ((template, "id"), (PROMPT, "order")):
+        answered = served.complete({"ref": ref, "argument": {"name": name, "value": "o"}})
+        assert answered == {"completion": {"values": ["o1", "o2"], "total": 2, "hasMore": False}}
