@@ -44,6 +44,7 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatal
 from staal.protocol.mcp.results import CallOutcome, RunStatus
 from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tools import ToolDescriptor
+from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.records.record import Json
 from staal.runtime.transitions import IllegalTransition as IllegalTransition
 from staal.runtime.transitions import advance
@@ -118,9 +119,10 @@ class Connection:
         ttl_ms: int = DEFAULT_TTL_MS,
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
         resources: ResourceCatalogue | None = None,
+        prompts: PromptCatalogue | None = None,
     ) -> None:
         self.dispatcher = Dispatcher(server_info, tools, instructions=instructions, ttl_ms=ttl_ms,
-                                     cache_scope=cache_scope, resources=resources)
+                                     cache_scope=cache_scope, resources=resources, prompts=prompts)
         self._phase = Phase.AWAITING_INITIALIZE
         self._calls: dict[RequestId, _InFlight] = {}
         self._reader = LineReader()

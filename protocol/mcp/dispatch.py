@@ -14,10 +14,18 @@ from dataclasses import dataclass
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RequestId, RpcError
 from staal.protocol.mcp.legacy import LegacyHandler
 from staal.protocol.mcp.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, CacheScope, ModernHandler
-from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue, contents_result
+from staal.protocol.mcp.resources import (
+    ReadAnswer,
+    ReadResource,
+    RecordIds,
+    ResourceCatalogue,
+    contents_result,
+)
 from staal.protocol.mcp.results import CallOutcome, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
+from staal.protocol.prompts.catalogue import PromptCatalogue
+from staal.protocol.prompts.completion import Completer
 from staal.records.record import Json
 from staal.runtime.tracecontext import TraceParent
 
@@ -49,6 +57,9 @@ RESOURCE_METHODS = frozenset({"resources/list", "resources/templates/list", "res
 # What resources/list and resources/templates/list may be kept for: the runs
 # among them are the caller's own, and a restarted server may list others.
 LISTING_CACHE = (0, "private")
+# protocol/prompts/: the operator's prompts and completions.
+PROMPT_METHODS = frozenset({"prompts/list", "prompts/get"})
+COMPLETE = "completion/complete"
 
 
 class Dispatcher:
@@ -61,6 +72,7 @@ class Dispatcher:
         ttl_ms: int = DEFAULT_TTL_MS,
         cache_scope: CacheScope = DEFAULT_CACHE_SCOPE,
         resources: ResourceCatalogue | None = None,
+        prompts: PromptCatalogue | None = None,
     ) -> None:
         catalogue = ToolCatalogue(tools)
         self.legacy = LegacyHandler(catalogue, server_info, instructions)
@@ -69,10 +81,20 @@ class Dispatcher:
             MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
         }
         self.resources = resources
+        self.prompts = prompts
+        # Completions where there is something to complete: a prompt, or a
+        # collection's record ids (a run's id is never suggested).
+        completes = prompts is not None and (bool(prompts) or bool(resources and resources.collections))
+        self.completer = Completer(prompts, resources) if prompts is not None and completes else None
+        offered: dict[str, Json] = {}
         if resources is not None:
-            for handler in self._handlers.values():
-                handler.capabilities = {**handler.capabilities,
-                                        "resources": {"subscribe": False, "listChanged": False}}
+            offered["resources"] = {"subscribe": False, "listChanged": False}
+        if prompts:
+            offered["prompts"] = {"listChanged": False}
+        if self.completer is not None:
+            offered["completions"] = {}
+        for handler in self._handlers.values():
+            handler.capabilities = {**handler.capabilities, **offered}
 
     def initialize(self, params: dict[str, Json]) -> Result | RpcError:
         """initialize is answered at any time, with or without a `_meta`
@@ -94,6 +116,8 @@ class Dispatcher:
                     params: dict[str, Json]) -> Answer:
         if method in RESOURCE_METHODS and self.resources is not None:
             return self._resource(revision, request_id, method, params)
+        if (method in PROMPT_METHODS and self.prompts) or (method == COMPLETE and self.completer):
+            return self._offered(revision, request_id, method, params)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
             return reply
@@ -121,10 +145,31 @@ class Dispatcher:
             body = {"resourceTemplates": self.resources.templates()}
         return Result(self._handlers[revision].cached(body, *LISTING_CACHE))
 
+    def _offered(self, revision: str, request_id: RequestId, method: str,
+                 params: dict[str, Json]) -> Result | RpcError | ReadResource:
+        """prompts/list, prompts/get and completion/complete; a completion
+        from a collection is the application's to read (read_result)."""
+        assert self.prompts is not None and self.completer is not None
+        if method == "prompts/list":
+            reply: dict[str, Json] | RpcError | RecordIds = self.prompts.listing(params)
+        elif method == "prompts/get":
+            reply = self.prompts.get(params)
+        else:
+            reply = self.completer.complete(params)
+        if isinstance(reply, RecordIds):
+            return ReadResource(request_id, f"the ids of {reply.segment}", reply, revision)
+        if isinstance(reply, RpcError):
+            return reply
+        return Result(self._handlers[revision].cached(reply, *LISTING_CACHE))
+
     def read_result(self, read: ReadResource, answer: ReadAnswer) -> Result | RpcError:
-        """The answer to a resources/read, as its revision writes it."""
+        """The answer to a resources/read (or a completion from a
+        collection), as its revision writes it."""
         if isinstance(answer, RpcError):
             return answer
+        if isinstance(read.ref, RecordIds):
+            return Result(self._handlers[read.revision].cached({"completion": answer.data},
+                                                               *LISTING_CACHE))
         body = contents_result(read.uri, answer)
         return Result(self._handlers[read.revision].cached(body, answer.ttl_ms, answer.cache_scope))
 

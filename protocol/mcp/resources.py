@@ -76,7 +76,16 @@ class RecordsPage:
     after: str | None = None
 
 
-ResourceRef = RunsPage | RunItem | JournalPage | RecordItem | RecordsPage
+@dataclass(frozen=True, slots=True)
+class RecordIds:
+    """A completion from a collection's record ids starting with `prefix`
+    (completion/complete: one run of its `list` entry, read as a page is)."""
+
+    segment: str
+    prefix: str
+
+
+ResourceRef = RunsPage | RunItem | JournalPage | RecordItem | RecordsPage | RecordIds
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,8 @@ class Collection:
     segment: str
     description: str
     max_page_size: int = MAX_LIMIT
+    # The ids the operator lists for completions (none: a run reads them).
+    ids: tuple[str, ...] = ()
 
 
 def unknown_resource(uri: Json, why: str) -> RpcError:

@@ -41,7 +41,7 @@ PROVIDER_ONLY = ("program", "entry", "headers", "timeout_ms")
 # A bearer token's own keys: a provider's verifier checks its credential itself.
 BEARER_ONLY = ("issuer", "audience", "jwks_url", "algorithms")
 MAX_VERIFY_TIMEOUT_MS = 60_000
-CALLER = ("name", "when", "tools", "rate")
+CALLER = ("name", "when", "tools", "rate", "prompts")  # prompts: manifest/prompts.py
 CALLER_TOOL = ("grants", "quota")
 RATE = ("calls", "window")
 WHEN = get_args(WhenKey)

@@ -33,6 +33,7 @@ from staal.manifest.model import (
     ServerConfig,
     Tool,
 )
+from staal.manifest.prompts import PromptReader
 from staal.manifest.resources import check_resources, check_server_name
 from staal.manifest.server import ServerReader
 from staal.manifest.sizes import machine_mib
@@ -41,7 +42,7 @@ from staal.records.record import Json
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
-TOP = ("server", "model", "tools", "resources", "auth", "callers")
+TOP = ("server", "model", "tools", "resources", "auth", "callers", "prompts")
 MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
@@ -151,12 +152,16 @@ class ManifestChecker:
             if "auth" not in top:
                 v.add("callers", "needs the auth section: a caller is chosen by its "
                       "authenticated identity")
-        if (server is None or tools is None or resources is None
+        reader = PromptReader(v, server.name if server else None,
+                              tuple(r.name for r in resources or ()))
+        prompts = reader.prompts(top["prompts"]) if "prompts" in top else ()
+        callers = reader.caller_prompts(callers, top.get("callers"), prompts)
+        if (server is None or tools is None or resources is None or prompts is None
                 or v.failed(top, "", "auth", "callers")):
             return None
         hidden = tuple(t for r in resources for t in (r.get, r.list))
         return Manifest(path=self.path, server=server, tools=(*tools, *hidden), model=model,
-                        resources=resources, auth=auth, callers=callers)
+                        resources=resources, auth=auth, callers=callers, prompts=prompts)
 
     # -- model ----------------------------------------------------------
 

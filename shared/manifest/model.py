@@ -294,6 +294,8 @@ class Caller:
     when: tuple[WhenKey, str]
     tools: Mapping[str, CallerTool]
     rate: RateConfig | None = None
+    # None: every prompt (no `prompts` key); else the names of those it sees.
+    prompts: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +318,46 @@ class ResourceDecl:
     max_page_size: int
     get: Tool
     list: Tool
+    # `complete.values`: the ids completions offer, without a run (none: read by one).
+    ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PromptArgument:
+    """A prompt's argument (`prompts[i].arguments[j]`) and where its
+    completions come from: the operator's `values`, or the record ids of a
+    `collection` (one read run of it)."""
+
+    name: str
+    description: str | None = None
+    required: bool = False
+    values: tuple[str, ...] = ()
+    collection: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptMessage:
+    """One message of a prompt: `text` (a template), an embedded resource of
+    the server's own (`uri` and `text` templates) or an image (`data`, read
+    from the operator's file at start)."""
+
+    role: Literal["user", "assistant"]
+    kind: Literal["text", "resource", "image"]
+    text: str = ""
+    uri: str = ""
+    mime_type: str = "text/plain"
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt the operator ships (`prompts[i]`): it runs nothing."""
+
+    name: str
+    description: str
+    arguments: tuple[PromptArgument, ...]
+    messages: tuple[PromptMessage, ...]
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +372,7 @@ class Manifest:
     auth: AuthConfig | None = None
     # None: no `callers` section (every authenticated caller may call every tool).
     callers: tuple[Caller, ...] | None = None
+    prompts: tuple[Prompt, ...] = ()
 
     def tool(self, name: str) -> Tool | None:
         for tool in self.tools:

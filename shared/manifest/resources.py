@@ -28,7 +28,8 @@ from staal.manifest.model import Grant, NetConfig, ResourceDecl, Tool
 from staal.manifest.values import ValueReader
 from staal.records.record import Json
 
-RESOURCE = ("name", "description", "program", "get", "list", "grants", "net", "max_page_size")
+RESOURCE = ("name", "description", "program", "get", "list", "grants", "net", "max_page_size",
+            "complete")
 RESOURCE_REQUIRED = ("name", "description", "program", "get", "list", "net")
 MAX_PAGE_SIZE = 200
 RESERVED_SEGMENTS = ("runs",)
@@ -111,16 +112,23 @@ def _resource(checker: ToolReader, value: Json, path: str) -> ResourceDecl | Non
     net = checker.net(obj.get("net"), f"{path}.net")
     size = v.whole(obj.get("max_page_size", MAX_PAGE_SIZE), f"{path}.max_page_size", 1,
                    MAX_PAGE_SIZE)
+    ids = v.optional(obj, "complete", path, lambda x, p: _listed_ids(x, p, v))
     if grants is not None and not _reads_only(checker, grants, f"{path}.grants"):
         return None
     read = {kind: entry for kind, entry in entries.items() if entry is not None}
     if (name is None or description is None or program is None or grants is None or net is None
-            or size is None or len(read) < len(entries)):
+            or size is None or len(read) < len(entries) or v.failed(obj, path, "complete")):
         return None
     tools = {kind: Tool(name=hidden_tool_name(name, kind), description=description,
                         program=program, entry=entry, grants=grants, net=net)
              for kind, entry in read.items()}
-    return ResourceDecl(name, description, size, tools["get"], tools["list"])
+    return ResourceDecl(name, description, size, tools["get"], tools["list"], tuple(ids or ()))
+
+
+def _listed_ids(value: Json, path: str, v: ValueReader) -> list[str] | None:
+    """`complete: {"values": [...]}`: the ids a completion of `{id}` offers."""
+    obj = v.obj(value, path, ("values",), required=("values",))
+    return None if obj is None else v.string_list(obj.get("values"), f"{path}.values", True)
 
 
 def _segment(checker: ToolReader, value: Json, path: str) -> str | None:

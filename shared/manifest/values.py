@@ -127,6 +127,14 @@ class ValueReader:
             return None
         return value
 
+    def matching(self, value: Json, path: str, pattern: re.Pattern[str], what: str) -> str | None:
+        """A string `pattern` matches whole; `what` says what it must be."""
+        text = self.string(value, path)
+        if text is not None and not pattern.fullmatch(text):
+            self.add(path, f"{show(text)} is not {what}")
+            return None
+        return text
+
     def string_list(self, value: Json, path: str, non_empty: bool = False) -> builtins.list[str] | None:
         items = self.list(value, path)
         if items is None:

@@ -185,6 +185,6 @@ class Startup:
             raise StartupFailed("; ".join(problems))
         server = self.manifest.server
         key = await asyncio.to_thread(cursor_key, server.journals)
-        collections = [Collection(r.name, r.description, r.max_page_size)
+        collections = [Collection(r.name, r.description, r.max_page_size, r.ids)
                        for r in self.manifest.resources]
         return ResourceCatalogue(server.name, collections, CursorSigner(key))

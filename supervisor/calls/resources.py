@@ -30,6 +30,7 @@ from staal.protocol.mcp.resources import (
     JournalPage,
     ReadAnswer,
     ReadResource,
+    RecordIds,
     RecordItem,
     RecordsPage,
     ResourceCatalogue,
@@ -38,6 +39,7 @@ from staal.protocol.mcp.resources import (
     unknown_resource,
 )
 from staal.protocol.mcp.results import CallOutcome, Done, Refused, RunStatus, shape_run_status
+from staal.protocol.prompts.completion import ids_completion, list_after
 from staal.records.fsio import FS
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.calls.pipeline import CallState
@@ -113,13 +115,14 @@ class Resources:
     async def read(self, read: ReadResource, admitted: Admitted,
                    state: CallState) -> ReadAnswer:
         ref = read.ref
-        if isinstance(ref, (RecordItem, RecordsPage)):
+        if isinstance(ref, (RecordItem, RecordsPage, RecordIds)):
             return await self.records(read, ref, state, admitted)
         return await asyncio.to_thread(self._runs_resource, read, admitted)
 
     def _runs_resource(self, read: ReadResource, admitted: Admitted) -> ReadAnswer:
         ref = read.ref
-        assert not isinstance(ref, (RecordItem, RecordsPage))  # read() serves those: records()
+        # read() serves those: records()
+        assert not isinstance(ref, (RecordItem, RecordsPage, RecordIds))
         if isinstance(ref, RunsPage):
             return self.runs_page(ref, admitted)
         entry = self.ledger.run(ref.run)
@@ -170,9 +173,13 @@ class Resources:
 
     # -- an operator's records ---------------------------------------------------
 
-    async def records(self, read: ReadResource, ref: RecordItem | RecordsPage,
+    async def records(self, read: ReadResource, ref: RecordItem | RecordsPage | RecordIds,
                       state: CallState, admitted: Admitted) -> ReadAnswer:
         decl = self.collections[ref.segment]
+        completing = ref if isinstance(ref, RecordIds) else None
+        if isinstance(ref, RecordIds):
+            # A completion reads one page from just before its prefix's ids.
+            ref = RecordsPage(ref.segment, decl.max_page_size, list_after(ref.prefix))
         arguments: dict[str, Any]  # a call's arguments, as CallTool holds them
         if isinstance(ref, RecordItem):
             tool, arguments = decl.get, {"id": ref.id}
@@ -190,7 +197,12 @@ class Resources:
                             "returned content parts (images, audio, resources), not JSON")
         if isinstance(ref, RecordItem):
             return self._record(read, ref, outcome)
-        return self._page(read, ref, outcome)
+        page = self._page(read, ref, outcome)
+        if completing is None or not isinstance(page, Contents):
+            return page
+        data: Any = page.data
+        ids = [item["id"] for item in data["items"]]
+        return Contents(ids_completion(ids, completing.prefix, "nextCursor" in data))
 
     def _record(self, read: ReadResource, ref: RecordItem, outcome: Done) -> ReadAnswer:
         if outcome.result is None:

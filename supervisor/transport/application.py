@@ -15,6 +15,7 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatal
 from staal.protocol.mcp.results import CallOutcome, Failed, Refused
 from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tools import ToolDescriptor
+from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.telemetry.log import Log
@@ -52,3 +53,10 @@ class Application(Protocol):
 
 # A transport: serves `Application` until it stops.
 Transport = Callable[[Application], Awaitable[None]]
+
+
+def prompt_catalogue(server: Application, seen: frozenset[str] | None = None) -> PromptCatalogue:
+    """The manifest's prompts a caller sees (`seen`: its profile's; None:
+    every one), paged with the resources' cursor key."""
+    return PromptCatalogue([p for p in server.manifest.prompts if seen is None or p.name in seen],
+                           server.resource_catalogue.signer)

@@ -43,7 +43,7 @@ from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Authenticator, Lifecycle
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.errors import SupervisorError
-from staal.supervisor.transport.application import Application, Transport
+from staal.supervisor.transport.application import Application, Transport, prompt_catalogue
 from staal.supervisor.transport.http_connections import gated_protocol
 from staal.supervisor.transport.http_exchange import (
     CallExchange,
@@ -235,16 +235,17 @@ def listen(address: Address) -> socket.socket:
 
 
 def endpoints_for(server: Application, settings: HttpSettings) -> dict[str | None, Endpoint]:
-    """One endpoint per caller profile, listing only the profile's tools (a
-    tool outside it is unknown to it, so its existence is not revealed);
+    """One endpoint per caller profile, listing only the profile's tools and
+    prompts (one outside it is unknown to it, so its existence is not revealed);
     None's lists every tool (no `callers` section, or no `auth`)."""
-    def endpoint(tools: list[ToolDescriptor]) -> Endpoint:
-        return Endpoint(Dispatcher(server.server_info, tools,
-                                   resources=server.resource_catalogue), settings)
+    def endpoint(tools: list[ToolDescriptor], prompts: frozenset[str] | None) -> Endpoint:
+        return Endpoint(Dispatcher(server.server_info, tools, resources=server.resource_catalogue,
+                                   prompts=prompt_catalogue(server, prompts)), settings)
 
-    endpoints: dict[str | None, Endpoint] = {None: endpoint(server.descriptors)}
+    endpoints: dict[str | None, Endpoint] = {None: endpoint(server.descriptors, None)}
     for caller in server.manifest.callers or ():
-        endpoints[caller.name] = endpoint([d for d in server.descriptors if d.name in caller.tools])
+        endpoints[caller.name] = endpoint([d for d in server.descriptors if d.name in caller.tools],
+                                          caller.prompts)
     return endpoints
 
 

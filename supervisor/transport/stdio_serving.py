@@ -23,7 +23,7 @@ from staal.protocol.mcp.results import CallOutcome
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls.pipeline import CallState
-from staal.supervisor.transport.application import Application, Transport
+from staal.supervisor.transport.application import Application, Transport, prompt_catalogue
 from staal.supervisor.transport.stdio import LineWriter, Stdio, read_chunks
 
 
@@ -33,7 +33,8 @@ class StdioServing:
         self.stdio = stdio
         self.writer = LineWriter(stdio.writer, self._client_gone)
         self.connection = Connection(server.server_info, server.descriptors,
-                                     resources=server.resource_catalogue)
+                                     resources=server.resource_catalogue,
+                                     prompts=prompt_catalogue(server))
         self.tasks: dict[RequestId, asyncio.Task[None]] = {}
         self.states: dict[RequestId, CallState] = {}
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -13,12 +13,11 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from staal.protocol.mcp.resources import ENDED_TTL_MS
 from staal.supervisor.store.ledger import read_ledger
-from tests.helpers.http_servers import HttpServer
+from tests.helpers.http_servers import explored_over_http
 from tests.helpers.resource_sites import (
     BASE,
     ORDERS,
@@ -160,13 +159,7 @@ def test_over_stdio_the_sdk_lists_reads_runs_and_pages_records_through_signed_cu
 def test_over_http_the_sdk_lists_reads_runs_and_pages_records_through_signed_cursors(
         tmp_path, mode):
     site = orders_site(tmp_path)
-    with HttpServer(site) as http:
-
-        async def session():
-            async with Client(http.url, mode=mode) as client:
-                return await explore(client)
-
-        seen = anyio.run(session)
+    seen = explored_over_http(site, mode, explore)
     check_seen(seen, mode, site)
 
 

@@ -27,16 +27,19 @@ TIMEOUT = 600
 # names, each of which the suite still judges on its own).
 RICH_RESULTS = ["tools-call-image", "tools-call-audio", "tools-call-embedded-resource",
                 "tools-call-mixed-content"]
+# Issue 29: the operator's prompts (the fixture manifest's `prompts`) and completions.
+PROMPTS = ["prompts-list", "prompts-get-simple", "prompts-get-with-args",
+           "prompts-get-embedded-resource", "prompts-get-with-image", "completion-complete"]
 MUST_PASS = {
     "2026-07-28": ["tools-list", "tools-call-simple-text", "tools-call-error",
                    "tools-call-with-progress", "server-sse-multiple-streams",
                    "dns-rebinding-protection", "http-header-validation", "resources-list",
                    "sep-2164-resource-not-found",
-                   *RICH_RESULTS],
+                   *RICH_RESULTS, *PROMPTS],
     "2025-11-25": ["server-initialize", "ping", "tools-list", "tools-call-simple-text",
                    "tools-call-error", "tools-call-with-progress", "dns-rebinding-protection",
                    "resources-list",
-                   *RICH_RESULTS],
+                   *RICH_RESULTS, *PROMPTS],
 }
 
 

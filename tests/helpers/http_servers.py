@@ -9,12 +9,14 @@ import base64
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 
@@ -170,3 +172,15 @@ class HttpServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def explored_over_http(site: Site, mode: str, explore: Callable[[Any], Awaitable[Any]]) -> Any:
+    """What `explore(client)` returns from an SDK client (in `mode`) of a new
+    HTTP server on `site`, the server stopped after it."""
+    with HttpServer(site) as http:
+
+        async def session() -> Any:
+            async with Client(http.url, mode=mode) as client:
+                return await explore(client)
+
+        return anyio.run(session)

@@ -108,3 +108,22 @@ def test_every_problem_in_a_collection_is_reported_together_with_its_key_path(he
     for path in ("resources[0].description", "resources[0].program", "resources[0].get",
                  "resources[0].net", "colour", "list"):
         assert path in text, text
+
+
+def test_a_collection_may_list_the_ids_completions_offer(here):
+    (orders,) = check(with_resources(collection(complete={"values": ["o1", "o2"]})),
+                      here / "manifest.json").resources
+    assert orders.ids == ("o1", "o2")
+    (without,) = check(with_resources(collection()), here / "manifest.json").resources
+    assert without.ids == ()
+
+
+@pytest.mark.parametrize(("complete", "where"), [
+    ({"values": []}, "resources[0].complete.values"),
+    ({"values": [1]}, "resources[0].complete.values[0]"),
+    ({"collection": "orders"}, "resources[0].complete.collection"),
+])
+def test_a_collections_listed_ids_that_are_not_strings_are_refused_at_their_key_path(
+        here, complete, where):
+    problems = problems_of(with_resources(collection(complete=complete)), here)
+    assert any(p.startswith(f"{where}:") for p in problems), problems

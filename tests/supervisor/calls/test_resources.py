@@ -7,6 +7,7 @@ started) nobody."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +17,17 @@ import pytest
 
 from staal.journal.records import End, Header, Print, Value
 from staal.journal.writer import JournalWriter
+from staal.manifest.model import NetConfig, ResourceDecl, Tool
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.jsonrpc import RpcError
-from staal.protocol.mcp.resources import ReadResource, ResourceCatalogue
+from staal.protocol.mcp.resources import Collection, Contents, ReadResource, RecordIds, ResourceCatalogue
+from staal.protocol.mcp.results import Done
 from staal.protocol.mcp.revisions import MODERN
+from staal.protocol.prompts.completion import list_after
 from staal.runtime.clock import SYSTEM_CLOCK
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.principal import Principal
-from staal.supervisor.calls.pipeline import Calls
+from staal.supervisor.calls.pipeline import Calls, CallState
 from staal.supervisor.calls.resources import Resources, cursor_key, visible
 from staal.supervisor.recovery.waiting import Waiting
 from staal.supervisor.store.entries import Admission
@@ -180,3 +184,41 @@ def test_a_run_waiting_for_an_operator_is_listed_as_waiting(served, tmp_path):
     states = {i["run"]: i["state"] for i in read(served, f"{BASE}/runs").data["items"]}
     assert states[served.runs[2]] == "waiting_for_operator"
     assert states[served.runs[1]] == "done"
+
+
+def completing(tmp_path, ids: list[str], page: int = 4):
+    """Resources over one collection whose list run (recorded) answers `ids`
+    after its `after`, at most its `limit`."""
+    tools = {kind: Tool(f"@orders.{kind}", "Orders.", tmp_path / "orders.py", kind, {},
+                        NetConfig(1000, 1000)) for kind in ("get", "list")}
+    decl = ResourceDecl("orders", "Orders.", page, tools["get"], tools["list"])
+    calls = []
+
+    async def list_run(call, state, admitted):
+        calls.append((call.name, call.arguments))
+        after = call.arguments["after"] or ""
+        return Done("f" * 32, [{"id": i} for i in ids if i > after][:call.arguments["limit"]])
+
+    catalogue = ResourceCatalogue("shop", [Collection("orders", "Orders.", page)],
+                                  CursorSigner(cursor_key(tmp_path)))
+    ledger = FileLedger.open(tmp_path / "server.ledger", SYSTEM_CLOCK)
+    resources = Resources(ledger, FileNotes(tmp_path), tmp_path, lambda *a: None, list_run,
+                          catalogue, (decl,))
+    return resources, calls, ledger
+
+
+@pytest.mark.parametrize(("prefix", "values", "more"), [
+    ("o01", ["o010", "o011"], False),
+    ("o1", ["o10", "o11", "o12", "o13"], True),
+    ("", ["o00", "o010", "o011", "o02"], True),
+])
+def test_a_completion_from_a_collection_is_one_list_run_from_just_before_the_prefix(
+        tmp_path, prefix, values, more):
+    ids = ["o00", "o010", "o011", "o02", "o10", "o11", "o12", "o13", "o14"]
+    resources, calls, ledger = completing(tmp_path, ids)
+    read = ReadResource(1, "the ids of orders", RecordIds("orders", prefix), MODERN)
+    answer = asyncio.run(resources.read(read, LOCAL, CallState()))
+    ledger.close()
+    assert calls == [("@orders.list", {"after": list_after(prefix), "limit": 5})]
+    assert isinstance(answer, Contents) and answer.data["values"] == values
+    assert answer.data["hasMore"] is more
