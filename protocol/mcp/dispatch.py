@@ -17,6 +17,16 @@ from staal.protocol.mcp.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, Cache
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue, contents_result
 from staal.protocol.mcp.results import CallOutcome, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
+from staal.protocol.mcp.tasks import (
+    TASK_METHODS,
+    TaskAnswer,
+    TaskAsk,
+    TaskRequest,
+    TaskView,
+    legacy_answer,
+    legacy_created,
+    read_task_request,
+)
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
 from staal.records.record import Json
 from staal.runtime.tracecontext import TraceParent
@@ -35,6 +45,9 @@ class CallTool:
     # or over HTTP the request's headers of those names.
     trace: TraceParent | None = None
     tracestate: str | None = None
+    # The client asked for a task (protocol/mcp/tasks.py): answer with
+    # created_result once the run is reserved, then answer nothing more.
+    task: TaskAsk | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +57,7 @@ class Result:
     result: dict[str, Json]
 
 
-Answer = Result | RpcError | CallTool | ReadResource
+Answer = Result | RpcError | CallTool | ReadResource | TaskRequest
 RESOURCE_METHODS = frozenset({"resources/list", "resources/templates/list", "resources/read"})
 # What resources/list and resources/templates/list may be kept for: the runs
 # among them are the caller's own, and a restarted server may list others.
@@ -94,12 +107,14 @@ class Dispatcher:
                     params: dict[str, Json]) -> Answer:
         if method in RESOURCE_METHODS and self.resources is not None:
             return self._resource(revision, request_id, method, params)
+        if method in TASK_METHODS and revision == LEGACY:
+            return read_task_request(request_id, method, params, revision)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
             return reply
         if isinstance(reply, CallRequest):
             return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token,
-                            reply.trace, reply.tracestate)
+                            reply.trace, reply.tracestate, reply.task)
         return Result(reply)
 
     def _resource(self, revision: str, request_id: RequestId, method: str,
@@ -131,6 +146,19 @@ class Dispatcher:
     def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Json]:
         """The result a call is answered with, as its revision writes it."""
         return self._handlers[call.revision].call_result(shape_outcome(outcome))
+
+    def created_result(self, call: CallTool, view: TaskView) -> dict[str, Json]:
+        """The CreateTaskResult of a call the client asked to be a task."""
+        return legacy_created(view)
+
+    def task_result(self, request: TaskRequest, answer: TaskAnswer) -> Result | RpcError:
+        """A tasks/* request's answer, as its revision writes it."""
+        result = legacy_answer(request, answer)
+        return result if isinstance(result, RpcError) else Result(result)
+
+    def task_status(self, view: TaskView) -> dict[str, Json]:
+        """The params of notifications/tasks/status."""
+        return view.to_legacy()
 
     def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Json] | None:
         """The params of a notifications/progress for a call: when its run

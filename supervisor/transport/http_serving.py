@@ -31,7 +31,7 @@ import uvicorn
 from staal.manifest.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
 from staal.protocol.http.auth import without_headers
 from staal.protocol.http.call import HttpCall
-from staal.protocol.http.endpoint import Call, Cancel, Endpoint, HttpSettings, Read
+from staal.protocol.http.endpoint import AskTask, Call, Cancel, Endpoint, HttpSettings, Read
 from staal.protocol.http.messages import Head, HttpResponse
 from staal.protocol.http.readiness import is_readiness_check, readiness_answer
 from staal.protocol.mcp.dispatch import Dispatcher
@@ -163,6 +163,9 @@ class McpApp:
                             admitted, receive, send)
         elif isinstance(reply, Read):
             await self.read(reply, endpoint, admitted, send)
+        elif isinstance(reply, AskTask):  # tasks/*: the caller's own tasks only
+            answer = await self.server.answer_task(reply.request, admitted)
+            await respond(send, endpoint.task_response(reply.request, answer))
         else:
             await respond(send, reply)
 
