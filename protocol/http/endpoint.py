@@ -62,7 +62,9 @@ from staal.runtime.tracecontext import parse_traceparent, tracestate_of
 HEADER_MISMATCH = -32020
 MAX_BODY = MAX_LINE
 # The names of tools/call, resources/read and prompts/get are mirrored in Mcp-Name.
-NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+# The body field `Mcp-Name` mirrors, by method (a task's methods: its id).
+NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name",
+         "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 _B64_START, _B64_END = "=?base64?", "?="
 
 

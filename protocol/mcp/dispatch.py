@@ -18,13 +18,18 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatal
 from staal.protocol.mcp.results import CallOutcome, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
 from staal.protocol.mcp.tasks import (
-    TASK_METHODS,
+    LEGACY_TASK_METHODS,
+    MODERN_TASK_METHODS,
     TaskAnswer,
     TaskAsk,
     TaskRequest,
     TaskView,
+    has_tasks_extension,
     legacy_answer,
     legacy_created,
+    missing_extension,
+    modern_answer,
+    modern_task,
     read_task_request,
 )
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
@@ -77,9 +82,9 @@ class Dispatcher:
     ) -> None:
         catalogue = ToolCatalogue(tools)
         self.legacy = LegacyHandler(catalogue, server_info, instructions)
+        self.modern = ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope)
         self._handlers: dict[str, LegacyHandler | ModernHandler] = {
-            LEGACY: self.legacy,
-            MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
+            LEGACY: self.legacy, MODERN: self.modern,
         }
         self.resources = resources
         if resources is not None:
@@ -107,7 +112,9 @@ class Dispatcher:
                     params: dict[str, Json]) -> Answer:
         if method in RESOURCE_METHODS and self.resources is not None:
             return self._resource(revision, request_id, method, params)
-        if method in TASK_METHODS and revision == LEGACY:
+        if method in (LEGACY_TASK_METHODS if revision == LEGACY else MODERN_TASK_METHODS):
+            if revision == MODERN and not has_tasks_extension(params):
+                return missing_extension(method)
             return read_task_request(request_id, method, params, revision)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
@@ -148,11 +155,16 @@ class Dispatcher:
         return self._handlers[call.revision].call_result(shape_outcome(outcome))
 
     def created_result(self, call: CallTool, view: TaskView) -> dict[str, Json]:
-        """The CreateTaskResult of a call the client asked to be a task."""
+        """The CreateTaskResult of a call answered as a task."""
+        if call.revision == MODERN:
+            return self.modern.created(modern_task(view))
         return legacy_created(view)
 
     def task_result(self, request: TaskRequest, answer: TaskAnswer) -> Result | RpcError:
         """A tasks/* request's answer, as its revision writes it."""
+        if request.revision == MODERN:
+            body = modern_answer(request, answer)
+            return body if isinstance(body, RpcError) else Result(self.modern.task_answer(body))
         result = legacy_answer(request, answer)
         return result if isinstance(result, RpcError) else Result(result)
 

@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from staal.manifest.model import TaskSupport
-from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RequestId, RpcError
+from staal.protocol.mcp.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RequestId,
+    RpcError,
+)
 from staal.protocol.mcp.results import ToolResult
+from staal.protocol.mcp.revisions import CLIENT_CAPABILITIES_KEY
 from staal.records.record import Json
 from staal.runtime.ids import is_run_id
 from staal.runtime.utc import for_machines
@@ -24,8 +31,13 @@ from staal.runtime.utc import for_machines
 TaskStatus = Literal["working", "completed", "failed", "cancelled"]
 TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-TaskMethod = Literal["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"]
-TASK_METHODS: frozenset[str] = frozenset(get_args(TaskMethod))
+TaskMethod = Literal["tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update"]
+# 2025-11-25's methods, and the 2026-07-28 extension's.
+LEGACY_TASK_METHODS: frozenset[str] = frozenset({"tasks/get", "tasks/result", "tasks/list",
+                                                 "tasks/cancel"})
+MODERN_TASK_METHODS: frozenset[str] = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+MISSING_CLIENT_CAPABILITY = -32021
 RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
 # What a 2025-11-25 server with tasks announces: tools/call may be a task,
 # and tasks can be listed and cancelled.
@@ -48,6 +60,10 @@ class TaskView:
     ttl_ms: int | None
     poll_ms: int
     result: ToolResult | None = None
+    # The run failed inside the server (an internal error, or it never
+    # started): 2026-07-28 reports that as a failed task with an error; any
+    # other failure is a tool result with isError true, a completed task.
+    internal: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -122,7 +138,7 @@ class TaskRequest:
 
 def read_task_request(request_id: RequestId, method: str, params: dict[str, Json],
                       revision: str) -> TaskRequest | RpcError:
-    assert method in TASK_METHODS  # the dispatcher sends only these here
+    assert method in LEGACY_TASK_METHODS | MODERN_TASK_METHODS  # the dispatcher's only
     if method == "tasks/list":
         cursor = params.get("cursor")
         if cursor is not None and not isinstance(cursor, str):
@@ -180,3 +196,58 @@ def legacy_answer(request: TaskRequest, answer: TaskAnswer) -> dict[str, Json] |
 def legacy_created(view: TaskView) -> dict[str, Json]:
     """The CreateTaskResult a task-augmented tools/call is answered with."""
     return {"task": view.to_legacy()}
+
+
+# -- 2026-07-28: the extension io.modelcontextprotocol/tasks -----------------------
+
+
+def has_tasks_extension(params: dict[str, Json]) -> bool:
+    """Whether this request declares the tasks extension in its per-request
+    client capabilities (`_meta`): negotiated per request, never remembered."""
+    meta = params.get("_meta")
+    capabilities = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
+
+
+def missing_extension(what: str) -> RpcError:
+    """-32021: this request needs the tasks extension, and did not declare it."""
+    return RpcError(MISSING_CLIENT_CAPABILITY, f"Missing required client capability: {what} needs "
+                    f"the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES_KEY}",
+                    {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+
+
+def modern_task(view: TaskView) -> dict[str, Json]:
+    """The 2026-07-28 Task (`ttlMs`, `pollIntervalMs`)."""
+    return {
+        "taskId": view.task_id,
+        "status": view.status,
+        "statusMessage": view.message,
+        "createdAt": for_machines(view.created_ms),
+        "lastUpdatedAt": for_machines(view.updated_ms),
+        "ttlMs": view.ttl_ms,
+        "pollIntervalMs": view.poll_ms,
+    }
+
+
+def modern_detailed(view: TaskView) -> dict[str, Json]:
+    """tasks/get's DetailedTask: the result inlined once ended. A tool's
+    error is a completed task whose result has isError true; only a failure
+    inside the server is a failed task, with its JSON-RPC error."""
+    task = modern_task(view)
+    if view.result is None or view.status == "working":
+        return task
+    if view.internal:
+        return {**task, "status": "failed",
+                "error": {"code": INTERNAL_ERROR, "message": view.result.text}}
+    return {**task, "status": "completed", "result": view.result.to_wire()}
+
+
+def modern_answer(request: TaskRequest, answer: TaskAnswer) -> dict[str, Json] | RpcError:
+    """tasks/get the DetailedTask; tasks/update and tasks/cancel an empty
+    acknowledgement (staal never asks a client for input, so there is never
+    a response to take; a cancel is cooperative and only acknowledged)."""
+    if isinstance(answer, RpcError):
+        return answer
+    assert isinstance(answer, TaskView)  # tasks/list is not in this revision
+    return modern_detailed(answer) if request.method == "tasks/get" else {}

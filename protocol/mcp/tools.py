@@ -18,7 +18,13 @@ from staal.protocol.errors import BadValue
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import progress_token_of, trace_of
-from staal.protocol.mcp.tasks import TaskAsk, support_problem, task_ask_of
+from staal.protocol.mcp.tasks import (
+    TaskAsk,
+    has_tasks_extension,
+    missing_extension,
+    support_problem,
+    task_ask_of,
+)
 from staal.records.record import Json
 from staal.runtime.ids import is_run_id
 from staal.runtime.tracecontext import TraceParent
@@ -226,3 +232,19 @@ class ToolCatalogue:
         if problem is not None:
             return problem
         return call if ask is None else replace(call, task=ask)
+
+    def read_modern_call(self, params: dict[str, Json]) -> CallRequest | RpcError | ToolResult:
+        """read_call, 2026-07-28: the server decides. A tool that may be a
+        task is one for a request declaring the tasks extension; one that
+        must be is -32021 for a request that does not."""
+        call = self.read_call(params)
+        if not isinstance(call, CallRequest):
+            return call
+        support = self._support[call.name]
+        if support == "forbidden":
+            return call
+        if has_tasks_extension(params):
+            return replace(call, task=TaskAsk())
+        if support == "required":
+            return missing_extension(f"tool {call.name!r}, which is always answered as a task,")
+        return call

@@ -21,6 +21,7 @@ from staal.manifest.model import ServerConfig
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.mcp.results import Done, Errored, Failed, RunStatus, Stopped, shape_outcome
+from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tasks import (
     TaskAnswer,
     TaskPage,
@@ -64,10 +65,11 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
 
     def view(state: TaskStatus, message: str, outcome: Done | Failed | Errored | None = None,
              ) -> TaskView:
+        internal = isinstance(outcome, Failed) and outcome.kind == "internal"
         return TaskView(entry.run, state, message, entry.reserved_ms,
                         entry.ended_ms or entry.reserved_ms, server.task_ttl_ms,
                         server.task_poll_interval.ms,
-                        None if outcome is None else shape_outcome(outcome))
+                        None if outcome is None else shape_outcome(outcome), internal)
 
     if entry.state == "released":
         return view("failed", f"Run {entry.run} failed: {NEVER_STARTED}.",
@@ -135,9 +137,12 @@ class Tasks:
         view = await off_loop(self.view, request.task_id, admitted)
         if view is None:
             return no_such_task(request.task_id)
-        if request.method == "tasks/cancel":
+        if request.method == "tasks/cancel" and request.revision == LEGACY:
+            # 2025-11-25 answers a cancel with the task cancelled; a started
+            # run is never cut in half, so it is refused. 2026-07-28's cancel
+            # is cooperative: acknowledged, and the run ends as it ends.
             return not_cancellable(view)
-        return view
+        return view  # tasks/update: acknowledged (staal never asks for input)
 
     async def result(self, task_id: str | None, admitted: Admitted) -> TaskAnswer:
         """The task once it has ended: waits while it is working (a run

@@ -36,6 +36,7 @@ from staal.protocol.http.messages import Head, HttpResponse
 from staal.protocol.http.readiness import is_readiness_check, readiness_answer
 from staal.protocol.mcp.dispatch import Dispatcher
 from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.supervisor.auth.callers import LOCAL, Admitted
@@ -130,6 +131,8 @@ class McpApp:
         # client's address, its caller identity and the call's id (no
         # session tells clients apart).
         self.legacy: dict[LegacyKey, CallState] = {}
+        # The runs of calls answered as tasks, still going: waited for at the end.
+        self.detached: set[asyncio.Future[CallOutcome | None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -198,7 +201,8 @@ class McpApp:
         self.in_progress += 1
         try:
             with self._registered(http, key) as state:
-                await CallExchange(self.server, http, state, admitted, receive, send).run()
+                await CallExchange(self.server, http, state, admitted, receive, send,
+                                   self.detached).run()
         finally:
             self.in_progress -= 1
 
@@ -283,6 +287,8 @@ async def _serve_app(server: Application, sock: socket.socket, app: McpApp) -> N
         stop = asyncio.ensure_future(_stop_when(server, uv, sock, draining))
         try:
             await uv.serve(sockets=[sock])
+            if app.detached:  # runs answered as tasks end before the server closes
+                await asyncio.gather(*app.detached, return_exceptions=True)
         finally:
             stop.cancel()
 

@@ -20,6 +20,7 @@ from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource
 from staal.protocol.mcp.results import CallOutcome
+from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tasks import TaskRequest
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL
@@ -156,7 +157,10 @@ class StdioServing:
         try:
             outcome = await self.server.outcome_of(call, state)
             if outcome is not None and call.task is not None and state.run is not None:
-                await self._status_changed(state.run)  # answered at its reserve already
+                # Answered at its reserve already; 2026-07-28 sends task
+                # notifications only on a subscription, which staal has not.
+                if call.revision == LEGACY:
+                    await self._status_changed(state.run)
             elif outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
