@@ -6,19 +6,22 @@ payment service holds its refund; tasks/result waits for the end and gives
 the tool's result; the client is told the end with notifications/tasks/status.
 Across a SIGKILL of the server mid-run and a restart, tasks/get keeps
 answering, and the run, resumed by recovery, completes with the refund made
-once at the service."""
+once at the service. A run that stops for an operator is a working task
+that says what is in doubt, until resolved; then it completes."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import psutil
 
 from staal.supervisor.store.ledger import read_ledger
 from tests.helpers.payments import Payments
+from tests.helpers.runs import staal_command
 from tests.helpers.servers import RawServer, Site, stripe_refund_grant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,3 +125,34 @@ def test_a_task_survives_a_sigkill_of_the_server_and_completes_with_one_refund(t
     assert len(payments.refunds()) == 1  # the resent refund got the saved answer
     (entry,) = read_ledger(site.ledger_path).runs()
     assert entry.run == run and entry.state == "settled"
+
+
+def test_a_run_waiting_for_an_operator_is_a_working_task_until_resolved_then_completed(
+        tmp_path, payments):
+    site = task_site(tmp_path, payments)
+    env = {"STRIPE_SECRET_KEY": payments.key}
+    order = payments.intent(amount=5000)["id"]
+    payments.fault("/v1/refunds", "fail_saved")  # its refund is in doubt: the run stops
+    with RawServer(site, env) as server:
+        server.initialize()
+        run = create_task(server, order)["taskId"]
+        server.stderr.wait_event("run_waiting", run=run)
+        got = server.call("tasks/get", {"taskId": run})["result"]
+        assert got["status"] == "working"
+        assert "waiting for an operator" in got["statusMessage"]
+        assert "do not call the tool again" in got["statusMessage"]
+        notified = [m["params"] for m in server.messages()
+                    if isinstance(m, dict) and m.get("method") == "notifications/tasks/status"]
+        assert [(n["taskId"], n["status"]) for n in notified] == [(run, "working")]
+        server.close_stdin()
+        assert server.wait_exit() == 0
+    assert payments.refunds() == []
+    said = subprocess.run(staal_command("resolve", "--journal", site.journal("refund_order", run),
+                                        "--op", "2", "--happened", "no"),
+                          capture_output=True, text=True, check=False)
+    assert said.returncode == 0, said.stderr
+    with RawServer(site, env) as again:  # recovery resumes it: a new attempt, under a new key
+        again.initialize()
+        got = again.call("tasks/get", {"taskId": run})["result"]
+        assert got["status"] == "completed", got
+    assert len(payments.refunds()) == 1
