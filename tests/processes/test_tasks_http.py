@@ -84,3 +84,16 @@ def test_a_tool_always_a_task_is_refused_without_the_extension_and_nothing_is_re
         gated = caller.http.modern("tasks/get", {"taskId": NOBODYS}, headers=caller.headers)
         assert gated.json()["error"]["code"] == -32021
         assert runs(http) == ()
+
+
+def test_a_2025_11_25_task_over_http_is_answered_once_reserved_and_its_result_waited_for(
+        tmp_path, service, authorization):
+    with HttpServer(tasks_site(tmp_path, service, authorization.issuer)) as http:
+        caller = ops(http, authorization)
+        created = legacy(caller, "tools/call", {"name": "echo", "arguments": {"text": "yo"},
+                                                "task": {}})
+        task = created["result"]["task"]
+        assert task["status"] == "working" and [e.run for e in runs(http)] == [task["taskId"]]
+        result = legacy(caller, "tasks/result", {"taskId": task["taskId"]})["result"]
+        assert result["structuredContent"] == {"result": {"echo": "yo"}}
+        assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}

@@ -13,8 +13,24 @@ from staal.protocol.mcp.connection import Send
 from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import LEGACY
-from staal.protocol.mcp.tasks import TaskPage, TaskRequest, TaskView, no_such_task, not_cancellable
-from tests.protocol.test_support import SCHEMA, connection, descriptor, feed, initialize, legacy, sent
+from staal.protocol.mcp.tasks import (
+    TASKS_EXTENSION,
+    TaskPage,
+    TaskRequest,
+    TaskView,
+    no_such_task,
+    not_cancellable,
+)
+from tests.protocol.test_support import (
+    SCHEMA,
+    connection,
+    descriptor,
+    feed,
+    initialize,
+    legacy,
+    modern,
+    sent,
+)
 
 
 def tools(tmp_path, support):
@@ -144,3 +160,77 @@ def test_a_status_notification_carries_the_task(tmp_path):
 
 def test_schema_is_unchanged_by_tasks(tmp_path):
     assert tools(tmp_path, "optional")[0].input_schema == SCHEMA
+
+
+# -- 2026-07-28: the extension io.modelcontextprotocol/tasks ---------------------------
+
+EXTENDED = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+
+
+def test_server_discover_lists_the_extension_and_no_legacy_tasks_slot(tmp_path):
+    discovered = sent(connection(tools(tmp_path, "optional")), modern(1, "server/discover"))
+    capabilities = discovered["result"]["capabilities"]
+    assert capabilities["extensions"] == {TASKS_EXTENSION: {}} and "tasks" not in capabilities
+
+
+def test_a_modern_call_is_a_task_only_when_its_request_declares_the_extension(tmp_path):
+    conn = connection(tools(tmp_path, "optional"))
+    [plain] = feed(conn, modern(1, "tools/call", {"name": "refund_order"}))
+    assert isinstance(plain, CallTool) and plain.task is None
+    [asked] = feed(conn, modern(2, "tools/call", {"name": "refund_order"}, **EXTENDED))
+    assert isinstance(asked, CallTool) and asked.task is not None
+    forbidden = connection(tools(tmp_path, "forbidden"))
+    [never] = feed(forbidden, modern(3, "tools/call", {"name": "refund_order"}, **EXTENDED))
+    assert isinstance(never, CallTool) and never.task is None
+
+
+def test_a_tool_always_a_task_without_the_extension_is_missing_capability(tmp_path):
+    answer = sent(connection(tools(tmp_path, "required")),
+                  modern(1, "tools/call", {"name": "refund_order"}))
+    assert answer["error"]["code"] == -32021
+    assert answer["error"]["data"] == {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+
+
+def test_the_task_methods_without_the_extension_are_missing_capability(tmp_path):
+    conn = connection(tools(tmp_path, "optional"))
+    for method in ("tasks/get", "tasks/update", "tasks/cancel"):
+        assert sent(conn, modern(1, method, {"taskId": VIEW.task_id}))["error"]["code"] == -32021
+    assert sent(conn, modern(1, "tasks/list", **EXTENDED))["error"]["code"] == -32601
+
+
+def test_the_modern_create_task_result_is_flat_with_ttl_ms_and_poll_interval_ms(tmp_path):
+    conn = connection(tools(tmp_path, "optional"))
+    [call] = feed(conn, modern(1, "tools/call", {"name": "refund_order"}, **EXTENDED))
+    created = conn.answer_created(call, VIEW)["result"]
+    assert created["resultType"] == "task" and created["taskId"] == VIEW.task_id
+    assert (created["ttlMs"], created["pollIntervalMs"]) == (VIEW.ttl_ms, VIEW.poll_ms)
+    assert "task" not in created and "ttl" not in created and "result" not in created
+
+
+def modern_answer_to(tmp_path, method: str, view: TaskView) -> dict:
+    conn = connection(tools(tmp_path, "optional"))
+    params = {"taskId": view.task_id} | ({"inputResponses": {}} if method == "tasks/update" else {})
+    [request] = feed(conn, modern(1, method, params, **EXTENDED))
+    assert isinstance(request, TaskRequest)
+    return conn.answer_task(request, view)["result"]
+
+
+def test_modern_tasks_get_inlines_a_tool_error_as_a_completed_result(tmp_path):
+    failed = replace(VIEW, status="failed", result=ToolResult("action: declined", True))
+    got = modern_answer_to(tmp_path, "tasks/get", failed)
+    assert got["status"] == "completed" and got["result"]["isError"] is True
+    assert got["resultType"] == "complete" and "error" not in got
+    assert "_meta" not in got["result"]  # no related-task key: the id is at the root
+
+
+def test_modern_tasks_get_reports_a_failure_inside_the_server_as_failed_with_its_error(tmp_path):
+    internal = replace(VIEW, status="failed", result=ToolResult("internal", True), internal=True)
+    got = modern_answer_to(tmp_path, "tasks/get", internal)
+    assert got["status"] == "failed" and got["error"]["code"] == -32603 and "result" not in got
+
+
+def test_modern_tasks_update_and_cancel_are_acknowledged_empty(tmp_path):
+    for method in ("tasks/update", "tasks/cancel"):
+        ack = modern_answer_to(tmp_path, method, VIEW)
+        assert ack["resultType"] == "complete"
+        assert not {"taskId", "status", "result", "error"} & set(ack)
