@@ -71,6 +71,7 @@ class Server:
         # Set by SIGTERM or SIGINT (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        self.tasks.stopping = self.stopping  # a waiting tasks/result lets serving end
         self.terminated_by: signal.Signals | None = None
         # What a load balancer's check reads (GET /ready over HTTP).
         self.readiness = ReadyState(log)

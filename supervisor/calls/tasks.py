@@ -14,12 +14,11 @@ never existed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from staal.manifest.model import ServerConfig
 from staal.protocol.mcp.cursors import CursorSigner
-from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
+from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from staal.protocol.mcp.results import Done, Errored, Failed, RunStatus, Stopped, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tasks import (
@@ -99,6 +98,9 @@ class Tasks:
         # Set when a run of this process reaches an answer: a tasks/result
         # waiting for it re-reads at once instead of at its next poll.
         self._changes: dict[str, asyncio.Event] = {}
+        # Set when the server stops taking calls (Server sets it to its own):
+        # a tasks/result still waiting is answered then, so serving can end.
+        self.stopping = asyncio.Event()
 
     @property
     def server(self) -> ServerConfig:
@@ -155,9 +157,17 @@ class Tasks:
                 return no_such_task(task_id)
             if view.terminal:
                 return view
+            if self.stopping.is_set():
+                return RpcError(INTERNAL_ERROR, f"the server is stopping while task {view.task_id} "
+                                "is still working; ask again (tasks/get tells how it stands)")
             event = self._changes.setdefault(view.task_id, asyncio.Event())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), backoff.strike(time.monotonic()))
+            waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
+            try:
+                await asyncio.wait(waits, timeout=backoff.strike(time.monotonic()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     def page(self, cursor: str | None, admitted: Admitted) -> TaskAnswer:
         """The caller's tasks, newest first, TASKS_PAGE at a time; the cursor

@@ -169,3 +169,27 @@ async def _not_cancelled(monkeypatch):
     answer = await tasks.answer(TaskRequest(1, "tasks/cancel", "2025-11-25", task_id=RUN))
     assert isinstance(answer, RpcError) and "never cut in half" in answer.message
     assert tasks.view(RUN).status == "working"  # type: ignore[union-attr]
+
+
+def test_a_result_still_waiting_is_answered_when_the_server_stops(monkeypatch):
+    asyncio.run(_stops(monkeypatch))
+
+
+async def _stops(monkeypatch):
+    tasks = service([ENTRY], monkeypatch)  # unsettled: working for ever here
+    started = asyncio.Event()
+
+    class Watched(dict):
+        def setdefault(self, key, default=None):  # the result begins to wait for the run's end
+            started.set()
+            return super().setdefault(key, default)
+
+    tasks._changes = Watched()
+    waiting = asyncio.ensure_future(tasks.answer(TaskRequest(1, "tasks/result", "2025-11-25",
+                                                             task_id=RUN)))
+    await asyncio.wait_for(started.wait(), 30)
+    assert not waiting.done()
+    tasks.stopping.set()
+    answer = await asyncio.wait_for(waiting, 30)
+    assert isinstance(answer, RpcError) and "stopping" in answer.message
+    assert tasks.view(RUN).status == "working"  # type: ignore[union-attr]
