@@ -15,6 +15,7 @@ from staal.protocol.http.messages import EVENT_STREAM, HttpResponse, json_respon
 from staal.protocol.mcp.dispatch import CallTool, Dispatcher
 from staal.protocol.mcp.jsonrpc import notification_message, result_message
 from staal.protocol.mcp.results import CallOutcome
+from staal.protocol.mcp.tasks import TaskView
 from staal.runtime.transitions import IllegalTransition, advance
 
 
@@ -55,7 +56,8 @@ class HttpCall:
 
     @property
     def streams(self) -> bool:
-        return self.call.progress_token is not None
+        """A task is answered at once, as JSON: its progress is its status."""
+        return self.call.progress_token is not None and self.call.task is None
 
     @property
     def closed(self) -> bool:
@@ -96,6 +98,15 @@ class HttpCall:
         self._to("answer")
         message = result_message(self.call.request_id, self.dispatcher.call_result(self.call, outcome))
         return _event(message) if streaming else json_response(200, message)
+
+    def created(self, view: TaskView) -> HttpResponse | None:
+        """The CreateTaskResult of a call answered as a task, as JSON (its
+        run goes on), or None if the client closed the request."""
+        if self.closed:
+            return None
+        self._to("answer")
+        return json_response(200, result_message(self.call.request_id,
+                                                 self.dispatcher.created_result(self.call, view)))
 
     def close(self) -> None:
         """The client closed the request before its answer."""

@@ -29,7 +29,7 @@ from staal.protocol.http.messages import (
     HttpResponse,
     json_response,
 )
-from staal.protocol.mcp.dispatch import CallTool, Dispatcher, Result
+from staal.protocol.mcp.dispatch import Answer, CallTool, Dispatcher, Result
 from staal.protocol.mcp.framing import MAX_LINE, Line
 from staal.protocol.mcp.jsonrpc import (
     INVALID_PARAMS,
@@ -55,13 +55,16 @@ from staal.protocol.mcp.revisions import (
     select_revision,
     unsupported_version,
 )
+from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest
 from staal.records.record import Json
 from staal.runtime.tracecontext import parse_traceparent, tracestate_of
 
 HEADER_MISMATCH = -32020
 MAX_BODY = MAX_LINE
 # The names of tools/call, resources/read and prompts/get are mirrored in Mcp-Name.
-NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+# The body field `Mcp-Name` mirrors, by method (a task's methods: its id).
+NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name",
+         "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 _B64_START, _B64_END = "=?base64?", "?="
 
 
@@ -116,7 +119,14 @@ class Read:
     read: ReadResource
 
 
-Reply = HttpResponse | Call | Cancel | Read
+@dataclass(frozen=True, slots=True)
+class AskTask:
+    """A tasks/* request to answer; `Endpoint.task_response` writes its answer."""
+
+    request: TaskRequest
+
+
+Reply = HttpResponse | Call | Cancel | Read | AskTask
 
 
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
@@ -244,12 +254,18 @@ class Endpoint:
         return self._answer(read.revision, read.request_id,
                             self.dispatcher.read_result(read, answer))  # type: ignore[return-value]
 
-    def _answer(self, revision: str, request_id: RequestId,
-                answer: Result | RpcError | CallTool | ReadResource) -> Reply:
+    def task_response(self, request: TaskRequest, answer: TaskAnswer) -> HttpResponse:
+        """The answer to a tasks/* request, as JSON."""
+        return self._answer(request.revision, request.request_id,  # type: ignore[return-value]
+                            self.dispatcher.task_result(request, answer))
+
+    def _answer(self, revision: str, request_id: RequestId, answer: Answer) -> Reply:
         if isinstance(answer, CallTool):
             return Call(HttpCall(self.dispatcher, answer))
         if isinstance(answer, ReadResource):
             return Read(answer)
+        if isinstance(answer, TaskRequest):
+            return AskTask(answer)
         if isinstance(answer, Result):
             return json_response(200, result_message(request_id, answer.result))
         return json_response(_status_of(revision, answer), answer.to_message(request_id))

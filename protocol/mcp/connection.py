@@ -43,6 +43,7 @@ from staal.protocol.mcp.modern import DEFAULT_CACHE_SCOPE, DEFAULT_TTL_MS, Cache
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.mcp.results import CallOutcome, RunStatus
 from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest, TaskView
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.records.record import Json
@@ -66,7 +67,7 @@ class Cancel:
     request_id: RequestId
 
 
-Event = Send | CallTool | ReadResource | Cancel
+Event = Send | CallTool | ReadResource | Cancel | TaskRequest
 
 
 # -- states and their transitions ---------------------------------------
@@ -179,6 +180,8 @@ class Connection:
             # A read is in flight as a call is: it may be a run, and cancelled.
             self._calls[request.id] = _InFlight(answer)
             return [answer]
+        if isinstance(answer, TaskRequest):
+            return [answer]  # answered by the application (answer_task)
         return [Send(result_message(request.id, answer.result))]
 
     def _initialize(self, request: Request) -> Send:
@@ -196,6 +199,25 @@ class Connection:
         if self._answered_cancelled(call):
             return None
         return result_message(call.request_id, self.dispatcher.call_result(call, outcome))
+
+    def answer_created(self, call: CallTool, view: TaskView) -> dict[str, Json] | None:
+        """The CreateTaskResult of a call asked as a task, once its run is
+        reserved: the call's only answer (None if the client cancelled it)."""
+        if self._answered_cancelled(call):
+            return None
+        return result_message(call.request_id, self.dispatcher.created_result(call, view))
+
+    def answer_task(self, request: TaskRequest, answer: TaskAnswer) -> dict[str, Json]:
+        """The answer to a tasks/* request."""
+        result = self.dispatcher.task_result(request, answer)
+        if isinstance(result, RpcError):
+            return result.to_message(request.request_id)
+        return result_message(request.request_id, result.result)
+
+    def task_status(self, view: TaskView) -> dict[str, Json]:
+        """notifications/tasks/status for a task whose status changed."""
+        return notification_message("notifications/tasks/status",
+                                    self.dispatcher.task_status(view))
 
     def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Json] | None:
         """The answer to a resources/read, or None if the client cancelled it."""

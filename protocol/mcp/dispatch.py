@@ -23,6 +23,21 @@ from staal.protocol.mcp.resources import (
 )
 from staal.protocol.mcp.results import CallOutcome, shape_outcome
 from staal.protocol.mcp.revisions import LEGACY, MODERN, ServerInfo, select_revision
+from staal.protocol.mcp.tasks import (
+    LEGACY_TASK_METHODS,
+    MODERN_TASK_METHODS,
+    TaskAnswer,
+    TaskAsk,
+    TaskRequest,
+    TaskView,
+    has_tasks_extension,
+    legacy_answer,
+    legacy_created,
+    missing_extension,
+    modern_answer,
+    modern_task,
+    read_task_request,
+)
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
 from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.protocol.prompts.completion import Completer
@@ -43,6 +58,9 @@ class CallTool:
     # or over HTTP the request's headers of those names.
     trace: TraceParent | None = None
     tracestate: str | None = None
+    # The client asked for a task (protocol/mcp/tasks.py): answer with
+    # created_result once the run is reserved, then answer nothing more.
+    task: TaskAsk | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +70,7 @@ class Result:
     result: dict[str, Json]
 
 
-Answer = Result | RpcError | CallTool | ReadResource
+Answer = Result | RpcError | CallTool | ReadResource | TaskRequest
 RESOURCE_METHODS = frozenset({"resources/list", "resources/templates/list", "resources/read"})
 # What resources/list and resources/templates/list may be kept for: the runs
 # among them are the caller's own, and a restarted server may list others.
@@ -76,9 +94,9 @@ class Dispatcher:
     ) -> None:
         catalogue = ToolCatalogue(tools)
         self.legacy = LegacyHandler(catalogue, server_info, instructions)
+        self.modern = ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope)
         self._handlers: dict[str, LegacyHandler | ModernHandler] = {
-            LEGACY: self.legacy,
-            MODERN: ModernHandler(catalogue, server_info, instructions, ttl_ms, cache_scope),
+            LEGACY: self.legacy, MODERN: self.modern,
         }
         self.resources = resources
         self.prompts = prompts
@@ -118,12 +136,16 @@ class Dispatcher:
             return self._resource(revision, request_id, method, params)
         if (method in PROMPT_METHODS and self.prompts) or (method == COMPLETE and self.completer):
             return self._offered(revision, request_id, method, params)
+        if method in (LEGACY_TASK_METHODS if revision == LEGACY else MODERN_TASK_METHODS):
+            if revision == MODERN and not has_tasks_extension(params):
+                return missing_extension(method)
+            return read_task_request(request_id, method, params, revision)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
             return reply
         if isinstance(reply, CallRequest):
             return CallTool(request_id, reply.name, reply.arguments, revision, reply.progress_token,
-                            reply.trace, reply.tracestate)
+                            reply.trace, reply.tracestate, reply.task)
         return Result(reply)
 
     def _resource(self, revision: str, request_id: RequestId, method: str,
@@ -176,6 +198,24 @@ class Dispatcher:
     def call_result(self, call: CallTool, outcome: CallOutcome) -> dict[str, Json]:
         """The result a call is answered with, as its revision writes it."""
         return self._handlers[call.revision].call_result(shape_outcome(outcome))
+
+    def created_result(self, call: CallTool, view: TaskView) -> dict[str, Json]:
+        """The CreateTaskResult of a call answered as a task."""
+        if call.revision == MODERN:
+            return self.modern.created(modern_task(view))
+        return legacy_created(view)
+
+    def task_result(self, request: TaskRequest, answer: TaskAnswer) -> Result | RpcError:
+        """A tasks/* request's answer, as its revision writes it."""
+        if request.revision == MODERN:
+            body = modern_answer(request, answer)
+            return body if isinstance(body, RpcError) else Result(self.modern.task_answer(body))
+        result = legacy_answer(request, answer)
+        return result if isinstance(result, RpcError) else Result(result)
+
+    def task_status(self, view: TaskView) -> dict[str, Json]:
+        """The params of notifications/tasks/status."""
+        return view.to_legacy()
 
     def progress(self, call: CallTool, message: str, value: int = 0) -> dict[str, Json] | None:
         """The params of a notifications/progress for a call: when its run

@@ -7,6 +7,7 @@ from __future__ import annotations
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import LEGACY, ServerInfo, negotiated_version
+from staal.protocol.mcp.tasks import LEGACY_TASKS_CAPABILITY
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue
 from staal.records.record import Json
 
@@ -24,6 +25,8 @@ class LegacyHandler:
         self._instructions = instructions
         # The dispatcher adds "resources" when it serves them.
         self.capabilities: dict[str, Json] = {"tools": {"listChanged": False}}
+        if catalogue.any_task:
+            self.capabilities["tasks"] = LEGACY_TASKS_CAPABILITY
 
     def initialize(self, params: dict[str, Json]) -> dict[str, Json] | RpcError:
         """The handshake's answer; the connection is initialized once it is given."""
@@ -46,7 +49,7 @@ class LegacyHandler:
             tools = self._catalogue.listing(params)
             return tools if isinstance(tools, RpcError) else {"tools": tools}
         if method == "tools/call":
-            call = self._catalogue.read_call(params)
+            call = self._catalogue.read_task_call(params)
             return self.call_result(call) if isinstance(call, ToolResult) else call
         return RpcError(METHOD_NOT_FOUND, f"method not found in {LEGACY}: {method[:200]!r}")
 

@@ -11,6 +11,7 @@ from staal.protocol.errors import BadValue
 from staal.protocol.mcp.jsonrpc import METHOD_NOT_FOUND, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import MODERN, SERVER_INFO_KEY, SUPPORTED_VERSIONS, ServerInfo
+from staal.protocol.mcp.tasks import TASKS_EXTENSION
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue
 from staal.records.record import Json
 
@@ -44,6 +45,8 @@ class ModernHandler:
         self._cache = {"ttlMs": ttl_ms, "cacheScope": cache_scope}
         # The dispatcher adds "resources" when it serves them.
         self.capabilities: dict[str, Json] = {"tools": {"listChanged": False}}
+        if catalogue.any_task:
+            self.capabilities["extensions"] = {TASKS_EXTENSION: {}}
 
     def handle(self, method: str, params: dict[str, Json]) -> Reply:
         if method == "server/discover":
@@ -54,7 +57,7 @@ class ModernHandler:
                 return tools
             return self._complete({"tools": tools, **self._cache})
         if method == "tools/call":
-            call = self._catalogue.read_call(params)
+            call = self._catalogue.read_modern_call(params)
             return self.call_result(call) if isinstance(call, ToolResult) else call
         return RpcError(METHOD_NOT_FOUND, f"method not found in {MODERN}: {method[:200]!r}")
 
@@ -78,9 +81,16 @@ class ModernHandler:
             body["instructions"] = self._instructions
         return {**body, **self._cache}
 
-    def _complete(self, body: dict[str, Json]) -> dict[str, Json]:
+    def created(self, task: dict[str, Json]) -> dict[str, Json]:
+        """A CreateTaskResult: the Task itself, as a result of type "task"."""
+        return self._complete(task, "task")
+
+    def task_answer(self, body: dict[str, Json]) -> dict[str, Json]:
+        return self._complete(body)
+
+    def _complete(self, body: dict[str, Json], result_type: str = "complete") -> dict[str, Json]:
         return {
             **body,
-            "resultType": "complete",
+            "resultType": result_type,
             "_meta": {SERVER_INFO_KEY: self._server_info.to_wire()},
         }

@@ -9,15 +9,22 @@ more than the broker enforces.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
-from staal.manifest.model import RUN_STATUS_TOOL, Tool
+from staal.manifest.model import RUN_STATUS_TOOL, TaskSupport, Tool
 from staal.protocol.errors import BadValue
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from staal.protocol.mcp.results import ToolResult
 from staal.protocol.mcp.revisions import progress_token_of, trace_of
+from staal.protocol.mcp.tasks import (
+    TaskAsk,
+    has_tasks_extension,
+    missing_extension,
+    support_problem,
+    task_ask_of,
+)
 from staal.records.record import Json
 from staal.runtime.ids import is_run_id
 from staal.runtime.tracecontext import TraceParent
@@ -49,6 +56,9 @@ class ToolDescriptor:
     description: str
     input_schema: dict[str, Json]
     annotations: Annotations
+    # MCP's execution.taskSupport: written only when tasks are allowed
+    # (absent means forbidden).
+    task_support: TaskSupport = "forbidden"
 
     def to_wire(self) -> dict[str, Json]:
         """The Tool object of tools/list; the same under both revisions."""
@@ -60,6 +70,8 @@ class ToolDescriptor:
             inputSchema=self.input_schema,
             annotations=self.annotations.to_wire(),
         )
+        if self.task_support != "forbidden":
+            wire["execution"] = {"taskSupport": self.task_support}
         return wire
 
 
@@ -87,6 +99,7 @@ def describe_tool(tool: Tool, input_schema: dict[str, Json]) -> ToolDescriptor:
         description=tool.description,
         input_schema=_checked_schema(tool.name, input_schema),
         annotations=annotations_for(tool),
+        task_support=tool.task,
     )
 
 
@@ -149,6 +162,8 @@ class CallRequest:
     # The client's trace context (`_meta.traceparent`), if a valid one came.
     trace: TraceParent | None = None
     tracestate: str | None = None
+    # `params.task`: the client asked for a task (2025-11-25).
+    task: TaskAsk | None = None
 
 
 class ToolCatalogue:
@@ -163,11 +178,17 @@ class ToolCatalogue:
             raise BadValue(f"tool names must be unique: {', '.join(duplicates)}")
         self._tools: Sequence[ToolDescriptor] = tuple(listed)
         self._names = frozenset(names)
+        self._support = {tool.name: tool.task_support for tool in listed}
         self._wire = orjson.dumps([tool.to_wire() for tool in listed])
 
     @property
     def tools(self) -> Sequence[ToolDescriptor]:
         return self._tools
+
+    @property
+    def any_task(self) -> bool:
+        """Whether some tool may be called as a task."""
+        return any(support != "forbidden" for support in self._support.values())
 
     def listing(self, params: dict[str, Json]) -> list[dict[str, Json]] | RpcError:
         """Every tool on one page; a cursor can only be one this server never gave."""
@@ -197,3 +218,33 @@ class ToolCatalogue:
         if name == RUN_STATUS_TOOL and (problem := run_status_problem(arguments)):
             return ToolResult(problem, is_error=True)
         return CallRequest(name, arguments, token, *trace_of(params))
+
+    def read_task_call(self, params: dict[str, Json]) -> CallRequest | RpcError | ToolResult:
+        """read_call, with the call's `params.task` (2025-11-25): refused
+        -32601 where the tool's taskSupport says it cannot be one."""
+        call = self.read_call(params)
+        if not isinstance(call, CallRequest):
+            return call
+        ask = task_ask_of(params)
+        if isinstance(ask, RpcError):
+            return ask
+        problem = support_problem(call.name, self._support[call.name], ask)
+        if problem is not None:
+            return problem
+        return call if ask is None else replace(call, task=ask)
+
+    def read_modern_call(self, params: dict[str, Json]) -> CallRequest | RpcError | ToolResult:
+        """read_call, 2026-07-28: the server decides. A tool that may be a
+        task is one for a request declaring the tasks extension; one that
+        must be is -32021 for a request that does not."""
+        call = self.read_call(params)
+        if not isinstance(call, CallRequest):
+            return call
+        support = self._support[call.name]
+        if support == "forbidden":
+            return call
+        if has_tasks_extension(params):
+            return replace(call, task=TaskAsk())
+        if support == "required":
+            return missing_extension(f"tool {call.name!r}, which is always answered as a task,")
+        return call

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from staal.errors import ManifestError
 from staal.inputs.types import show
@@ -22,8 +22,10 @@ from staal.manifest.grants import GrantReader
 from staal.manifest.model import (
     DEFAULT_MAX_STEPS,
     MIN_MEMORY_MIB,
+    NO_TASK,
     RUN_STATUS_TOOL,
     RUNS_PER_WORKER_RANGE,
+    TASK_SUPPORT,
     Grant,
     Manifest,
     ModelConfig,
@@ -31,6 +33,7 @@ from staal.manifest.model import (
     OnceConfig,
     QuotaConfig,
     ServerConfig,
+    TaskSupport,
     Tool,
 )
 from staal.manifest.prompts import PromptReader
@@ -47,7 +50,7 @@ MODEL = ("provider", "model", "api_key", "timeout_ms", "retries", "base_url")
 TOOL = (
     "name", "title", "description", "program", "entry", "grants", "net", "deadline",
     "max_concurrent_runs", "runs_per_worker", "once", "quota", "max_steps", "max_memory",
-    "max_wait", "max_cpu", "profiles",
+    "max_wait", "max_cpu", "profiles", "task",
 )
 NET = ("timeout_ms", "connect_timeout_ms")
 ONCE = ("by", "keep")
@@ -261,6 +264,7 @@ class ManifestChecker:
         cpu = v.optional(obj, "max_cpu", path, lambda x, p: v.duration(x, p, units="smh"))
         profiles = v.optional(obj, "profiles", path,
                               lambda x, p: self.access.profiles(x, p, grants))
+        task: TaskSupport | None = v.optional(obj, "task", path, self.task_support)
         if quota is not None and quota.money is not None:
             for set_name, grant_set in (profiles or {}).items():
                 # A run with this set reserves its worst case against the same quota.
@@ -269,14 +273,21 @@ class ManifestChecker:
                 or grants is None or net is None or steps is None
                 or v.failed(obj, path, "title", "deadline", "max_concurrent_runs",
                             "runs_per_worker", "once", "quota", "max_memory", "max_wait",
-                            "max_cpu", "profiles")):
+                            "max_cpu", "profiles", "task")):
             return None
         return Tool(
             name=name, title=title, description=description, program=program, entry=entry,
             grants=grants, net=net, deadline=deadline, max_concurrent_runs=limit,
             runs_per_worker=runs, once=once, quota=quota, max_steps=steps, max_memory=memory, max_wait=wait,
-            max_cpu=cpu, profiles=profiles or MappingProxyType({}),
+            max_cpu=cpu, profiles=profiles or MappingProxyType({}), task=task or NO_TASK,
         )
+
+    def task_support(self, value: Json, path: str) -> TaskSupport | None:
+        """A tool's `task`: whether its calls are answered as tasks."""
+        if value not in TASK_SUPPORT:
+            self.values.add(path, f"{show(value)} is not one of {', '.join(TASK_SUPPORT)}")
+            return None
+        return cast(TaskSupport, value)
 
     def program(self, value: Json, path: str) -> Path | None:
         resolved = self.values.path(value, path)

@@ -33,6 +33,12 @@ RUNS_PER_WORKER_RANGE = (1, 100_000)
 # too easily missed on a loaded machine; an hour is already a long wait
 # for a dead instance's runs.
 DEFAULT_LEASE_MS = 15_000
+# MCP's `execution.taskSupport` values, the manifest's `task` key.
+TaskSupport = Literal["forbidden", "optional", "required"]
+TASK_SUPPORT: tuple[str, ...] = ("forbidden", "optional", "required")
+NO_TASK: TaskSupport = "forbidden"
+# What a task's client is told to wait between two polls (`pollInterval`).
+DEFAULT_TASK_POLL_INTERVAL = Duration(1_000, "1s")
 LEASE_S_RANGE = (3, 3600)
 # The least max_memory: below it a program can hardly import anything.
 MIN_MEMORY_MIB = 32
@@ -132,6 +138,10 @@ class Tool:
     profiles: Mapping[str, Mapping[str, Grant]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Whether a call of this tool is answered as a task (MCP's
+    # `execution.taskSupport`, named as the wire names it): "forbidden" never,
+    # "optional" when the client asks, "required" always.
+    task: TaskSupport = NO_TASK
 
     def grant_set(self, profile: str | None) -> Mapping[str, Grant]:
         """The grants a run of this tool runs with: its own, or the named
@@ -237,6 +247,19 @@ class ServerConfig:
     metrics: MetricsConfig | None = None
     # None: the file store, `<journals>/server.ledger` (the default).
     store: PostgresStore | None = None
+    # Tasks (a task is its run): how often a client is told to poll, and how
+    # long a task is promised to be kept (None: as long as `keep`, never longer).
+    task_poll_interval: Duration = DEFAULT_TASK_POLL_INTERVAL
+    task_ttl: Duration | None = None
+
+    @property
+    def task_ttl_ms(self) -> int | None:
+        """The ttl a task is created with: `task_ttl`, else what retention
+        keeps (None: kept for ever). The manifest check refuses a `task_ttl`
+        longer than `keep`, so a task never outlives its run's journal."""
+        if self.task_ttl is not None:
+            return self.task_ttl.ms
+        return None if self.keep is None else self.keep.ms
 
     @property
     def keep(self) -> Duration | None:

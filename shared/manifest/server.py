@@ -17,12 +17,14 @@ from urllib.parse import urlsplit
 
 from staal.inputs.types import show
 from staal.manifest.addresses import is_loopback, split_host_port
+from staal.manifest.durations import Duration
 from staal.manifest.model import (
     DEFAULT_KEEP_DAYS,
     DEFAULT_LEASE_MS,
     DEFAULT_MAX_CONCURRENT_RUNS,
     DEFAULT_METRICS_LISTEN,
     DEFAULT_RUNS_PER_WORKER,
+    DEFAULT_TASK_POLL_INTERVAL,
     LEASE_S_RANGE,
     READY_PATH,
     RUNS_PER_WORKER_RANGE,
@@ -38,7 +40,7 @@ from staal.records.record import Json
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 SERVER = ("name", "journals", "keep", "max_concurrent_runs", "runs_per_worker", "notify",
-          "notify_env", "http", "traces", "metrics", "store")
+          "notify_env", "http", "traces", "metrics", "store", "task_poll_interval", "task_ttl")
 HTTP = ("path", "origins", "public_url")
 TRACES = ("otlp_endpoint", "service_name")
 METRICS = ("listen", "allow_remote")
@@ -71,15 +73,23 @@ class ServerReader:
         traces = self.traces(obj["traces"]) if "traces" in obj else None
         metrics = v.optional(obj, "metrics", "server", self.metrics)
         store = self.store(obj.get("store", "file"))
+        poll = v.optional(obj, "task_poll_interval", "server",
+                          lambda x, p: v.duration(x, p, units="smh"))
+        ttl = v.optional(obj, "task_ttl", "server", v.duration)
+        if ttl is not None and keep is not False and keep is not None \
+                and ttl.ms > Duration.of_days(keep).ms:
+            v.add("server.task_ttl", f"{ttl.text} is longer than server.keep ({keep} days): a "
+                  "task is kept only as long as its run's journal")
         if name is None or journals is None or limit is None or runs is None \
                 or notify_env is None or http is None \
                 or keep is False or traces is False or store is False \
-                or v.failed(obj, "server", "metrics"):
+                or v.failed(obj, "server", "metrics", "task_poll_interval", "task_ttl"):
             return None
         return ServerConfig(
             name=name, journals=journals, keep_days=keep, max_concurrent_runs=limit,
             runs_per_worker=runs, notify=notify, notify_env=notify_env, http=http, traces=traces,
             metrics=metrics, store=store,
+            task_poll_interval=poll or DEFAULT_TASK_POLL_INTERVAL, task_ttl=ttl,
         )
 
     def traces(self, value: Json) -> TracesConfig | Literal[False]:

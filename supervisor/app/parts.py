@@ -35,6 +35,7 @@ from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.pipeline import Calls
 from staal.supervisor.calls.resources import Resources, cursor_key, entry_problems
 from staal.supervisor.calls.run_logs import RunLogs
+from staal.supervisor.calls.tasks import Tasks
 from staal.supervisor.calls.tool_runtime import ToolRuntime
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.recovery.at_start import plan_recovery
@@ -74,6 +75,7 @@ class Parts:
     in_flight: RunsInFlight
     resource_catalogue: ResourceCatalogue
     resources: Resources
+    tasks: Tasks
     recovery: Recovery
     retention: Retention
     descriptors: list[ToolDescriptor]
@@ -173,7 +175,8 @@ class Startup:
         descriptors = [describe_tool(t.tool, t.schema) for t in tools.values()
                        if not is_hidden_tool(t.tool.name)]
         return Parts(lock, ledger, run_journals, waiting, directory, pool, tools, calls, in_flight,
-                     catalogue, resources, recovery, retention, descriptors,
+                     catalogue, resources, Tasks(calls, catalogue.signer), recovery, retention,
+                     descriptors,
                      ServerInfo(server.name, staal.__version__))
 
     async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:

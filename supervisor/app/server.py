@@ -31,6 +31,7 @@ from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RpcError
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource
 from staal.protocol.mcp.results import CallOutcome, Failed
+from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest, TaskView
 from staal.supervisor.app.parts import Parts, Startup, StartupFailed
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.busy_bound import BusyBound
@@ -66,9 +67,11 @@ class Server:
         self.tools, self.descriptors, self.server_info = (parts.tools, parts.descriptors,
                                                           parts.server_info)
         self.resource_catalogue = parts.resource_catalogue
+        self.tasks = parts.tasks
         # Set by SIGTERM or SIGINT (or the transport's own end): serving stops taking
         # calls, answers those in flight, and the server closes.
         self.stopping = asyncio.Event()
+        self.tasks.stopping = self.stopping  # a waiting tasks/result lets serving end
         self.terminated_by: signal.Signals | None = None
         # What a load balancer's check reads (GET /ready over HTTP).
         self.readiness = ReadyState(log)
@@ -132,7 +135,19 @@ class Server:
                 outcome = await self.calls.call_tool(call, state, admitted)
             span.ended(outcome, state.run)
             self.observer.call_answered(call.name, outcome)
+            if state.run is not None:
+                self.tasks.changed(state.run)  # a tasks/result waiting for it reads it now
             return outcome
+
+    async def answer_task(self, request: TaskRequest, admitted: Admitted = LOCAL) -> TaskAnswer:
+        """A tasks/* request's answer, as the caller `admitted` sees its tasks."""
+        return await self.tasks.answer(request, admitted)
+
+    def created_task(self, run: str, reserved_ms: int) -> TaskView:
+        return self.tasks.created(run, reserved_ms)
+
+    async def task_view(self, run: str, admitted: Admitted = LOCAL) -> TaskView | None:
+        return await asyncio.to_thread(self.tasks.view, run, admitted)
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the

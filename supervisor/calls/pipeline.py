@@ -82,9 +82,11 @@ class CallState:
     # The call's progress (value, message): value 0 when its run starts, then
     # each action's op number as it begins (the transport's notifications).
     progress: Callable[[int, str], None] | None = None
-    # The call's span as a W3C traceparent, for its run's worker (None:
-    # not traced).
+    # The call's span as a W3C traceparent, for its run's worker (None: not traced).
     traceparent: str | None = None
+    # Told the run id and reserve time once the reserve and the arguments
+    # are durable (a call asked as a task is answered then).
+    reserved: Callable[[str, int], None] | None = None
 
 
 @dataclass
@@ -230,6 +232,8 @@ class Calls:
         if isinstance(result, OverQuota):
             return self.refused_over(tool, result, admission)
         assert files is not None  # reserved: its arguments are kept there
+        if state.reserved is not None:
+            state.reserved(result.run, result.time)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
@@ -301,11 +305,9 @@ class Calls:
         return final
 
     def _settle_and_clean_up(self, files: RunFiles, final: Ended) -> Exception | None:
-        """Step 7's settle and, once it is durable, the clean-up, in one
-        thread: one hop per call instead of two. The answer waits for both
-        (a clean-up left running beside the answer measured slower:
-        BENCHMARKS.md). A failed clean-up is returned, not raised: the run
-        is settled and its outcome is still the answer."""
+        """Step 7's settle and, once it is durable, the clean-up, in one thread (a
+        clean-up beside the answer measured slower: BENCHMARKS.md). A failed clean-up
+        is returned, not raised: the run is settled and its outcome is the answer."""
         self.ledger.settle(files.run, final.outcome, charged_of(final))
         kill_point("supervisor", "settle")
         try:
@@ -387,8 +389,6 @@ class Calls:
     def answer_earlier(self, entry: RunEntry, args_hash: str) -> CallOutcome:
         return answer_earlier(entry, args_hash, self.files(entry.tool, entry.run),
                               self.waiting.notes, self.run_journals)
-
-    # -- staal_run_status ------------------------------------------------------
 
     def run_status(self, run: str, admitted: Admitted = LOCAL) -> RunStatus:
         """How the caller's own run stands; another caller's is unknown (its

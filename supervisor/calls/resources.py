@@ -143,7 +143,7 @@ class Resources:
         that run, or, if retention has dropped it since, past its time."""
         entries = [e for e in reversed(self.ledger.runs()) if visible(e, admitted)]
         if ref.after is not None:
-            entries = _after(entries, ref.after)
+            entries = runs_after(entries, ref.after)
         page = entries[:ref.limit]
         waiting = self.notes.all_waiting() if any(e.unsettled for e in page) else {}
         data: dict[str, Any] = {"items": [_run_item(e, waiting) for e in page]}
@@ -269,7 +269,10 @@ def entry_problems(collections: tuple[ResourceDecl, ...], inputs: dict[str, Any]
     return problems
 
 
-def _after(entries: list[RunEntry], position: str) -> list[RunEntry]:
+def runs_after(entries: list[RunEntry], position: str) -> list[RunEntry]:
+    """The entries past a cursor's position ("<reserved ms>:<run>"): after
+    that run, or, if retention has dropped it since, after its time (the
+    runs resource's pages and tasks/list's)."""
     ms, _, run = position.partition(":")
     for i, entry in enumerate(entries):
         if entry.run == run:

@@ -14,6 +14,7 @@ from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource, ResourceCatalogue
 from staal.protocol.mcp.results import CallOutcome, Failed, Refused
 from staal.protocol.mcp.revisions import ServerInfo
+from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest, TaskView
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.supervisor.auth.callers import LOCAL, Admitted
@@ -45,6 +46,15 @@ class Application(Protocol):
 
     async def outcome_of(self, call: CallTool, state: CallState,
                          admitted: Admitted = LOCAL) -> CallOutcome | None: ...
+
+    async def answer_task(self, request: TaskRequest, admitted: Admitted = LOCAL) -> TaskAnswer:
+        """A tasks/* request's answer (supervisor/calls/tasks.py)."""
+
+    def created_task(self, run: str, reserved_ms: int) -> TaskView:
+        """The task of a run just reserved."""
+
+    async def task_view(self, run: str, admitted: Admitted = LOCAL) -> TaskView | None:
+        """How the caller's task stands now (None: no such task of theirs)."""
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed: ...
 

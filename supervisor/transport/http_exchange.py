@@ -13,6 +13,7 @@ from staal.protocol.http.call import HttpCall
 from staal.protocol.http.messages import HttpResponse
 from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
+from staal.protocol.mcp.tasks import TaskView
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.calls.pipeline import CallState
@@ -33,8 +34,11 @@ class CallExchange:
     watched throughout."""
 
     def __init__(self, server: Application, http: HttpCall, state: CallState, admitted: Admitted,
-                 receive: Receive, send: Send) -> None:
+                 receive: Receive, send: Send,
+                 detached: set[asyncio.Future[CallOutcome | None]] | None = None) -> None:
         self.server = server
+        # The runs of calls answered as tasks, until they end (serving waits for them).
+        self.detached = set() if detached is None else detached
         self.http = http
         self.state = state
         self.admitted = admitted
@@ -43,6 +47,9 @@ class CallExchange:
         self.outgoing: asyncio.Queue[bytes] = asyncio.Queue()
 
     async def run(self) -> None:
+        if self.http.call.task is not None:
+            await self.run_as_task()
+            return
         call = self.http.call
         watcher = asyncio.ensure_future(self._watch())
         streaming = self.http.streams
@@ -59,6 +66,40 @@ class CallExchange:
             kill_point("supervisor", "answer")
         finally:
             watcher.cancel()
+
+    async def run_as_task(self) -> None:
+        """A call answered as a task: its CreateTaskResult once its run is
+        reserved (durable, so tasks/get answers for it), while the run goes
+        on to its end, kept in `detached` until then; a call refused before
+        any reserve is answered with its refusal."""
+        created: asyncio.Future[TaskView] = asyncio.get_running_loop().create_future()
+
+        def reserved(run: str, reserved_ms: int) -> None:
+            if not created.done():
+                created.set_result(self.server.created_task(run, reserved_ms))
+
+        self.state.reserved = reserved
+        watcher = asyncio.ensure_future(self._watch())
+        running = asyncio.ensure_future(self._outcome())
+        self.detached.add(running)
+        running.add_done_callback(self.detached.discard)
+        try:
+            either: set[asyncio.Future[Any]] = {created, running}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if created.done():
+                answer = self.http.created(created.result())
+                if answer is not None:
+                    await respond(self.send, answer)
+            else:
+                await self._answer(running.result(), None)
+        finally:
+            watcher.cancel()
+
+    async def _outcome(self) -> CallOutcome | None:
+        try:
+            return await self.server.outcome_of(self.http.call, self.state, self.admitted)
+        except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape
+            return self.server.internal_failure(self.http.call, self.state, exc)
 
     async def _answer(self, outcome: CallOutcome | None, pumping: asyncio.Task[None] | None) -> None:
         cancelled = self.http.call.revision == LEGACY and self.state.cancelled

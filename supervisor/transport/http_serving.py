@@ -31,11 +31,12 @@ import uvicorn
 from staal.manifest.addresses import EVERY_INTERFACE, is_loopback, listening_url, split_host_port
 from staal.protocol.http.auth import without_headers
 from staal.protocol.http.call import HttpCall
-from staal.protocol.http.endpoint import Call, Cancel, Endpoint, HttpSettings, Read
+from staal.protocol.http.endpoint import AskTask, Call, Cancel, Endpoint, HttpSettings, Read
 from staal.protocol.http.messages import Head, HttpResponse
 from staal.protocol.http.readiness import is_readiness_check, readiness_answer
 from staal.protocol.mcp.dispatch import Dispatcher
 from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
+from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.supervisor.auth.callers import LOCAL, Admitted
@@ -130,6 +131,8 @@ class McpApp:
         # client's address, its caller identity and the call's id (no
         # session tells clients apart).
         self.legacy: dict[LegacyKey, CallState] = {}
+        # The runs of calls answered as tasks, still going: waited for at the end.
+        self.detached: set[asyncio.Future[CallOutcome | None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,6 +166,9 @@ class McpApp:
                             admitted, receive, send)
         elif isinstance(reply, Read):
             await self.read(reply, endpoint, admitted, send)
+        elif isinstance(reply, AskTask):  # tasks/*: the caller's own tasks only
+            answer = await self.server.answer_task(reply.request, admitted)
+            await respond(send, endpoint.task_response(reply.request, answer))
         else:
             await respond(send, reply)
 
@@ -195,7 +201,8 @@ class McpApp:
         self.in_progress += 1
         try:
             with self._registered(http, key) as state:
-                await CallExchange(self.server, http, state, admitted, receive, send).run()
+                await CallExchange(self.server, http, state, admitted, receive, send,
+                                   self.detached).run()
         finally:
             self.in_progress -= 1
 
@@ -281,6 +288,8 @@ async def _serve_app(server: Application, sock: socket.socket, app: McpApp) -> N
         stop = asyncio.ensure_future(_stop_when(server, uv, sock, draining))
         try:
             await uv.serve(sockets=[sock])
+            if app.detached:  # runs answered as tasks end before the server closes
+                await asyncio.gather(*app.detached, return_exceptions=True)
         finally:
             stop.cancel()
 

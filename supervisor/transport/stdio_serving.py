@@ -20,6 +20,8 @@ from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.mcp.resources import ReadAnswer, ReadResource
 from staal.protocol.mcp.results import CallOutcome
+from staal.protocol.mcp.revisions import LEGACY
+from staal.protocol.mcp.tasks import TaskRequest
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls.pipeline import CallState
@@ -37,6 +39,7 @@ class StdioServing:
                                      prompts=prompt_catalogue(server))
         self.tasks: dict[RequestId, asyncio.Task[None]] = {}
         self.states: dict[RequestId, CallState] = {}
+        self.task_requests: dict[tuple[str, RequestId], asyncio.Task[None]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self) -> None:
@@ -74,6 +77,8 @@ class StdioServing:
             raise failed[0]
         if self.tasks:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        for waiting in list(self.task_requests.values()):
+            waiting.cancel()  # a tasks/result still waiting: its client is gone
 
     def dispatch(self, event: Event) -> None:
         if isinstance(event, Send):
@@ -82,6 +87,8 @@ class StdioServing:
             self.start_call(event)
         elif isinstance(event, ReadResource):
             self.start_read(event)
+        elif isinstance(event, TaskRequest):
+            self.start_task_request(event)
         elif isinstance(event, Cancel):
             state = self.states.get(event.request_id)
             if state is not None:
@@ -93,6 +100,10 @@ class StdioServing:
             self.answer(call, busy)
             return
         state = CallState(progress=lambda value, text: self._progress(call, value, text))
+        if call.task is not None:
+            # Answered once reserved; then the task's status tells the rest.
+            state.progress = None
+            state.reserved = lambda run, ms: self._created(call, run, ms)
         self.states[call.request_id] = state
         self.tasks[call.request_id] = asyncio.ensure_future(self.run_call(call, state))
 
@@ -119,10 +130,39 @@ class StdioServing:
         if message is not None:
             self.send(message)
 
+    def start_task_request(self, request: TaskRequest) -> None:
+        """tasks/*: answered apart from the calls (tasks/result may wait for
+        a run's end), and never bounded as a call is: it runs nothing."""
+        key = ("task", request.request_id)
+        self.task_requests[key] = asyncio.ensure_future(self.run_task_request(request, key))
+
+    async def run_task_request(self, request: TaskRequest, key: tuple[str, RequestId]) -> None:
+        try:
+            self.send(self.connection.answer_task(request, await self.server.answer_task(request)))
+        finally:
+            self.task_requests.pop(key, None)
+
+    def _created(self, call: CallTool, run: str, reserved_ms: int) -> None:
+        """A call asked as a task is answered once its run is reserved."""
+        message = self.connection.answer_created(call, self.server.created_task(run, reserved_ms))
+        if message is not None:
+            self.send(message)
+
+    async def _status_changed(self, run: str) -> None:
+        """notifications/tasks/status once a task's call has its outcome."""
+        view = await self.server.task_view(run)
+        if view is not None:
+            self.send(self.connection.task_status(view))
+
     async def run_call(self, call: CallTool, state: CallState) -> None:
         try:
             outcome = await self.server.outcome_of(call, state)
-            if outcome is not None:
+            if outcome is not None and call.task is not None and state.run is not None:
+                # Answered at its reserve already; 2026-07-28 sends task
+                # notifications only on a subscription, which staal has not.
+                if call.revision == LEGACY:
+                    await self._status_changed(state.run)
+            elif outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
         except Exception as exc:  # noqa: BLE001 - a bug or a failing disk: nothing may escape the task

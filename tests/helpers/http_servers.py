@@ -24,7 +24,8 @@ from staal.protocol.mcp.revisions import LEGACY, MODERN
 from tests.helpers.servers import START_WAIT, WAIT, Site, Stderr, modern_meta, server_env, supervisor_command
 
 ACCEPT = "application/json, text/event-stream"
-NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+NAMED = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name",
+         "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 
 
 def sdk_refused_by_status() -> pytest.RaisesGroup[MCPError]:
