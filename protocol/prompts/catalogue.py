@@ -15,7 +15,7 @@ import base64
 from collections.abc import Iterable
 from string import Formatter
 
-from staal.manifest.model import Prompt, PromptMessage
+from staal.manifest.prompt_model import Prompt, PromptMessage
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
 from staal.records.record import Json

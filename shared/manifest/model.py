@@ -15,6 +15,7 @@ from typing import Literal
 
 from staal.manifest.catalogue import CATALOGUE, MODEL_CAP, CapSpec
 from staal.manifest.durations import Duration
+from staal.manifest.prompt_model import Prompt
 from staal.manifest.sizes import Size
 from staal.money import Money
 
@@ -343,44 +344,6 @@ class ResourceDecl:
     list: Tool
     # `complete.values`: the ids completions offer, without a run (none: read by one).
     ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PromptArgument:
-    """A prompt's argument (`prompts[i].arguments[j]`) and where its
-    completions come from: the operator's `values`, or the record ids of a
-    `collection` (one read run of it)."""
-
-    name: str
-    description: str | None = None
-    required: bool = False
-    values: tuple[str, ...] = ()
-    collection: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PromptMessage:
-    """One message of a prompt: `text` (a template), an embedded resource of
-    the server's own (`uri` and `text` templates) or an image (`data`, read
-    from the operator's file at start)."""
-
-    role: Literal["user", "assistant"]
-    kind: Literal["text", "resource", "image"]
-    text: str = ""
-    uri: str = ""
-    mime_type: str = "text/plain"
-    data: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """A prompt the operator ships (`prompts[i]`): it runs nothing."""
-
-    name: str
-    description: str
-    arguments: tuple[PromptArgument, ...]
-    messages: tuple[PromptMessage, ...]
-    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Literal
 
 from staal.inputs.types import show
-from staal.manifest.model import Caller, Prompt, PromptArgument, PromptMessage
+from staal.manifest.model import Caller
+from staal.manifest.prompt_model import Prompt, PromptArgument, PromptMessage
 from staal.manifest.values import ValueReader
 from staal.records.record import Json
 

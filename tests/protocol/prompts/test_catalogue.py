@@ -9,7 +9,7 @@ import base64
 
 import pytest
 
-from staal.manifest.model import Prompt, PromptArgument, PromptMessage
+from staal.manifest.prompt_model import Prompt, PromptArgument, PromptMessage
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.dispatch import Dispatcher, Result
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from staal.manifest.model import Prompt, PromptArgument, PromptMessage
+from staal.manifest.prompt_model import Prompt, PromptArgument, PromptMessage
 from staal.protocol.mcp.cursors import CursorSigner
 from staal.protocol.mcp.dispatch import Dispatcher
 from staal.protocol.mcp.jsonrpc import INVALID_PARAMS, RpcError
