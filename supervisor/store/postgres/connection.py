@@ -18,8 +18,8 @@ from staal.supervisor.store.errors import StoreError
 
 CONNECT_TIMEOUT_S = 10
 # Every session's settings: commits durable on return; a session idle inside
-# a transaction (its process paused or wedged while it holds the head row)
-# is ended by the server, so it cannot stop every other instance; no
+# a transaction (its process paused or wedged while it holds a key's lock)
+# is ended by the server, so it cannot stop the calls on that key; no
 # statement, lock waits included, runs for ever.
 SESSION = {"synchronous_commit": "on", "idle_in_transaction_session_timeout": "10000",
            "statement_timeout": "120000"}

@@ -15,7 +15,8 @@ foreign key), at most one forget per run and none before its end
 already the caller's own), every event's place in the ledger's order unique
 (`seq`). Instances, their fencing tokens and each run's owner are in from
 the first version, so leases and takeover (issue 15 item 3) add no column
-that existing rows lack.
+that existing rows lack. Version 5 (issue 27) adds what decisions per key
+read by index (each run's caller, whether it ended) and drops the head row.
 """
 
 from __future__ import annotations
