@@ -51,12 +51,12 @@ from staal.supervisor.store.ledger import (
 )
 from staal.supervisor.store.postgres.connection import (
     ConnectionLost,
+    Pool,
     check_settings,
     connect,
     one_row,
     reason,
     secrets_of,
-    usable,
 )
 from staal.supervisor.store.postgres.decisions import (
     decision_keys,
@@ -81,19 +81,18 @@ class Fenced(StoreError):
 
 
 class PostgresLedger(EndsRuns):
-    """The shared ledger; made by `open`. One connection, used by one
-    thread at a time: calls of this instance wait for each other as on the
-    file ledger, and for other instances' only on the keys they share."""
+    """The shared ledger; made by `open`. Calls of this instance run side by
+    side on a pool of connections, and wait for each other's (and other
+    instances') only on the keys they share."""
 
     def __init__(self, dsn: str, conn: psycopg.Connection[Any], instance: str, fence: int,
                  clock: Clock, warn: Warn) -> None:
-        self._dsn = dsn
+        self._pool = Pool(dsn, conn)
         self._hide = secrets_of(dsn)
-        self._conn: psycopg.Connection[Any] | None = conn
         self.instance = instance
         self.fence = fence
         self._stamper = Stamper(clock, warn, "in the PostgreSQL store")
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the time and the forgets seen
         self._last = 0  # the latest time this instance stamped or read
         # Told of each forget an operator commits while this instance serves
         # (`staal-supervisor forget`), for its log: forgets past `_forgets`,
@@ -136,51 +135,50 @@ class PostgresLedger(EndsRuns):
         one. A database error is a `StoreError` (`ConnectionLost` if the
         connection broke), a constraint refusing a row a `LedgerBug`, all
         without the DSN."""
-        try:
-            conn = self._connection()
-            if atomic:
-                with conn.transaction(), conn.cursor() as cur:
-                    yield cur
-            else:
-                with conn.cursor() as cur:
-                    yield cur
-        except psycopg.errors.IntegrityError as exc:
-            raise LedgerBug(f"the PostgreSQL store refused the event: "
-                            f"{reason(exc, self._hide)}") from None
-        except psycopg.Error as exc:
-            lost = self._conn is None or self._conn.broken or self._conn.closed
-            raise (ConnectionLost if lost else StoreError)(
-                f"the PostgreSQL store failed: {reason(exc, self._hide)}") from None
+        with self._pool.connection() as conn:
+            try:
+                if atomic:
+                    with conn.transaction(), conn.cursor() as cur:
+                        yield cur
+                else:
+                    with conn.cursor() as cur:
+                        yield cur
+            except psycopg.errors.IntegrityError as exc:
+                raise LedgerBug(f"the PostgreSQL store refused the event: "
+                                f"{reason(exc, self._hide)}") from None
+            except psycopg.Error as exc:
+                raise (ConnectionLost if conn.broken or conn.closed else StoreError)(
+                    f"the PostgreSQL store failed: {reason(exc, self._hide)}") from None
 
     def _do(self, attempt: Callable[[psycopg.Cursor[Any], bool], T], atomic: bool = False) -> T:
         """`attempt`; if the connection broke, once more on a new one, told
         so (`again`): a write first looks whether its first try committed (a
         commit whose answer was lost), so nothing is written twice and a
         call is not failed for a connection a failover or restart cut."""
-        with self._lock:
-            try:
-                with self._session(atomic) as cur:
-                    return attempt(cur, False)
-            except ConnectionLost:
-                with self._session(atomic) as cur:
-                    return attempt(cur, True)
+        try:
+            with self._session(atomic) as cur:
+                return attempt(cur, False)
+        except ConnectionLost:
+            with self._session(atomic) as cur:
+                return attempt(cur, True)
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        self._conn = usable(self._conn, self._dsn)
-        return self._conn
+    @property
+    def _conn(self) -> psycopg.Connection[Any] | None:
+        """The connection used last (tests look at its session)."""
+        return self._pool.last
 
     # -- time -------------------------------------------------------------------
 
     def _stamped(self, ledger_ms: int) -> int:
         """Ledger time given the ledger's latest at `ledger_ms`: the later of
         it, this instance's last, and the clock (a clock behind warned of)."""
-        now = self._stamper.stamp(max(self._last, ledger_ms))
-        self._last = now
-        return now
+        with self._lock:
+            now = self._stamper.stamp(max(self._last, ledger_ms))
+            self._last = now
+            return now
 
     def now_ms(self) -> int:
-        with self._lock:
-            return self._stamped(self._last)
+        return self._stamped(0)
 
     # -- writing ----------------------------------------------------------------
 
@@ -306,11 +304,13 @@ class PostgresLedger(EndsRuns):
         instance last looked are told (a forget frees a once key: a reserve
         with one is where it matters, and is logged)."""
         cur.execute("SELECT max(seq) FROM staal_forgets WHERE seq > %s", (self._forgets,))
-        newest = one_row(cur)[0]
-        if newest is not None:
+        newest, seen = one_row(cur)[0], None
+        with self._lock:  # each forget is told once, by the first call that sees it
+            if newest is not None and newest > self._forgets:
+                seen, self._forgets = self._forgets, int(newest)
+        if seen is not None:
             forgotten = entries_where(cur, "f.seq > %(seen)s AND f.seq <= %(newest)s",
-                                      {"seen": self._forgets, "newest": newest}, "f.seq")
-            self._forgets = int(newest)
+                                      {"seen": seen, "newest": newest}, "f.seq")
             for entry in forgotten:
                 if self.on_forget is not None:
                     self.on_forget(entry)
@@ -366,19 +366,17 @@ class PostgresLedger(EndsRuns):
 
     def close(self) -> None:
         """Give the lease up (status shows the instance stopped, not dead)."""
-        with self._lock:
-            if self._conn is None:
-                return
-            try:
-                if not self._conn.broken:
-                    self._conn.execute("UPDATE staal_instances SET lease_until_ms = NULL "
-                                       "WHERE instance = %s AND fence = %s",
-                                       (self.instance, self.fence))
-            except psycopg.Error:
-                pass  # the lease runs out by itself
-            finally:
-                self._conn.close()
-                self._conn = None
+        conns = self._pool.drain()
+        try:
+            live = [conn for conn in conns if not conn.broken and not conn.closed]
+            if live:
+                live[0].execute("UPDATE staal_instances SET lease_until_ms = NULL "
+                                "WHERE instance = %s AND fence = %s", (self.instance, self.fence))
+        except psycopg.Error:
+            pass  # the lease runs out by itself
+        finally:
+            for conn in conns:
+                conn.close()
 
     def __enter__(self) -> PostgresLedger:
         return self

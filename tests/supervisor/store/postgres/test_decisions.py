@@ -4,6 +4,9 @@ keys a reserve locks, and a store an older schema wrote, upgraded."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -18,6 +21,7 @@ from staal.supervisor.store.postgres.decisions import decision_keys
 from staal.supervisor.store.postgres.ledger import PostgresLedger
 from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, key_lock
 from tests.helpers.pg_store import PgStore
+from tests.helpers.recorder import WAIT
 from tests.supervisor.store.test_contract import HOUR, T0
 
 MINUTE = 60_000
@@ -99,6 +103,34 @@ def test_a_reserve_locks_only_the_keys_it_decides_on_in_one_order(pg_store: PgSt
         holder.execute("ROLLBACK")
         holder.close()
         assert isinstance(ledger.reserve_call("t", CALLS, 1, (), None), Reserved)
+
+
+def test_one_instances_calls_on_other_keys_go_on_while_one_of_its_calls_waits_for_a_key(
+        pg_store: PgStore) -> None:
+    with opened(pg_store, "a", FixedClock(T0)) as ledger:
+        holder = connect(pg_store.dsn)
+        holder.execute("BEGIN")
+        holder.execute(f"SELECT {key_lock('q')}", {"q": "quota:t"})
+        done = threading.Event()
+        results: list[object] = []
+
+        def reserve_t() -> None:
+            results.append(ledger.reserve_call("t", CALLS, 1, (), None))
+            done.set()
+
+        waiting = threading.Thread(target=reserve_t)
+        waiting.start()
+        deadline = time.monotonic() + WAIT  # until its session waits for t's quota key
+        while not pg_store.rows("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                                "AND NOT granted"):
+            assert time.monotonic() < deadline, "the reserve of t never waited for its key"
+        other = ledger.reserve_call("u", CALLS, 1, (), None)  # the same instance, another key
+        assert isinstance(other, Reserved) and not done.is_set()
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert done.wait(WAIT)
+        waiting.join(WAIT)
+        assert isinstance(results[0], Reserved)
 
 
 def test_a_store_an_older_schema_wrote_is_upgraded_and_its_runs_count_in_every_decision(

@@ -252,7 +252,7 @@ def test_a_store_that_cannot_be_reached_is_a_store_error_and_nothing_is_written(
         pg_store: PgStore) -> None:
     with open_ledger(pg_store) as ledger:
         run = reserve(ledger).run
-        ledger._dsn = re.sub(r"port=\d+", "port=1", ledger._dsn)  # the server is gone
+        ledger._pool.dsn = re.sub(r"port=\d+", "port=1", ledger._pool.dsn)  # the server is gone
         pg_store.execute("SELECT pg_terminate_backend(%s)", (ledger._conn.info.backend_pid,))
         with pytest.raises(StoreError) as caught:
             ledger.settle(run, "done", ())
