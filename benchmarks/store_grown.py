@@ -10,8 +10,11 @@ window: the window query runs) and a once key, each settled. It reports
 
     events E: open S s, rss after open A MiB, after pairs B MiB, reserve p99 M ms
 
+Each size's writer runs `--rounds` times, the sizes interleaved so the
+machine's load falls on both alike; p99 is the median round's, memory and
+open time the worst round's.
     python benchmarks/store_grown.py [--events 0,1000000] [--pairs 400]
-        [--stores new] [--dsn DSN]
+        [--rounds 3] [--stores new] [--dsn DSN]
 
 `--stores` as in store_load.py (`ref:main` measures today's store).
 """
@@ -39,38 +42,59 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", default="0,1000000")
     parser.add_argument("--pairs", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stores", default="new")
     parser.add_argument("--dsn", default=os.environ.get("STAAL_TEST_POSTGRES_DSN", DEFAULT_DSN))
     args = parser.parse_args()
     print(f"load before: {loadavg()}", flush=True)
     for store in args.stores.split(","):
         with importable(store) as path:
-            for events in numbers(args.events):
-                print(f"[{store}] {grown(args.dsn, path, events, args.pairs)}", flush=True)
+            env = dict(os.environ)
+            if path is not None:
+                env["PYTHONPATH"] = path
+            sizes = numbers(args.events)
+            schemas = {events: grown(args.dsn, env, events) for events in sizes}
+            try:
+                runs: dict[int, list[dict[str, float]]] = {events: [] for events in sizes}
+                for _ in range(args.rounds):  # the sizes interleaved, so load hits both
+                    for events, dsn in schemas.items():
+                        runs[events].append(json.loads(run(dsn, env, args.pairs)))
+                for events, got in runs.items():
+                    print(f"[{store}] {summary(events, got)}", flush=True)
+            finally:
+                drop(args.dsn, schemas.values())
     print(f"load after: {loadavg()}", flush=True)
 
 
-def grown(dsn: str, path: str | None, events: int, pairs: int) -> str:
+def summary(events: int, got: list[dict[str, float]]) -> str:
+    p99 = sorted(r["p99"] for r in got)[len(got) // 2]
+    return (f"events {events}: open {max(r['open_s'] for r in got):.2f} s, rss after open "
+            f"{max(r['rss_open'] for r in got):.0f} MiB, after pairs "
+            f"{max(r['rss_end'] for r in got):.0f} MiB, reserve p99 {p99:.1f} ms "
+            f"(median of {len(got)} rounds)")
+
+
+def grown(dsn: str, env: dict[str, str], events: int) -> str:
+    """A schema of its own, made by the store and grown to `events`; its DSN."""
     import psycopg
 
     schema = f"store_grown_{uuid.uuid4().hex[:10]}"
     scoped = f"{dsn} options='-csearch_path={schema}'"
-    env = dict(os.environ)
-    if path is not None:
-        env["PYTHONPATH"] = path
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        run(scoped, env, 0)  # the store makes its schema
-        with psycopg.connect(scoped, autocommit=True) as conn:
-            grow(conn, events // 2)
-        got = json.loads(run(scoped, env, pairs))
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+    run(scoped, env, 0)  # the store makes its schema
+    with psycopg.connect(scoped, autocommit=True) as conn:
+        grow(conn, events // 2)
+    return scoped
+
+
+def drop(dsn: str, scoped: object) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for each in scoped:  # type: ignore[attr-defined]
+            schema = each.split("search_path=")[1].rstrip("'")
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    return (f"events {events}: open {got['open_s']:.2f} s, rss after open "
-            f"{got['rss_open']:.0f} MiB, after pairs {got['rss_end']:.0f} MiB, "
-            f"reserve p99 {got['p99']:.1f} ms")
 
 
 def run(dsn: str, env: dict[str, str], pairs: int) -> str:
@@ -81,7 +105,8 @@ def run(dsn: str, env: dict[str, str], pairs: int) -> str:
 
 
 def grow(conn: object, runs: int) -> None:
-    """`runs` settled runs, each a reserve and a settle, in bulk."""
+    """`runs` settled runs, each a reserve and a settle, in bulk, their
+    times in the order of their seq (as today's store requires)."""
     now = int(time.time() * 1000)
     columns = {row[0] for row in conn.execute(  # type: ignore[attr-defined]
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'staal_runs' "
@@ -98,9 +123,11 @@ def grow(conn: object, runs: int) -> None:
         "FROM generate_series(1, %(runs)s) g", {"start": now - 2 * DAY_MS, "runs": runs})
     conn.execute(  # type: ignore[attr-defined]
         "INSERT INTO staal_ends (run, kind, ended_ms, seq, event) "
-        "SELECT run, 'settle', reserved_ms + 1, nextval('staal_event_seq'), "
-        "jsonb_build_object('v', 1, 'event', 'settle', 'run', run, 'time', reserved_ms + 1, "
-        "'outcome', 'done', 'charged', '[]'::jsonb) FROM staal_runs WHERE owner = 'bulk'")
+        "SELECT run, 'settle', reserved_ms + %(runs)s, nextval('staal_event_seq'), "
+        "jsonb_build_object('v', 1, 'event', 'settle', 'run', run, "
+        "'time', reserved_ms + %(runs)s, 'outcome', 'done', 'charged', '[]'::jsonb) "
+        "FROM (SELECT * FROM staal_runs WHERE owner = 'bulk' ORDER BY reserved_ms) r",
+        {"runs": runs})
     conn.execute("ANALYZE")  # type: ignore[attr-defined]
 
 
@@ -117,8 +144,8 @@ def writer(dsn: str, pairs: int) -> None:
     with PostgresLedger.open(dsn, "grown", SYSTEM_CLOCK, lambda text: None) as ledger:
         opened, rss_open = time.perf_counter() - began, rss_mib()
         latencies = []
-        for i in range(pairs):
-            once = OnceHold(key=f"{i:064x}", args="0" * 64, keep_ms=None)
+        for _ in range(pairs):
+            once = OnceHold(key=uuid.uuid4().hex * 2, args="0" * 64, keep_ms=None)
             start = time.perf_counter()
             made = ledger.reserve_call("tool-1", quota, 1, (), once)
             latencies.append((time.perf_counter() - start) * 1000)
