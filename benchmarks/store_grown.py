@@ -100,7 +100,7 @@ def drop(dsn: str, scoped: object) -> None:
 def run(dsn: str, env: dict[str, str], pairs: int) -> str:
     done = subprocess.run([sys.executable, __file__, "--writer", dsn, str(pairs)], env=env,
                           cwd=ROOT if env.get("PYTHONPATH") is None else "/",
-                          capture_output=True, text=True, timeout=3600, check=True)
+                          stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
     return done.stdout
 
 
