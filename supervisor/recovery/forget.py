@@ -13,9 +13,10 @@ or waiting run still acts under it.
 
 Where it is written, as `staal-supervisor resolve` does:
 - PostgreSQL: from any machine with the DSN, while instances serve, in one
-  transaction holding the ledger's head row (as every ledger write does, so
-  no reserve decides in between); each instance applies the event when it
-  catches up, before its next decision.
+  transaction holding the run's row and its once key (as a reserve with that
+  key does, so none decides in between); every instance's next decision on
+  the key reads it, and a serving instance logs it when it next reads a
+  once key's holder.
 - The file store: its ledger is one server's, held in that server's memory
   (seed 000 section 6), so the command takes the journal directory's server
   lock as a server would, and is refused while a server holds it.

@@ -189,11 +189,19 @@ def decide(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
     (with the same arguments or not), a quota it would exceed (the tool's,
     then the caller's own), or None: reserve a new run."""
     if once is not None:
-        holder = state.once_holder(tool, once.key, now)
-        if holder is not None:
-            assert holder.once is not None
-            return Existing(holder) if holder.once.args == once.args else Different(holder)
+        found = once_found(state.once_holder(tool, once.key, now), once)
+        if found is not None:
+            return found
     return quota_refusal(state, tool, quota, calls, money, admission, now)
+
+
+def once_found(holder: RunEntry | None, once: OnceRequest) -> Existing | Different | None:
+    """What a reserve with `once` finds in the key's holder (None: no run
+    holds the key now)."""
+    if holder is None:
+        return None
+    assert holder.once is not None
+    return Existing(holder) if holder.once.args == once.args else Different(holder)
 
 
 def quota_refusal(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,

@@ -59,9 +59,7 @@ class LedgerState:
         breaks an invariant."""
         self.check(event)
         if isinstance(event, Reserve):
-            entry = RunEntry(event.run, event.tool, event.time, event.calls, event.money,
-                             event.once, caller=event.caller, profile=event.profile,
-                             grants=event.grants)
+            entry = entry_of(event)
             self._order[event.run] = (self.events, None, None)
             for key in window_keys(event.tool, event.caller):
                 self._times.setdefault(key, []).append(event.time)
@@ -97,6 +95,21 @@ class LedgerState:
         elif entry.state != "unsettled":
             raise LedgerBug(
                 f"a {name} for run {event.run}, which was already {entry.state}")
+
+    @classmethod
+    def holding(cls, entries: Iterable[RunEntry]) -> LedgerState:
+        """A state of just these runs, for the quota decisions and answers
+        (`over_quota`, `quota_use`): the PostgreSQL store reads a window's
+        runs by query and decides with this same code. `entries` come in
+        the ledger's order; a window's runs are put in reserve-time order."""
+        state = cls()
+        for entry in sorted(entries, key=lambda e: e.reserved_ms):
+            state._runs[entry.run] = entry
+            for key in window_keys(entry.tool, entry.caller):
+                state._times.setdefault(key, []).append(entry.reserved_ms)
+                state._ids.setdefault(key, []).append(entry.run)
+            state.last_ms = max(state.last_ms, entry.reserved_ms)
+        return state
 
     # -- reading it -------------------------------------------------------
 
@@ -224,6 +237,20 @@ def decode_event(data: object) -> Event:
     event = LEDGER.decode(data)
     assert isinstance(event, Reserve | Settle | Release | Forget)
     return event
+
+
+def entry_of(reserve: Reserve, end: Settle | Release | None = None,
+             forget: Forget | None = None) -> RunEntry:
+    """A run's entry made of its own events (a shared store reads a run's
+    rows, not the whole ledger)."""
+    entry = RunEntry(reserve.run, reserve.tool, reserve.time, reserve.calls, reserve.money,
+                     reserve.once, caller=reserve.caller, profile=reserve.profile,
+                     grants=reserve.grants)
+    if end is not None:
+        entry = _ended(entry, end)
+    if forget is not None:
+        entry = replace(entry, forgotten_ms=forget.time)
+    return entry
 
 
 def _check_forget(entry: RunEntry) -> None:

@@ -63,7 +63,8 @@ def pg_store(postgres_dsn: str) -> Iterator[PgStore]:
 
 class CommitCutter:
     """A TCP proxy between a client and the test's PostgreSQL server that,
-    once armed, passes the client's next COMMIT to the server and then cuts
+    once armed, passes the client's next COMMIT (or statement: `cut_next_commit`)
+    to the server and then cuts
     the connection before the server's answer reaches the client: a commit
     that happened, but whose answer was lost (a failover, a cable). Only
     for DSNs with sslmode=disable, so the proxy can see the COMMIT."""
@@ -77,12 +78,16 @@ class CommitCutter:
                                  sslmode="disable", gssencmode="disable",
                                  options=f"-csearch_path={store.schema}")
         self._armed = threading.Event()
+        self._marker = b"COMMIT"
         self._cutting = threading.Event()
         self.cut = threading.Event()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def cut_next_commit(self) -> None:
+    def cut_next_commit(self, marker: bytes = b"COMMIT") -> None:
+        """Cut after the next COMMIT, or after the next statement holding
+        `marker` (one that is a transaction by itself, committed as it runs)."""
+        self._marker = marker
         self.cut.clear()
         self._armed.set()
 
@@ -100,7 +105,7 @@ class CommitCutter:
     def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
         try:
             while data := source.recv(65536):
-                if from_client and self._armed.is_set() and b"COMMIT" in data:
+                if from_client and self._armed.is_set() and self._marker in data:
                     self._armed.clear()
                     self._cutting.set()
                 elif not from_client and self._cutting.is_set():

@@ -26,6 +26,7 @@ from staal.records.ledger_records import Release, Reserve, Settle
 from staal.runtime.clock import FixedClock
 from staal.supervisor.store.ledger import Admission, OverQuota, Reserved, quota_refusal, read_ledger
 from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.supervisor.store.postgres.schema import key_lock
 from staal.supervisor.store.state import LedgerState
 from tests.helpers.http_servers import HttpServer
 from tests.helpers.pg_store import PgStore
@@ -121,11 +122,11 @@ def test_the_early_read_on_postgresql_sees_other_instances_commits_and_waits_for
         b.release(runs[0].run)
         assert a.over_quota("t", CALLS, 1, ()) is None  # the release was read too
         assert len(a.runs()) == 2  # and nothing was reserved by reading
-        # A writer holds the head row (as a reserve does while it decides,
-        # and any other instance's reserve would wait for it): the read
-        # takes no lock, so it still answers.
+        # A writer holds the tool's quota key (as a reserve does while it
+        # decides, and any other reserve of the tool would wait for it): the
+        # read takes no lock, so it still answers.
         with psycopg.connect(pg_store.dsn, autocommit=True) as writer, writer.transaction():
-            writer.execute("SELECT 1 FROM staal_head FOR UPDATE")
+            writer.execute(f"SELECT {key_lock('key')}", {"key": "quota:t"})
             answered = threading.Event()
 
             def read() -> None:
@@ -146,8 +147,8 @@ def test_on_postgresql_a_reserve_committed_after_the_read_is_refused_by_the_rese
         assert isinstance(b.reserve_call("t", CALLS, 1, (), None), Reserved)
         assert a.over_quota("t", CALLS, 1, ()) is None  # room for one, as read
         assert isinstance(b.reserve_call("t", CALLS, 1, (), None), Reserved)  # b takes it
-        # The read let a's call on; the reserve, deciding under the head
-        # row's lock, sees b's second run and refuses: the quota holds.
+        # The read let a's call on; the reserve, deciding holding the
+        # tool's quota key, sees b's second run and refuses: the quota holds.
         refused = a.reserve_call("t", CALLS, 1, (), None)
         assert isinstance(refused, OverQuota) and (refused.in_use, refused.limit) == (2, 2)
     assert pg_store.rows("SELECT count(*) FROM staal_runs") == [(2,)]

@@ -7,6 +7,9 @@ or its password.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -17,9 +20,12 @@ from staal.runtime.redaction import redact
 from staal.supervisor.store.errors import StoreError
 
 CONNECT_TIMEOUT_S = 10
+# Connections one instance's ledger uses at once (docs/operators.md counts
+# them in max_connections): its calls on different keys run side by side.
+POOL_SIZE = 8
 # Every session's settings: commits durable on return; a session idle inside
-# a transaction (its process paused or wedged while it holds the head row)
-# is ended by the server, so it cannot stop every other instance; no
+# a transaction (its process paused or wedged while it holds a key's lock)
+# is ended by the server, so it cannot stop the calls on that key; no
 # statement, lock waits included, runs for ever.
 SESSION = {"synchronous_commit": "on", "idle_in_transaction_session_timeout": "10000",
            "statement_timeout": "120000"}
@@ -91,3 +97,48 @@ def one_row(cur: psycopg.Cursor[Any]) -> TupleRow:
         raise StoreError("the PostgreSQL store returned no row where it always keeps one: "
                          "its schema is damaged")
     return row
+
+
+class Pool:
+    """An instance's connections to the store, up to POOL_SIZE in use at
+    once, each by one thread at a time; one broken or closed is dropped."""
+
+    def __init__(self, dsn: str, first: psycopg.Connection[Any], size: int = POOL_SIZE) -> None:
+        self.dsn = dsn
+        self._idle = [first]
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(size)
+
+    @property
+    def last(self) -> psycopg.Connection[Any] | None:
+        """The connection used last (None: none kept)."""
+        with self._lock:
+            return self._idle[-1] if self._idle else None
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._slots:
+            conn = self._take()
+            try:
+                yield conn
+            finally:
+                if conn.closed or conn.broken:
+                    conn.close()
+                else:
+                    with self._lock:
+                        self._idle.append(conn)
+
+    def _take(self) -> psycopg.Connection[Any]:
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and not conn.broken:
+                    return conn
+                conn.close()
+        return connect(self.dsn)
+
+    def drain(self) -> list[psycopg.Connection[Any]]:
+        """Every idle connection, the pool left empty (closing the ledger)."""
+        with self._lock:
+            conns, self._idle = self._idle, []
+        return conns

@@ -1,7 +1,7 @@
 """`staal-supervisor forget` on the PostgreSQL store (supervisor/recovery/forget.py
 says what forgetting is): the `forget` event committed from any machine
 with the DSN, while instances serve, in one transaction holding the
-ledger's head row, as every ledger write does."""
+run's row and its once key, as a reserve with that key does."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from staal.supervisor.store.entries import RunEntry
 from staal.supervisor.store.errors import StoreError, StoreRefused
 from staal.supervisor.store.ledger import Stamper, checked_encoding, warn_on_stderr
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
+from staal.supervisor.store.postgres.decisions import LATEST, lock_keys
 from staal.supervisor.store.postgres.events import apply_stored
 from staal.supervisor.store.postgres.note_rows import log_in, waiting_in
-from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, check_version, lock_key
 from staal.supervisor.store.state import LedgerState
 
 # Why a run may not be forgotten (its entry, the run, its waiting record, now), or None.
@@ -30,8 +31,8 @@ Refusal = Callable[[RunEntry | None, str, WaitingRecord | None, int], str | None
 
 def commit_forget(dsn: str, run: str, refusal: Refusal, log_line: dict[str, Json],
                     clock: Clock = SYSTEM_CLOCK) -> RunEntry:
-    """The forget event committed in one transaction holding the head row,
-    the key's row and `log_line` in the run's log with it; `StoreRefused`
+    """The forget event committed in one transaction holding the run's row
+    and its once key, the key's row and `log_line` in the run's log with it; `StoreRefused`
     with `refusal`'s words when the run may not be forgotten."""
     try:
         with connect(dsn) as conn, conn.transaction(), conn.cursor() as cur:
@@ -46,11 +47,20 @@ def commit_forget(dsn: str, run: str, refusal: Refusal, log_line: dict[str, Json
 def _forget_row(cur: psycopg.Cursor[Any], run: str, refusal: Refusal, log_line: dict[str, Json],
                 clock: Clock) -> RunEntry:
     _check_schema(cur)
-    cur.execute("SELECT last_ms FROM staal_head FOR UPDATE")
-    last_ms = int(one_row(cur)[0])
+    # Forgets commit one at a time, so their seq is their commit order (a
+    # serving instance tells each once: supervisor/store/postgres/ledger.py).
+    cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('forget')})")
+    cur.execute("SELECT tool, event->'once'->>'key' FROM staal_runs WHERE run = %s FOR UPDATE",
+                (run,))
+    found = cur.fetchone()
+    if found is not None and found[1] is not None:
+        # Its once key's reserves decide on the key's holder: not meanwhile.
+        lock_keys(cur, [f"once:{found[0]}:{found[1]}"])
     state = _run_state(cur, run)
-    state.last_ms = max(state.last_ms, last_ms)
-    now = Stamper(clock, warn_on_stderr, "in the PostgreSQL store").stamp(state.last_ms)
+    cur.execute(LATEST, {"tool": found[0] if found else None, "caller": None})
+    latest = one_row(cur)[0] or 0
+    now = Stamper(clock, warn_on_stderr, "in the PostgreSQL store").stamp(
+        max(state.last_ms, int(latest)))
     problem = refusal(state.run(run), run, waiting_in(cur, run), now)
     if problem is not None:
         raise StoreRefused(problem)
@@ -59,7 +69,6 @@ def _forget_row(cur: psycopg.Cursor[Any], run: str, refusal: Refusal, log_line: 
     cur.execute("INSERT INTO staal_forgets (run, forgotten_ms, seq, event) "
                 "VALUES (%s, %s, nextval('staal_event_seq'), %s)",
                 (run, now, Jsonb(checked_encoding(event))))
-    cur.execute("UPDATE staal_head SET last_ms = %s", (now,))
     cur.execute("DELETE FROM staal_once WHERE run = %s", (run,))  # it holds the key no more
     log_in(cur, run, [log_line])
     return entry

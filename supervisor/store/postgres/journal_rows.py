@@ -37,6 +37,15 @@ _OWNED = ("SELECT 1 FROM staal_runs r JOIN staal_instances i ON i.instance = r.o
           "WHERE r.run = %s AND r.owner = %s AND i.fence = %s "
           "FOR SHARE OF r FOR KEY SHARE OF i")
 
+# The run's next line, only while this instance owns the run under its token
+# (`_OWNED`'s locks, held to the commit): no row if it does not.
+_APPEND = (
+    "WITH owned AS (SELECT r.run FROM staal_runs r JOIN staal_instances i "
+    "ON i.instance = r.owner WHERE r.run = %(run)s AND r.owner = %(me)s AND i.fence = %(fence)s "
+    "FOR SHARE OF r FOR KEY SHARE OF i) INSERT INTO staal_journal (run, line, record) "
+    "SELECT run, coalesce((SELECT max(line) FROM staal_journal WHERE run = %(run)s), 0) + 1, "
+    "%(record)s FROM owned RETURNING line")
+
 
 class JournalRows:
     """The journals of the runs this instance owns, on its own connection
@@ -58,7 +67,19 @@ class JournalRows:
         written; `StoreError` if the store failed."""
         JOURNAL.decode(record)  # a record the reader would refuse is not written
 
+        lost: list[bool] = []
+
+        def alone(cur: psycopg.Cursor[Any], again: bool) -> int | None:
+            if again:  # the statement's answer was lost: look, as below
+                lost.append(again)
+                return None
+            cur.execute(_APPEND, {"run": run, "me": self.instance, "fence": self.fence,
+                                  "record": Jsonb(record)})
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> int:
+            again = again or bool(lost)
             self.check_owned(cur, run, "journal")
             cur.execute("SELECT line, record FROM staal_journal WHERE run = %s "
                         "ORDER BY line DESC LIMIT 1", (run,))
@@ -70,7 +91,10 @@ class JournalRows:
                         (run, line, Jsonb(record)))
             return line
 
-        return self.run(attempt)
+        # The common case is one statement; when it wrote nothing (not this
+        # instance's run) or its answer was lost, a transaction says why.
+        line = self.run(alone, alone=True)
+        return line if line is not None else self.run(attempt)
 
     def keep_inputs(self, run: str, arguments: dict[str, Any]) -> None:
         """Keep the run's arguments (fenced as an append), for a resume on

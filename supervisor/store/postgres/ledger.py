@@ -1,21 +1,12 @@
-"""The PostgreSQL ledger (issue 15): the `Ledger` interface on a database
-that several staal instances share; the schema is `pg_schema.py`'s.
+"""The PostgreSQL ledger (issues 15 and 27): the `Ledger` interface on a
+database that several staal instances share; the schema is `schema.py`'s.
 
 Every event is a row committed, with synchronous_commit on, before the call
 that wrote it returns, so it is as durable as the file ledger's fsync'd
-line. Writers serialize on one row, `staal_head`, locked FOR UPDATE in
-every writing transaction: the reserve's check of the tool's and the
-caller's quotas and once key, and its insert, are one transaction no other
-instance can interleave with, so quotas are exact across instances. The
-same row holds the ledger's last time: a stamp is the later of this
-instance's clock and that time, written back in the same transaction, so
-ledger time never goes backwards across instances either.
-
-Each instance keeps the ledger in memory as a `LedgerState`, the very code
-the file ledger decides with, and before every decision or answer applies
-the rows committed since it last looked, in `seq` order (taken under the
-head lock, so seq order is commit order). Compaction bumps the head's
-`generation`; an instance that sees a new one reads the ledger anew.
+line. No instance keeps the ledger: each answer is an indexed query, and
+each reserve decides in a transaction holding only the keys it decides on
+(supervisor/store/postgres/decisions.py says which, and how time is kept).
+A run's end locks only its row, if this instance owns it under its token.
 """
 
 from __future__ import annotations
@@ -23,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -30,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from staal.manifest.model import QuotaConfig
 from staal.money import Money
-from staal.records.ledger_records import Forget, Release, Reserve, Settle
+from staal.records.ledger_records import Release, Reserve, Settle
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import DEFAULT_LEASE, LeaseTiming
 from staal.supervisor.store.entries import (
@@ -52,27 +44,34 @@ from staal.supervisor.store.ledger import (
     Warn,
     check_held,
     checked_encoding,
-    decide,
     new_reserve,
+    once_found,
     quota_refusal,
     warn_on_stderr,
 )
 from staal.supervisor.store.postgres.connection import (
     ConnectionLost,
+    Pool,
     check_settings,
     connect,
     one_row,
     reason,
     secrets_of,
-    usable,
 )
-from staal.supervisor.store.postgres.events import apply_stored
+from staal.supervisor.store.postgres.decisions import (
+    decision_keys,
+    latest,
+    lock_keys,
+    once_holder,
+    window,
+)
+from staal.supervisor.store.postgres.events import entries_where, entry_where_run
 from staal.supervisor.store.postgres.instances import register_instance
-from staal.supervisor.store.postgres.schema import EVENTS_SINCE, ensure_schema, lock_key
-from staal.supervisor.store.state import LedgerState
+from staal.supervisor.store.postgres.ledger_sql import END, RESERVE, START, WHY_NOT
+from staal.supervisor.store.postgres.schema import ensure_schema, lock_key
+from staal.supervisor.store.state import LedgerState, decode_event, entry_of
 
 T = TypeVar("T")
-
 
 class Fenced(StoreError):
     """A write by an instance that no longer owns the run, or whose fencing
@@ -82,28 +81,24 @@ class Fenced(StoreError):
 
 
 class PostgresLedger(EndsRuns):
-    """The shared ledger; made by `open`. One connection, used by one
-    thread at a time: calls of this instance wait for each other as on the
-    file ledger, and for other instances' writes on the head row."""
+    """The shared ledger; made by `open`. Calls of this instance run side by
+    side on a pool of connections, and wait for each other's (and other
+    instances') only on the keys they share."""
 
     def __init__(self, dsn: str, conn: psycopg.Connection[Any], instance: str, fence: int,
                  clock: Clock, warn: Warn) -> None:
-        self._dsn = dsn
+        self._pool = Pool(dsn, conn)
         self._hide = secrets_of(dsn)
-        self._conn: psycopg.Connection[Any] | None = conn
         self.instance = instance
         self.fence = fence
         self._stamper = Stamper(clock, warn, "in the PostgreSQL store")
-        self._lock = threading.Lock()
-        self._state = LedgerState()
-        self._owners: dict[str, str] = {}
-        self._seq = 0
-        self._generation: int | None = None
+        self._lock = threading.Lock()  # guards the time and the forgets seen
+        self._last = 0  # the latest time this instance stamped or read
         # Told of each forget an operator commits while this instance serves
-        # (`staal-supervisor forget`), for its log: events past `_seen`,
-        # the highest seq it ever applied (None: it has not read yet).
+        # (`staal-supervisor forget`), for its log: forgets past `_forgets`,
+        # the last one's seq (forgets commit one at a time, in seq order).
         self.on_forget: Callable[[RunEntry], None] | None = None
-        self._seen: int | None = None
+        self._forgets = 0
 
     @classmethod
     def open(cls, dsn: str, instance: str, clock: Clock, warn: Warn | None = None,
@@ -118,6 +113,8 @@ class PostgresLedger(EndsRuns):
                 check_settings(cur)
                 ensure_schema(cur)
                 fence = register_instance(cur, instance, clock.now_ms(), lease.lease_ms)
+                cur.execute(START)
+                last, forgets = one_row(cur)
         except psycopg.Error as exc:
             conn.close()
             raise StoreError(f"the PostgreSQL store could not be prepared: "
@@ -126,81 +123,62 @@ class PostgresLedger(EndsRuns):
             conn.close()
             raise
         ledger = cls(dsn, conn, instance, fence, clock, warn or warn_on_stderr)
-        ledger.now_ms()
+        ledger._forgets = int(forgets)
+        ledger._stamped(int(last))  # a clock behind the ledger is reported at once
         return ledger
 
     # -- transactions ---------------------------------------------------------
 
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[psycopg.Cursor[Any]]:
-        """A transaction, caught up with the ledger; a writing one holds the
-        head row until it commits. A database error is a `StoreError`
-        (`ConnectionLost` if the connection broke), a constraint refusing a
-        row a `LedgerBug`, all without the DSN."""
-        try:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor() as cur:
-                self._catch_up(cur, write)
-                yield cur
-        except BaseException as exc:
-            # The state may hold an event whose commit failed: read it anew.
-            self._generation = None
-            if isinstance(exc, psycopg.errors.IntegrityError):
+    def _session(self, atomic: bool) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in a transaction (`atomic`), or whose every statement is
+        one. A database error is a `StoreError` (`ConnectionLost` if the
+        connection broke), a constraint refusing a row a `LedgerBug`, all
+        without the DSN."""
+        with self._pool.connection() as conn:
+            try:
+                if atomic:
+                    with conn.transaction(), conn.cursor() as cur:
+                        yield cur
+                else:
+                    with conn.cursor() as cur:
+                        yield cur
+            except psycopg.errors.IntegrityError as exc:
                 raise LedgerBug(f"the PostgreSQL store refused the event: "
                                 f"{reason(exc, self._hide)}") from None
-            if isinstance(exc, psycopg.Error):
-                lost = self._conn is None or self._conn.broken or self._conn.closed
-                raise (ConnectionLost if lost else StoreError)(
+            except psycopg.Error as exc:
+                raise (ConnectionLost if conn.broken or conn.closed else StoreError)(
                     f"the PostgreSQL store failed: {reason(exc, self._hide)}") from None
-            raise
 
-    def _write(self, attempt: Callable[[psycopg.Cursor[Any]], T]) -> T:
-        """`attempt` in a writing transaction; if the connection broke, once
-        more on a new one, where `attempt` first looks whether its first try
-        committed (a commit whose answer was lost), so nothing is written
-        twice and a call is not failed for a connection a failover cut."""
-        with self._lock:
-            try:
-                with self._transaction(write=True) as cur:
-                    return attempt(cur)
-            except ConnectionLost:
-                with self._transaction(write=True) as cur:
-                    return attempt(cur)
+    def _do(self, attempt: Callable[[psycopg.Cursor[Any], bool], T], atomic: bool = False) -> T:
+        """`attempt`; if the connection broke, once more on a new one, told
+        so (`again`): a write first looks whether its first try committed (a
+        commit whose answer was lost), so nothing is written twice and a
+        call is not failed for a connection a failover or restart cut."""
+        try:
+            with self._session(atomic) as cur:
+                return attempt(cur, False)
+        except ConnectionLost:
+            with self._session(atomic) as cur:
+                return attempt(cur, True)
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        self._conn = usable(self._conn, self._dsn)
-        return self._conn
-
-    def _catch_up(self, cur: psycopg.Cursor[Any], write: bool) -> None:
-        """Apply the events committed since this instance last looked; after
-        a compaction (a new generation), read the ledger anew."""
-        lock = " FOR UPDATE" if write else ""
-        cur.execute(f"SELECT last_ms, generation FROM staal_head{lock}")
-        last_ms, generation = one_row(cur)
-        if generation != self._generation:
-            self._state, self._owners, self._seq = LedgerState(), {}, 0
-            self._generation = generation
-        cur.execute(EVENTS_SINCE, {"seq": self._seq})
-        for seq, data, owner in cur.fetchall():
-            event, entry = apply_stored(self._state, seq, data)
-            if owner is not None:
-                self._owners[entry.run] = owner
-            if isinstance(event, Forget) and self._seen is not None and seq > self._seen \
-                    and self.on_forget is not None:
-                self.on_forget(entry)
-            self._seq = seq
-        self._seen = max(self._seen or 0, self._seq)
-        self._state.last_ms = max(self._state.last_ms, last_ms)
-
-    def _stamp(self, cur: psycopg.Cursor[Any]) -> int:
-        now = self._stamper.stamp(self._state.last_ms)
-        cur.execute("UPDATE staal_head SET last_ms = %s", (now,))
-        return now
+    @property
+    def _conn(self) -> psycopg.Connection[Any] | None:
+        """The connection used last (tests look at its session)."""
+        return self._pool.last
 
     # -- time -------------------------------------------------------------------
 
+    def _stamped(self, ledger_ms: int) -> int:
+        """Ledger time given the ledger's latest at `ledger_ms`: the later of
+        it, this instance's last, and the clock (a clock behind warned of)."""
+        with self._lock:
+            now = self._stamper.stamp(max(self._last, ledger_ms))
+            self._last = now
+            return now
+
     def now_ms(self) -> int:
-        return self._read(lambda: self._stamper.stamp(self._state.last_ms))
+        return self._stamped(0)
 
     # -- writing ----------------------------------------------------------------
 
@@ -208,193 +186,209 @@ class PostgresLedger(EndsRuns):
                      money: tuple[Money, ...], once: OnceRequest | None,
                      admission: Admission | None = None) -> ReserveResult:
         """Check the once key and quotas and reserve, in one transaction
-        holding the head row: no other instance decides in between."""
+        holding the keys it decides on; with none, one statement."""
         check_held(calls, money, "money")
-        tried: list[str] = []
+        keys = decision_keys(tool, quota, once, admission)
+        made: list[Reserve] = []
+        caller = admission.caller if admission is not None else None
 
-        def attempt(cur: psycopg.Cursor[Any]) -> ReserveResult:
-            if tried and (entry := self._state.run(tried[0])) is not None:
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> ReserveResult:
+            if again and made and (entry := entry_where_run(cur, made[0].run)) is not None:
                 return Reserved(entry.run, entry.reserved_ms, entry)  # the first try committed
-            now = self._stamp(cur)
-            result = decide(self._state, tool, quota, calls, money, once, admission, now)
-            if result is not None:
-                return result
-            event = new_reserve(tool, now, calls, money, once, admission)
-            tried[:] = [event.run]
-            self._state.check(event)
-            return Reserved(event.run, now, self._own(event, self._insert_reserve(cur, event)))
+            if not keys:
+                return self._insert(cur, made, new_reserve(
+                    tool, self._stamped(0), calls, money, None, admission), caller)
+            lock_keys(cur, keys)
+            now = self._stamped(latest(cur, tool, caller))
+            if once is not None:
+                holder = self._holder(cur, tool, once.key)
+                now = self._stamped(now if holder is None else _latest_of(holder))
+                found = once_found(holder if holder and holder.holds_key(now) else None, once)
+                if found is not None:
+                    return found
+            refused = quota_refusal(window(cur, tool, quota, admission, now), tool, quota, calls,
+                                    money, admission, now)
+            if refused is not None:
+                return refused
+            return self._insert(cur, made, new_reserve(tool, now, calls, money, once, admission),
+                                caller)
 
-        return self._write(attempt)
+        return self._do(attempt, atomic=bool(keys))
 
-    def _insert_reserve(self, cur: psycopg.Cursor[Any], event: Reserve) -> int:
-        cur.execute(
-            "INSERT INTO staal_runs (run, tool, reserved_ms, seq, event, owner, fence) "
-            "VALUES (%s, %s, %s, nextval('staal_event_seq'), %s, %s, %s) RETURNING seq",
-            (event.run, event.tool, event.time, Jsonb(checked_encoding(event)), self.instance,
-             self.fence))
-        seq = one_row(cur)[0]
+    def _insert(self, cur: psycopg.Cursor[Any], made: list[Reserve], event: Reserve,
+                caller: str | None) -> Reserved:
+        made[:] = [event]
+        cur.execute(RESERVE, {"run": event.run, "tool": event.tool, "caller": caller,
+                               "event": Jsonb(checked_encoding(event)), "me": self.instance,
+                               "fence": self.fence, "now": event.time})
+        time = int(one_row(cur)[0])
+        if time != event.time:  # a later reserve of its tool: stamped with that time
+            event = replace(event, time=self._stamped(time))
         if event.once is not None:
-            # The key's last holder no longer holds it (decide said so): the
-            # row passes to this run. Two live holders break the primary key.
-            cur.execute("DELETE FROM staal_once WHERE tool = %s AND key = %s",
-                        (event.tool, event.once.key))
-            cur.execute("INSERT INTO staal_once (tool, key, run) VALUES (%s, %s, %s)",
+            # The key's last holder no longer holds it (the reserve said so):
+            # its row passes to this run.
+            cur.execute("INSERT INTO staal_once (tool, key, run) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (tool, key) DO UPDATE SET run = EXCLUDED.run",
                         (event.tool, event.once.key, event.run))
-        return int(seq)
+        return Reserved(event.run, event.time, entry_of(event))
 
     def _end(self, make: Callable[[int], Settle | Release]) -> RunEntry:
-        tried: list[str] = []
+        ended: list[Settle | Release] = []
 
-        def attempt(cur: psycopg.Cursor[Any]) -> RunEntry:
-            if tried and (entry := self._state.run(tried[0])) is not None and not entry.unsettled:
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> RunEntry:
+            if again and ended and (entry := entry_where_run(cur, ended[0].run)) is not None \
+                    and not entry.unsettled:
                 return entry  # the first try committed: only this instance ends its runs
-            event = make(self._stamp(cur))
-            tried[:] = [event.run]
-            self._state.check(event)
-            # Only the run's owner, holding its instance's current fencing
-            # token, may end it: a stale writer inserts nothing.
-            cur.execute(
-                "INSERT INTO staal_ends (run, kind, ended_ms, seq, event) "
-                "SELECT %s, %s, %s, nextval('staal_event_seq'), %s FROM staal_runs r "
-                "JOIN staal_instances i ON i.instance = r.owner "
-                "WHERE r.run = %s AND r.owner = %s AND i.fence = %s RETURNING seq",
-                (event.run, event.TYPE, event.time, Jsonb(checked_encoding(event)),
-                 event.run, self.instance, self.fence))
+            event = make(self._stamped(0))
+            ended[:] = [event]
+            params = {"run": event.run, "me": self.instance, "fence": self.fence}
+            cur.execute(END, {**params, "kind": event.TYPE, "now": event.time,
+                               "event": Jsonb(checked_encoding(event))})
             row = cur.fetchone()
             if row is None:
-                raise Fenced(f"run {event.run} is not this instance's to {event.TYPE} "
-                             f"(instance {self.instance}, fencing token {self.fence}): "
-                             "another instance owns it now, or this one restarted")
-            return self._own(event, int(row[0]))
+                raise self._not_ended(cur, event, params)
+            reserve = decode_event(row[1])
+            assert isinstance(reserve, Reserve)  # staal_runs holds reserves: the schema's check
+            return entry_of(reserve, replace(event, time=self._stamped(int(row[0]))))
 
-        return self._write(attempt)
+        return self._do(attempt)
 
-    def _own(self, event: Reserve | Settle | Release, seq: int) -> RunEntry:
-        """Apply an event of this instance's own, inserted in the open
-        transaction, to the state (if the commit fails, the state is read
-        anew: `_transaction`)."""
-        entry = self._state.apply(event)
-        if isinstance(event, Reserve):
-            self._owners[event.run] = self.instance
-        # The transaction caught up under the head lock, so every event
-        # before this one is applied already (seq may skip numbers a rolled
-        # back transaction took).
-        self._seq = seq
-        return entry
+    def _not_ended(self, cur: psycopg.Cursor[Any], event: Settle | Release,
+                   params: dict[str, Any]) -> StoreError | LedgerBug:
+        cur.execute(WHY_NOT, params)
+        row = cur.fetchone()
+        if row is None:
+            return LedgerBug(f"a {event.TYPE} for run {event.run}, which has no reserve")
+        if row[0] is not None:
+            return LedgerBug(f"a {event.TYPE} for run {event.run}, which was already "
+                             f"{'settled' if row[0] == 'settle' else 'released'}")
+        return Fenced(f"run {event.run} is not this instance's to {event.TYPE} "
+                      f"(instance {self.instance}, fencing token {self.fence}): "
+                      "another instance owns it now, or this one restarted")
 
     # -- reading ----------------------------------------------------------------
 
-    def _read(self, query: Callable[[], T]) -> T:
-        """`query` in a reading transaction; if the connection broke (the
-        database restarted since this instance last used it), once more on
-        a new one: a read changes nothing, so the retry is always safe and
-        the first call after a restart is not failed for it."""
-        # `query` reads self._state when called: catching up may replace it.
-        with self._lock:
-            try:
-                with self._transaction(write=False):
-                    return query()
-            except ConnectionLost:
-                with self._transaction(write=False):
-                    return query()
+    def _read(self, query: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """`query`, retried as `_do` does (a read changes nothing)."""
+        return self._do(lambda cur, again: query(cur))
 
     def run(self, run_id: str) -> RunEntry | None:
-        return self._read(lambda: self._state.run(run_id))
+        return self._read(lambda cur: entry_where_run(cur, run_id))
 
     def runs(self) -> tuple[RunEntry, ...]:
-        return self._read(lambda: self._state.runs())
-
-    def once_holder(self, tool: str, key: str) -> RunEntry | None:
-        return self._read(lambda: self._state.once_holder(
-            tool, key, self._stamper.stamp(self._state.last_ms)))
+        return self._read(lambda cur: tuple(entries_where(cur, "true", {})))
 
     def unsettled(self) -> tuple[RunEntry, ...]:
-        return self._read(lambda: self._state.unsettled())
-
-    def renew_lease(self, lease_ms: int) -> bool:
-        """Extend the lease while this process holds its instance's fencing
-        token; False once another registered the same instance."""
-        with self._lock, self._transaction(write=False) as cur:
-            cur.execute("UPDATE staal_instances SET lease_until_ms = %s "
-                        "WHERE instance = %s AND fence = %s RETURNING 1",
-                        (self._stamper.stamp(self._state.last_ms) + lease_ms, self.instance,
-                         self.fence))
-            return cur.fetchone() is not None
+        return self._read(lambda cur: tuple(entries_where(cur, "NOT r.ended", {})))
 
     def mine(self) -> tuple[RunEntry, ...]:
-        return self._read(lambda: tuple(e for e in self._state.runs()
-                                        if self._owners.get(e.run) == self.instance))
+        return self._read(lambda cur: tuple(entries_where(cur, "r.owner = %(me)s",
+                                                          {"me": self.instance})))
 
     def mine_unsettled(self) -> tuple[RunEntry, ...]:
-        """The owners of the unsettled runs are read again: a takeover moves
-        a run without an event, so the events alone would keep naming a run
-        taken over from this instance (or to it) as its last owner's."""
-        with self._lock, self._transaction(write=False) as cur:
-            unsettled = {e.run: e for e in self._state.unsettled()}
-            if unsettled:
-                cur.execute("SELECT run, owner FROM staal_runs WHERE run = ANY(%s)",
-                            (list(unsettled),))
-                self._owners.update({str(run): str(owner) for run, owner in cur.fetchall()})
-            return tuple(e for run, e in unsettled.items() if self._owners.get(run) == self.instance)
+        """Read now: a takeover moves a run without an event."""
+        return self._read(lambda cur: tuple(entries_where(
+            cur, "r.owner = %(me)s AND NOT r.ended", {"me": self.instance})))
+
+    def once_holder(self, tool: str, key: str) -> RunEntry | None:
+        def query(cur: psycopg.Cursor[Any]) -> RunEntry | None:
+            holder = self._holder(cur, tool, key)
+            if holder is None:
+                return None
+            return holder if holder.holds_key(self._stamped(_latest_of(holder))) else None
+
+        return self._read(query)
+
+    def _holder(self, cur: psycopg.Cursor[Any], tool: str, key: str) -> RunEntry | None:
+        """The key's last holder; first, the forgets committed since this
+        instance last looked are told (a forget frees a once key: a reserve
+        with one is where it matters, and is logged)."""
+        cur.execute("SELECT max(seq) FROM staal_forgets WHERE seq > %s", (self._forgets,))
+        newest, seen = one_row(cur)[0], None
+        with self._lock:  # each forget is told once, by the first call that sees it
+            if newest is not None and newest > self._forgets:
+                seen, self._forgets = self._forgets, int(newest)
+        if seen is not None:
+            forgotten = entries_where(cur, "f.seq > %(seen)s AND f.seq <= %(newest)s",
+                                      {"seen": seen, "newest": newest}, "f.seq")
+            for entry in forgotten:
+                if self.on_forget is not None:
+                    self.on_forget(entry)
+        return once_holder(cur, tool, key)
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
-        def use() -> QuotaUse:
-            at = self._stamper.stamp(self._state.last_ms) if now is None else now
-            return self._state.quota_use(tool, quota, at)
+        def use(cur: psycopg.Cursor[Any]) -> QuotaUse:
+            at = self._stamped(latest(cur, tool, None)) if now is None else now
+            return window(cur, tool, quota, None, at).quota_use(tool, quota, at)
+
         return self._read(use)
 
     def over_quota(self, tool: str, quota: QuotaConfig | None, calls: int,
                    money: tuple[Money, ...], admission: Admission | None = None) -> OverQuota | None:
-        """Read in a transaction of its own that catches up without the head
-        row's lock, so it waits for no writer: what it misses was committed
-        after it read, and a missed reserve only lets the call on to
-        `reserve_call`, which decides under the lock."""
-        return self._read(lambda: quota_refusal(
-            self._state, tool, quota, calls, money, admission,
-            self._stamper.stamp(self._state.last_ms)))
+        """Read without locking any key, so it waits for no writer: what it
+        misses was committed after it read, and a missed reserve only lets
+        the call on to `reserve_call`, which decides holding the keys."""
+        def query(cur: psycopg.Cursor[Any]) -> OverQuota | None:
+            now = self._stamped(latest(cur, tool, admission.caller if admission else None))
+            return quota_refusal(window(cur, tool, quota, admission, now), tool, quota, calls,
+                                 money, admission, now)
+
+        return self._read(query)
+
+    def renew_lease(self, lease_ms: int) -> bool:
+        """Extend the lease while this process holds its instance's token."""
+        def renew(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute("UPDATE staal_instances SET lease_until_ms = %s "
+                        "WHERE instance = %s AND fence = %s RETURNING 1",
+                        (self._stamped(0) + lease_ms, self.instance, self.fence))
+            return cur.fetchone() is not None
+
+        return self._read(renew)
 
     # -- compaction ---------------------------------------------------------------
 
     def compact(self, files_kept: FilesKept, windows: Mapping[str, int]) -> Compaction:
-        """Delete the runs seed 000 section 6 no longer keeps, one instance
-        at a time (an advisory lock), in one transaction. Another
-        instance's runs are kept: their journal copies, kept arguments and
-        logs are on its disk, and it compacts them itself."""
-        with self._lock:
-            with self._transaction(write=True) as cur:
-                cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('compact')})")
-                now = self._stamper.stamp(self._state.last_ms)
-                state = self._state
-                keeps = {e.run: self._owners.get(e.run) != self.instance
-                         or state.keeps(e, files_kept, windows, now) for e in state.runs()}
-                kept = tuple(run for run, keep in keeps.items() if keep)
-                dropped = tuple(run for run, keep in keeps.items() if not keep)
-                if dropped:
-                    cur.execute("DELETE FROM staal_runs WHERE run = ANY(%s)", (list(dropped),))
-                    cur.execute("UPDATE staal_head SET generation = generation + 1")
+        """Delete this instance's ended runs seed 000 section 6 no longer
+        keeps, one instance at a time, in one transaction. Another's are
+        kept: their files are on its disk, and it compacts them itself."""
+        def attempt(cur: psycopg.Cursor[Any], again: bool) -> Compaction:
+            cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('compact')})")
+            now = self._stamped(0)
+            ended = entries_where(cur, "r.owner = %(me)s AND r.ended", {"me": self.instance})
+            dropped = tuple(e.run for e in ended
+                            if not _KEEPS.keeps(e, files_kept, windows, now))
             if dropped:
-                self._generation = None
-            return Compaction(kept, dropped)
+                cur.execute("DELETE FROM staal_runs WHERE run = ANY(%s)", (list(dropped),))
+            cur.execute("SELECT run FROM staal_runs ORDER BY seq")
+            return Compaction(tuple(str(row[0]) for row in cur.fetchall()), dropped)
+
+        return self._do(attempt, atomic=True)
 
     def close(self) -> None:
-        """Give the lease up (status shows the instance stopped, not dead)
-        and close the connection; a store out of reach lets the lease expire."""
-        with self._lock:
-            if self._conn is None:
-                return
-            try:
-                if not self._conn.broken:
-                    self._conn.execute("UPDATE staal_instances SET lease_until_ms = NULL "
-                                       "WHERE instance = %s AND fence = %s",
-                                       (self.instance, self.fence))
-            except psycopg.Error:
-                pass  # the lease runs out by itself
-            finally:
-                self._conn.close()
-                self._conn = None
+        """Give the lease up (status shows the instance stopped, not dead)."""
+        conns = self._pool.drain()
+        try:
+            live = [conn for conn in conns if not conn.broken and not conn.closed]
+            if live:
+                live[0].execute("UPDATE staal_instances SET lease_until_ms = NULL "
+                                "WHERE instance = %s AND fence = %s", (self.instance, self.fence))
+        except psycopg.Error:
+            pass  # the lease runs out by itself
+        finally:
+            for conn in conns:
+                conn.close()
 
     def __enter__(self) -> PostgresLedger:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+# Compaction's rule is the state's; it reads nothing of the state itself.
+_KEEPS = LedgerState()
+
+
+def _latest_of(entry: RunEntry) -> int:
+    """The latest time among a run's events."""
+    return max(entry.reserved_ms, entry.ended_ms or 0, entry.forgotten_ms or 0)

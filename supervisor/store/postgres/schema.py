@@ -15,7 +15,8 @@ foreign key), at most one forget per run and none before its end
 already the caller's own), every event's place in the ledger's order unique
 (`seq`). Instances, their fencing tokens and each run's owner are in from
 the first version, so leases and takeover (issue 15 item 3) add no column
-that existing rows lack.
+that existing rows lack. Version 5 (issue 27) adds what decisions per key
+read by index (each run's caller, whether it ended) and drops the head row.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycop
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -106,16 +107,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seq bigint NOT NULL UNIQUE,
             event jsonb NOT NULL)""",
     ),
+    (
+        # Version 5 (issue 27): decisions per key, read by indexed queries.
+        # Each run says its caller and whether it ended, so a quota's window,
+        # a caller's rate and the unfinished runs are index scans; the head
+        # row every write once locked goes, and with it any instance of an
+        # older staal still serving: its next write fails naming the table
+        # (it would decide on a ledger copy no longer kept in step), and it
+        # cannot start again on this schema (a newer version).
+        "ALTER TABLE staal_runs ADD COLUMN caller text, "
+        "ADD COLUMN ended boolean NOT NULL DEFAULT false",
+        "UPDATE staal_runs SET caller = event->>'caller' WHERE event->>'caller' IS NOT NULL",
+        "UPDATE staal_runs r SET ended = true FROM staal_ends e WHERE e.run = r.run",
+        "CREATE INDEX staal_runs_tool_time ON staal_runs (tool, reserved_ms)",
+        "CREATE INDEX staal_runs_caller_time ON staal_runs (caller, reserved_ms) "
+        "WHERE caller IS NOT NULL",
+        "CREATE INDEX staal_runs_caller_tool_time ON staal_runs (caller, tool, reserved_ms) "
+        "WHERE caller IS NOT NULL",
+        "CREATE INDEX staal_runs_owner ON staal_runs (owner, seq)",
+        "CREATE INDEX staal_runs_unfinished ON staal_runs (seq) WHERE NOT ended",
+        "DROP TABLE staal_head",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
-
-# The ledger's events after `seq`, in commit order, with each reserve's owner:
-# the ledger's catch-up and the read-only view read them alike.
-EVENTS_SINCE = """
-    SELECT seq, event, owner FROM staal_runs WHERE seq > %(seq)s
-    UNION ALL SELECT seq, event, NULL FROM staal_ends WHERE seq > %(seq)s
-    UNION ALL SELECT seq, event, NULL FROM staal_forgets WHERE seq > %(seq)s
-    ORDER BY seq"""
 
 
 class SchemaNewer(StoreError):
@@ -126,6 +140,14 @@ def lock_key(purpose: str) -> str:
     """SQL for an advisory lock key, one per purpose and per schema (so two
     stores in one database never wait on each other)."""
     return f"hashtext('staal:{purpose}:' || current_schema())"
+
+
+def key_lock(param: str) -> str:
+    """SQL locking, until the transaction ends, the decision key the query
+    parameter `param` names (a tool's quota, a caller's rate, a once key:
+    supervisor/store/postgres/decisions.py), in this schema. Keys are 64-bit
+    hashes: two keys that collide only wait for each other."""
+    return f"pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %({param})s, 0))"
 
 
 def ensure_schema(cur: Cursor[TupleRow]) -> int:

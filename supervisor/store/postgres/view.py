@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from staal.supervisor.store.ledger import build_state
 from staal.supervisor.store.postgres.connection import connect, one_row
-from staal.supervisor.store.postgres.schema import EVENTS_SINCE, check_version
-from staal.supervisor.store.state import LedgerState, decode_event
+from staal.supervisor.store.postgres.events import RUN_ROWS, stored_entry
+from staal.supervisor.store.postgres.schema import check_version
+from staal.supervisor.store.state import LedgerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +49,12 @@ def read_postgres(dsn: str) -> SharedView:
             except psycopg.errors.UndefinedTable:
                 return SharedView(LedgerState(), {}, ())
             check_version(one_row(cur)[0])
-            cur.execute(EVENTS_SINCE, {"seq": 0})
+            cur.execute(f"{RUN_ROWS} ORDER BY r.seq")
             rows = cur.fetchall()
-            state = build_state((decode_event(row[1]) for row in rows),
-                                "the PostgreSQL store")
-            cur.execute("SELECT last_ms FROM staal_head")
-            state.last_ms = max(state.last_ms, one_row(cur)[0])
+            state = LedgerState.holding(stored_entry(*row[:4]) for row in rows)
+            cur.execute("SELECT run, owner FROM staal_runs")
+            owners = {str(run): str(owner) for run, owner in cur.fetchall()}
             cur.execute("SELECT instance, fence, started_ms, lease_until_ms, version "
                         "FROM staal_instances ORDER BY instance")
             instances = tuple(Instance(*row) for row in cur.fetchall())
-    owners = {row[1]["run"]: row[2] for row in rows if row[2] is not None}
     return SharedView(state, owners, instances)

@@ -221,6 +221,10 @@ def test_forget_of_a_run_whose_tool_has_no_once_key_says_there_is_no_key(tmp_pat
     assert [e["event"] for e in ledger_events(tmp_path)] == ["reserve", "settle"]
 
 
+# The columns of version 1's run rows (version 5 added the caller and whether it ended).
+KEPT_COLUMNS = {"staal_runs": "run, tool, reserved_ms, seq, event, owner, fence"}
+
+
 def test_an_upgrade_from_schema_version_3_keeps_every_row_and_forget_waits_for_it(
         pg_store: PgStore) -> None:
     pg_store.at_version(3)
@@ -234,13 +238,16 @@ def test_an_upgrade_from_schema_version_3_keeps_every_row_and_forget_waits_for_i
     pg_store.execute("INSERT INTO staal_once VALUES ('half', %s, %s)", (hold.key, run))
     tables = ("staal_runs", "staal_ends", "staal_once", "staal_instances")
     before = {t: pg_store.rows(f"SELECT * FROM {t}") for t in tables}
-    with pytest.raises(ForgetRefused, match="schema is version 3; forget needs version 4"):
+    with pytest.raises(ForgetRefused,
+                       match=f"schema is version 3; forget needs version {SCHEMA_VERSION}"):
         forget_in_store(pg_store.dsn, run)
     assert before == {t: pg_store.rows(f"SELECT * FROM {t}") for t in tables}
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 3
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(4,)]
-    assert before == {t: pg_store.rows(f"SELECT * FROM {t}") for t in tables}
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(5,)]
+    assert before == {t: pg_store.rows(f"SELECT {KEPT_COLUMNS.get(t, '*')} FROM {t}")
+                      for t in tables}
+    assert pg_store.rows("SELECT caller, ended FROM staal_runs") == [(None, True)]
     assert forget_in_store(pg_store.dsn, run).forgotten_ms is not None
     assert pg_store.rows("SELECT run FROM staal_forgets") == [(run,)]
     assert pg_store.rows("SELECT count(*) FROM staal_once") == [(0,)]

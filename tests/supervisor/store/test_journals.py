@@ -28,7 +28,7 @@ from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
 from tests.docs.test_operators import POST, waiting_manifest
 from tests.helpers.http_servers import HttpServer
-from tests.helpers.pg_store import PgStore
+from tests.helpers.pg_store import CommitCutter, PgStore
 from tests.helpers.recorder import WAIT
 from tests.helpers.servers import Site
 from tests.helpers.serving import start, tool, write_manifest
@@ -134,6 +134,22 @@ def test_a_run_taken_over_by_another_instance_has_its_next_record_refused_and_do
 def open_rows(pg: PgStore, instance: str) -> tuple[PostgresLedger, JournalRows]:
     ledger = PostgresLedger.open(pg.dsn, instance, FixedClock(T0), lambda text: None)
     return ledger, JournalRows(pg.dsn, ledger.instance, ledger.fence)
+
+
+def test_an_append_whose_answer_was_lost_is_found_on_the_retry_and_never_written_twice(
+        pg_store: PgStore) -> None:
+    ledger, _ = open_rows(pg_store, "a")
+    run = ledger.reserve_call("t", None, 1, (), None).run
+    with CommitCutter(pg_store) as proxy:
+        rows = JournalRows(proxy.dsn, ledger.instance, ledger.fence)
+        proxy.cut_next_commit(b"INSERT INTO staal_journal")  # one statement, committed
+        assert rows.append(run, dict(HEADER, run=run)) == 1
+        assert proxy.cut.is_set()
+        assert rows.append(run, {"v": 1, "type": "print", "seq": 1, "text": "x",
+                                 "time": T0}) == 2
+        rows.close()
+    assert [r.TYPE for r in journal_rows(pg_store, run)] == ["header", "print"]
+    ledger.close()
 
 
 def test_appends_are_numbered_in_order_and_refused_once_the_instance_restarted(

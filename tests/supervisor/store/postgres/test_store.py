@@ -23,7 +23,7 @@ from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.ledger import Existing, LedgerBug, OverQuota, Reserved
 from staal.supervisor.store.postgres.connection import SESSION, connect
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
-from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, SchemaNewer
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION, SchemaNewer, key_lock
 from tests.helpers.pg_store import CommitCutter, PgStore
 from tests.helpers.store_racer import QUOTA_CALLS
 from tests.supervisor.store.test_contract import HOUR, QUOTA, T0
@@ -167,7 +167,8 @@ def test_ledger_time_never_goes_back_across_instances_whose_clocks_disagree(
         assert second.time == first.time == T0 + HOUR
         assert b.now_ms() == T0 + HOUR
         assert len(warnings) == 1 and "behind the ledger in the PostgreSQL store" in warnings[0]
-    assert pg_store.rows("SELECT last_ms FROM staal_head") == [(T0 + HOUR,)]
+    assert pg_store.rows("SELECT reserved_ms FROM staal_runs ORDER BY seq") == \
+        [(T0 + HOUR,), (T0 + HOUR,)]
 
 
 def test_an_instance_that_restarted_fences_out_the_process_it_replaced(
@@ -232,14 +233,18 @@ def test_a_commit_whose_answer_was_lost_is_found_on_the_retry_and_never_written_
     open_ledger(pg_store).close()  # the schema, made without the proxy
     with CommitCutter(pg_store) as proxy, \
             PostgresLedger.open(proxy.dsn, "a", FixedClock(T0)) as ledger:
-        proxy.cut_next_commit()
+        proxy.cut_next_commit(b"INSERT INTO staal_runs")  # a reserve no key decides on
         made = reserve(ledger)
         assert proxy.cut.is_set()
-        proxy.cut_next_commit()
+        proxy.cut_next_commit()  # a reserve deciding on a quota: a transaction
+        decided = ledger.reserve_call("t", QUOTA, 1, (), None)
+        assert proxy.cut.is_set() and isinstance(decided, Reserved)
+        proxy.cut_next_commit(b"INSERT INTO staal_ends")
         ended = ledger.settle(made.run, "done", ())
         assert proxy.cut.is_set()
         assert ended.state == "settled" and ledger.run(made.run) == ended
-    assert pg_store.rows("SELECT run FROM staal_runs") == [(made.run,)]
+    assert pg_store.rows("SELECT run FROM staal_runs ORDER BY seq") == \
+        [(made.run,), (decided.run,)]
     assert pg_store.rows("SELECT run, kind FROM staal_ends") == [(made.run, "settle")]
 
 
@@ -247,7 +252,7 @@ def test_a_store_that_cannot_be_reached_is_a_store_error_and_nothing_is_written(
         pg_store: PgStore) -> None:
     with open_ledger(pg_store) as ledger:
         run = reserve(ledger).run
-        ledger._dsn = re.sub(r"port=\d+", "port=1", ledger._dsn)  # the server is gone
+        ledger._pool.dsn = re.sub(r"port=\d+", "port=1", ledger._pool.dsn)  # the server is gone
         pg_store.execute("SELECT pg_terminate_backend(%s)", (ledger._conn.info.backend_pid,))
         with pytest.raises(StoreError) as caught:
             ledger.settle(run, "done", ())
@@ -277,15 +282,18 @@ def test_existing_is_answered_for_a_once_key_another_instance_holds(pg_store: Pg
         assert again.entry.run == made.run
 
 
-def test_a_session_paused_inside_a_transaction_is_ended_so_other_instances_go_on(
+def test_a_session_paused_holding_a_tools_quota_is_ended_and_other_tools_never_wait_for_it(
         pg_store: PgStore) -> None:
     open_ledger(pg_store).close()
     paused = connect(pg_store.dsn)  # a session as staal opens them, then stuck mid-transaction
     paused.execute("BEGIN")
-    paused.execute("SELECT * FROM staal_head FOR UPDATE")
+    paused.execute(f"SELECT {key_lock('key')}", {"key": "quota:t"})  # as a reserve of t locks
     with open_ledger(pg_store, "b") as other:
-        made = reserve(other)  # waits for the head row until the server ends the paused session
-        assert other.run(made.run) is not None
+        elsewhere = other.reserve_call("u", QUOTA, 1, (), None)  # another tool's quota: no wait
+        assert isinstance(elsewhere, Reserved)
+        paused.execute("SELECT 1")  # still alive, still holding t's quota: u never waited for it
+        made = other.reserve_call("t", QUOTA, 1, (), None)  # waits until the server ends it
+        assert isinstance(made, Reserved) and other.run(made.run) is not None
     with pytest.raises(psycopg.Error):
         paused.execute("SELECT 1")
     paused.close()
