@@ -6,9 +6,10 @@ a trace that reaches the violation."""
 from __future__ import annotations
 
 from tests.lease_model.__main__ import VARIANTS, main
-from tests.lease_model.checks import LIVENESS
+from tests.lease_model.actions import successors
+from tests.lease_model.checks import LIVENESS, no_resume_without_answer
 from tests.lease_model.search import Result, explore
-from tests.lease_model.state import Budget, Config
+from tests.lease_model.state import Budget, Config, State, initial
 
 SMALL = Config(skews=(0, 0, 1), lease=2, budget=Budget(runs=1, kills=1, pauses=0,
                                                        db_restarts=0, duplicates=0))
@@ -69,3 +70,49 @@ def test_the_report_ends_with_the_states_and_violations_line(capsys):
     assert code == 0
     assert lines[-1].startswith("states ") and lines[-1].endswith(", violations 0")
     assert int(lines[-1].split()[1].rstrip(",")) > 1000
+
+
+def walk(config: Config, steps: list[str]) -> State:
+    """Follow one interleaving: at each step, the successor whose label
+    starts with the given words."""
+    state = initial(config)
+    for words in steps:
+        labels = {label: nxt for label, _, nxt in successors(state, config)}
+        chosen = [label for label in labels if label.startswith(words)]
+        assert chosen, f"no step {words!r} from {sorted(labels)}"
+        state = labels[chosen[0]]
+    return state
+
+
+def others_renew_and_tick(*renewing: int) -> list[str]:
+    return [*(f"instance {i} (cur) renews" for i in renewing), "tick"]
+
+
+# The interleaving docs/lease-model.md's "What it found" tells: A (0) holds
+# its run in flight while B (1) takes it over, runs the op and is killed; A
+# takes it back and its call runs the op again.
+TAKEN_BACK = [
+    "instance 0 (cur) reserves run 0", "instance 0 (cur) run 0: h", "pause instance 0",
+    *others_renew_and_tick(1, 2) * 3,
+    "instance 1 (cur) renews",  # and takes run 0 over: A's lease ran out
+    "instance 1 (cur) run 0: i", "instance 1 (cur) run 0: x", "kill instance 1",
+    "wake instance 0 (cur)",
+    *others_renew_and_tick(0, 2) * 3,
+    "instance 0 (cur) renews",  # and takes run 0 back: B's lease ran out
+    "instance 0 (cur) run 0: i",
+]
+EVEN = Config(skews=(0, 0, 0), lease=2, budget=Budget(1, 1, 1, 0, 0))
+
+
+def test_a_run_taken_back_by_the_instance_whose_call_holds_it_runs_its_op_twice_today():
+    state = walk(EVEN, [*TAKEN_BACK, "instance 0 (cur) run 0: x"])
+    assert state.runs[0].journal == "HII" and state.runs[0].owner == 0
+    assert no_resume_without_answer(state, EVEN) is not None
+
+
+def test_appends_checked_against_the_writers_line_refuse_the_stale_call():
+    fixed = EVEN.with_variant(VARIANTS["line-check"])
+    state = walk(fixed, TAKEN_BACK)
+    assert state.runs[0].journal == "HI" and state.runs[0].actions == 1
+    holder = state.procs[0]
+    assert holder is not None and all(h[0] != 0 for h in holder.held)
