@@ -42,7 +42,7 @@ def parse(argv: list[str]) -> tuple[Config, bool]:
 
 def describe(s: State) -> str:
     procs = []
-    for i, (p, old) in enumerate(zip(s.procs, s.stale)):
+    for i, (p, old) in enumerate(zip(s.procs, s.stale, strict=True)):
         text = "dead" if p is None else f"{p.status}/{p.lease} holds {[h[:2] for h in p.held]}"
         if old is not None:
             text += f" + old {old.status}/{old.lease} holds {[h[:2] for h in old.held]}"

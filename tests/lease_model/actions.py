@@ -14,9 +14,13 @@ one step (docs/lease-model.md says what that leaves out).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 from tests.lease_model.plan import in_doubt, plan
 from tests.lease_model.state import (
+    AFTER_NOTHING,
+    AFTER_SETTLE,
+    AFTER_TAKE,
     END,
     HEADER,
     HELD,
@@ -31,16 +35,16 @@ from tests.lease_model.state import (
     NEXT_SETTLE,
     NEXT_WAIT,
     OUTCOME,
-    AFTER_NOTHING,
-    AFTER_SETTLE,
-    AFTER_TAKE,
     PAUSED,
     UP,
+    Budget,
     Config,
     Proc,
     Run,
     State,
 )
+
+T = TypeVar("T")
 
 Step = tuple[str, bool, State]
 
@@ -69,7 +73,7 @@ def _with_proc(s: State, i: int, which: str, p: Proc | None) -> State:
     return s._replace(stale=_put(s.stale, i, p))
 
 
-def _put(items: tuple[object, ...], i: int, value: object) -> tuple:  # type: ignore[type-arg]
+def _put(items: tuple[T, ...], i: int, value: T) -> tuple[T, ...]:
     return (*items[:i], value, *items[i + 1:])
 
 
@@ -96,7 +100,7 @@ def _hold(p: Proc, run: int, nxt: str | None, rows: int = 0) -> Proc:
 
 
 def _set_run(s: State, run: int, r: Run) -> State:
-    return s._replace(runs=_put(s.runs, run, r))  # type: ignore[arg-type]
+    return s._replace(runs=_put(s.runs, run, r))
 
 
 def _claim(s: State, c: Config, i: int, which: str, p: Proc, runs: list[int]) -> State:
@@ -156,14 +160,14 @@ def _instance_faults(s: State, c: Config, i: int) -> Iterator[Step]:
         yield f"a second process registers instance {i}", False, started
 
 
-def _start(s: State, c: Config, i: int, budget: object) -> State:
+def _start(s: State, c: Config, i: int, budget: Budget) -> State:
     """PostgresLedger.open -> register_instance (a new token, a lease from
     the instance's own clock, not the ledger's time), then recovery at start
     (at_start.plan_recovery over ledger.mine(): the runs the rows say are
     this instance's)."""
     leases = _put(s.leases, i, c.skews[i] + c.lease)
     fresh = Proc(UP, True, HELD, False, True, AFTER_NOTHING, ())
-    s = _with_proc(s._replace(leases=leases, budget=budget), i, CUR, fresh)  # type: ignore[arg-type]
+    s = _with_proc(s._replace(leases=leases, budget=budget), i, CUR, fresh)
     mine = [run for run, r in enumerate(s.runs) if r.owner == i and not r.end]
     return _claim(s, c, i, CUR, fresh, mine)
 
@@ -222,7 +226,7 @@ def _renew(s: State, c: Config, i: int, which: str, p: Proc) -> Step:
     leases = _put(s.leases, i, stamp(s, c, i) + c.lease)
     renewed = p._replace(renewed=True, renew_ok=True, after=AFTER_TAKE)
     return f"instance {i} ({which}) renews", True, _with_proc(
-        s._replace(leases=leases), i, which, renewed)  # type: ignore[arg-type]
+        s._replace(leases=leases), i, which, renewed)
 
 
 def _reserve(s: State, c: Config, i: int, which: str, p: Proc) -> Iterator[Step]:

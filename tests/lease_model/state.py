@@ -98,6 +98,7 @@ class Variant:
 
 
 FAITHFUL = Variant()
+DEFAULT_BUDGET = Budget(runs=1, kills=1, pauses=1, db_restarts=0, duplicates=1)
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,9 @@ class Config:
     """The bound: 3 instances (their clocks' skews against real time, in
     ticks), a lease of `lease` ticks, and how many calls and faults."""
 
-    skews: tuple[int, ...] = (0, 1, -1)
-    lease: int = 3
-    budget: Budget = Budget(runs=1, kills=1, pauses=1, db_restarts=1, duplicates=1)
+    skews: tuple[int, ...] = (0, 0, 1)
+    lease: int = 2
+    budget: Budget = DEFAULT_BUDGET
     variant: Variant = field(default=FAITHFUL)
 
     @property

@@ -5,6 +5,8 @@ a trace that reaches the violation."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.lease_model.__main__ import VARIANTS, main
 from tests.lease_model.actions import successors
 from tests.lease_model.checks import LIVENESS, no_resume_without_answer
@@ -27,44 +29,45 @@ def caught(config: Config, invariant: str) -> Result:
     return result
 
 
-def test_the_codes_rules_break_no_invariant_over_every_interleaving_at_a_small_bound():
+def test_the_codes_rules_break_no_invariant_over_every_interleaving_at_a_small_bound() -> None:
     result = explore(SMALL)
     assert result.violations == []
     assert result.states > SMALL_STATES
 
 
-def test_appends_without_the_ownership_check_are_caught_as_two_owners_and_a_fenced_record():
+def test_appends_without_the_ownership_check_are_caught_as_two_owners_and_a_fenced_record() -> None:
     config = PAUSED.with_variant(VARIANTS["no-append-fence"])
     caught(config, "one owner per run")
     caught(config, "no record from a fenced process")
 
 
-def test_ends_without_the_owner_and_token_check_are_caught_as_a_second_settle_or_release():
+def test_ends_without_the_owner_and_token_check_are_caught_as_a_second_settle_or_release() -> None:
     caught(PAUSED.with_variant(VARIANTS["no-end-check"]),
            "one reserve, at most one settle or release")
 
 
-def test_a_registration_that_keeps_the_token_is_caught_as_two_owners():
+def test_a_registration_that_keeps_the_token_is_caught_as_two_owners() -> None:
     caught(PAUSED.with_variant(VARIANTS["register-keeps-token"]), "one owner per run")
 
 
-def test_recovery_that_runs_an_op_in_doubt_again_is_caught():
+def test_recovery_that_runs_an_op_in_doubt_again_is_caught() -> None:
     caught(SMALL.with_variant(VARIANTS["redo-in-doubt"]),
            "no waiting run resumed without an answer")
 
 
-def test_a_takeover_that_ignores_expired_leases_is_caught_as_runs_never_owned_by_a_live_instance():
+def test_a_takeover_that_ignores_expired_leases_is_caught_as_runs_never_owned_by_a_live_instance() -> None:
     caught(SMALL.with_variant(VARIANTS["takeover-released-only"]), LIVENESS)
 
 
-def test_a_clock_ahead_by_more_than_a_lease_takes_a_live_instances_runs():
+def test_a_clock_ahead_by_more_than_a_lease_takes_a_live_instances_runs() -> None:
     # The code judges expiry by the taker's clock (or the ledger's last
     # time): a known limit of the protocol, not of the model.
     skewed = Config(skews=(0, 0, 3), lease=2, budget=Budget(1, 0, 0, 0, 0))
     caught(skewed, "a live instance keeps its runs")
 
 
-def test_the_report_ends_with_the_states_and_violations_line(capsys):
+def test_the_report_ends_with_the_states_and_violations_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--report", "--pauses", "0", "--duplicates", "0", "--kills", "0"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
@@ -104,13 +107,13 @@ TAKEN_BACK = [
 EVEN = Config(skews=(0, 0, 0), lease=2, budget=Budget(1, 1, 1, 0, 0))
 
 
-def test_a_run_taken_back_by_the_instance_whose_call_holds_it_runs_its_op_twice_today():
+def test_a_run_taken_back_by_the_instance_whose_call_holds_it_runs_its_op_twice_today() -> None:
     state = walk(EVEN, [*TAKEN_BACK, "instance 0 (cur) run 0: x"])
     assert state.runs[0].journal == "HII" and state.runs[0].owner == 0
     assert no_resume_without_answer(state, EVEN) is not None
 
 
-def test_appends_checked_against_the_writers_line_refuse_the_stale_call():
+def test_appends_checked_against_the_writers_line_refuse_the_stale_call() -> None:
     fixed = EVEN.with_variant(VARIANTS["line-check"])
     state = walk(fixed, TAKEN_BACK)
     assert state.runs[0].journal == "HI" and state.runs[0].actions == 1
