@@ -31,7 +31,7 @@ def parse(argv: list[str]) -> tuple[Config, bool]:
     p.add_argument("--kills", type=int, default=1)
     p.add_argument("--pauses", type=int, default=1)
     p.add_argument("--db-restarts", type=int, default=0)
-    p.add_argument("--duplicates", type=int, default=1)
+    p.add_argument("--duplicates", type=int, default=0)
     a = p.parse_args(argv)
     skews = tuple(int(x) for x in a.skews.split(","))
     if len(skews) != 3:

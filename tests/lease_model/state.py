@@ -98,7 +98,7 @@ class Variant:
 
 
 FAITHFUL = Variant()
-DEFAULT_BUDGET = Budget(runs=1, kills=1, pauses=1, db_restarts=0, duplicates=1)
+DEFAULT_BUDGET = Budget(runs=1, kills=1, pauses=1, db_restarts=0, duplicates=0)
 
 
 @dataclass(frozen=True)
