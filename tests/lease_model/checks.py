@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.lease_model.actions import fenced
-from tests.lease_model.state import HELD, UP, Config, State
+from tests.lease_model.state import HELD, UP, Config, Proc, State
 
 Invariant = Callable[[State, Config], str | None]
 
@@ -27,9 +27,7 @@ def one_owner(s: State, c: Config) -> str | None:
     return None
 
 
-def _accepted(s: State, c: Config, i: int, p: object, run: int) -> bool:
-    from tests.lease_model.state import Proc
-    assert isinstance(p, Proc)
+def _accepted(s: State, c: Config, i: int, p: Proc, run: int) -> bool:
     return c.variant.skip_append_fence or not fenced(s, i, p, run)
 
 
