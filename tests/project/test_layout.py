@@ -397,7 +397,8 @@ def test_no_module_is_over_four_hundred_lines():
 TEST_ROOTS = {"shared": "shared", "protocol": "protocol", "supervisor": "supervisor",
               "worker": "worker"}
 TEST_FOLDERS_OF_THEIR_OWN = {"processes", "clients", "conformance", "deployment", "docs",
-                             "project", "helpers", "crash", "powerloss", "js"}
+                             "project", "helpers", "crash", "powerloss", "js",
+                             "lease_model"}  # the lease protocol's model: docs/lease-model.md
 
 
 def test_every_unit_test_folder_mirrors_a_package_folder():
