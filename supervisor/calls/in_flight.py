@@ -50,6 +50,11 @@ class RunsInFlight:
         self._claiming = False
         self._changed = threading.Condition()
 
+    def held(self) -> frozenset[str]:
+        """Every run something here holds now."""
+        with self._changed:
+            return frozenset(self._held)
+
     def holder(self, run: str) -> Holder:
         with self._changed:
             return self._held.get(run, Holder.FREE)

@@ -80,8 +80,9 @@ class Takeover:
         try:
             async with self.claiming:
                 now = await asyncio.to_thread(self.ledger.now_ms)
-                taken = await asyncio.to_thread(lease.take_over,
-                                                lambda: self.run_journals.take_over(now))
+                running = self.in_flight.held()  # never taken back from under them
+                taken = await asyncio.to_thread(
+                    lease.take_over, lambda: self.run_journals.take_over(now, running))
                 held = self.in_flight.claim(files.run for files, _ in taken)
         except StaalError as exc:
             self.log("takeover_failed", level="warning", kind=exc.kind, message=exc.message)

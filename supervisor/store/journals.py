@@ -18,7 +18,7 @@ record (supervisor/store/notes.py `end`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -62,9 +62,11 @@ class RunJournals(Protocol):
         """Make the local copies of these runs' journals and kept arguments
         whole, before recovery reads them."""
 
-    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+    def take_over(self, now_ms: int, held: Collection[str] = ()) -> list[tuple[RunFiles, str]]:
         """The unfinished runs of instances whose leases expired before
-        `now_ms`, made this instance's and their local copies restored;
+        `now_ms`, but for `held` (runs something in this process still
+        runs: taken from it while it was paused, and taken back only once
+        let go), made this instance's and their local copies restored;
         each with the instance it was taken from."""
 
     def close(self) -> None: ...
@@ -91,7 +93,7 @@ class FileJournals:
     def restore(self, runs: Iterable[RunFiles]) -> None:
         pass
 
-    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+    def take_over(self, now_ms: int, held: Collection[str] = ()) -> list[tuple[RunFiles, str]]:
         return []  # one server owns every run of the file store
 
     def close(self) -> None:
@@ -147,9 +149,9 @@ class StoreJournals:
             if arguments is not None and not files.inputs.exists():
                 write_inputs(files, arguments)
 
-    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+    def take_over(self, now_ms: int, held: Collection[str] = ()) -> list[tuple[RunFiles, str]]:
         taken = [(RunFiles(self.journals, tool, run), dead)
-                 for run, tool, dead in self.rows.take_over(now_ms)]
+                 for run, tool, dead in self.rows.take_over(now_ms, held)]
         self.restore(files for files, _ in taken)
         return taken
 

@@ -18,6 +18,9 @@ VARIANTS = {
     "register-keeps-token": Variant("register-keeps-token", register_keeps_token=True),
     "redo-in-doubt": Variant("redo-in-doubt", redo_in_doubt=True),
     "takeover-released-only": Variant("takeover-released-only", takeover_released_only=True),
+    "takeover-takes-held": Variant("takeover-takes-held", takeover_takes_held=True),
+    "takes-held-line-check": Variant("takes-held-line-check", takeover_takes_held=True,
+                                     append_checks_line=True),
 }
 
 

@@ -247,7 +247,10 @@ def _take_over(s: State, c: Config, i: int, which: str, p: Proc) -> Step:
     under the advisory lock: only an instance whose row holds its token and
     whose own lease runs at `now` takes; it takes every unended run of each
     other instance whose lease ran out before `now` (by the `now` it read,
-    its own clock or the ledger's last time), then claims and plans them.
+    its own clock or the ledger's last time), but for the runs something in
+    this process holds (RunsInFlight.held: a call of its own, or its
+    recovery, still runs it; it is taken at a later takeover, once let
+    go), then claims and plans them.
     The code reads `now` (ledger.now_ms) in a transaction before the
     takeover's; the model reads it in the same step (docs/lease-model.md).
     Called while the store answers: one that fails takes nothing."""
@@ -259,7 +262,8 @@ def _take_over(s: State, c: Config, i: int, which: str, p: Proc) -> Step:
     if not p.token_current or own is None or own < now:
         return label + " (not live itself: takes nothing)", True, _with_proc(s, i, which, done)
     dead = {j for j in range(c.instances) if j != i and _dead(s.leases[j], now, c)}
-    taken = [run for run, r in enumerate(s.runs) if r.owner in dead and not r.end]
+    taken = [run for run, r in enumerate(s.runs) if r.owner in dead and not r.end
+             and (c.variant.takeover_takes_held or all(h[0] != run for h in p.held))]
     for run in taken:
         r = s.runs[run]
         stolen = r.stolen + (1 if _alive_and_renewing(s, c, r.owner) else 0)

@@ -92,8 +92,11 @@ class Variant:
     register_keeps_token: bool = False  # register_instance without nextval
     redo_in_doubt: bool = False  # recovery re-performs an op in doubt
     takeover_released_only: bool = False  # dead means lease_until IS NULL
-    # Not a break but a fix the code does not have: an append is accepted
-    # only at the line the writer's copy of the journal expects.
+    # Takeover.take_over taking back a run a call of its own still holds
+    # (the code before the model found it: the op ran twice).
+    takeover_takes_held: bool = False
+    # A second defence the code does not have: an append is accepted only
+    # at the line the writer's copy of the journal expects.
     append_checks_line: bool = False
 
 

@@ -107,14 +107,26 @@ TAKEN_BACK = [
 EVEN = Config(skews=(0, 0, 0), lease=2, budget=Budget(1, 1, 1, 0, 0))
 
 
-def test_a_run_taken_back_by_the_instance_whose_call_holds_it_runs_its_op_twice_today() -> None:
-    state = walk(EVEN, [*TAKEN_BACK, "instance 0 (cur) run 0: x"])
+def test_a_takeover_that_takes_back_a_run_its_own_call_holds_is_caught_running_the_op_twice(
+) -> None:
+    broken = EVEN.with_variant(VARIANTS["takeover-takes-held"])
+    state = walk(broken, [*TAKEN_BACK, "instance 0 (cur) run 0: x"])
     assert state.runs[0].journal == "HII" and state.runs[0].owner == 0
-    assert no_resume_without_answer(state, EVEN) is not None
+    assert no_resume_without_answer(state, broken) is not None
+    caught(broken, "no waiting run resumed without an answer")
 
 
-def test_appends_checked_against_the_writers_line_refuse_the_stale_call() -> None:
-    fixed = EVEN.with_variant(VARIANTS["line-check"])
+def test_the_takeover_leaves_a_run_its_own_call_holds_and_the_calls_next_append_is_fenced(
+) -> None:
+    state = walk(EVEN, TAKEN_BACK)  # the last step: the call's intent, refused
+    assert state.runs[0].owner == 1 and state.runs[0].journal == "HI"
+    assert state.runs[0].actions == 1
+    holder = state.procs[0]
+    assert holder is not None and all(h[0] != 0 for h in holder.held)
+
+
+def test_appends_checked_against_the_writers_line_would_refuse_the_stale_call_too() -> None:
+    fixed = EVEN.with_variant(VARIANTS["takes-held-line-check"])
     state = walk(fixed, TAKEN_BACK)
     assert state.runs[0].journal == "HI" and state.runs[0].actions == 1
     holder = state.procs[0]

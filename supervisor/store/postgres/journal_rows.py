@@ -18,7 +18,7 @@ owner between the check and the insert.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import psycopg
@@ -115,12 +115,20 @@ class JournalRows:
 
         return self.run(query)
 
-    def take_over(self, now_ms: int) -> list[tuple[str, str, str]]:
+    def take_over(self, now_ms: int, held: Collection[str] = ()) -> list[tuple[str, str, str]]:
         """Take over, in one transaction under this instance's current token,
         the unfinished runs of every other instance whose lease expired
         before `now_ms`: each becomes this instance's, so the dead one's
         appends and ends are refused from here on. Only an instance whose
         own lease is live takes over, one at a time (an advisory lock).
+
+        Never one of `held`: a run this process still runs (its call, or its
+        recovery), taken from it while it was paused. Taking it back would
+        let that call append behind the records its taker wrote, as if they
+        were its own, and perform an op in doubt again (the lease model's
+        finding, docs/lease-model.md); left to its taker, the call's next
+        append or end is fenced, and a later takeover takes the run once
+        the call let it go, its op in doubt planned as at start.
         The runs taken, as (run, tool, from whom)."""
         def attempt(cur: psycopg.Cursor[Any], again: bool) -> list[tuple[str, str, str]]:
             cur.execute(f"SELECT pg_advisory_xact_lock({lock_key('takeover')})")
@@ -134,8 +142,9 @@ class JournalRows:
                 "UPDATE staal_runs r SET owner = %(me)s, fence = %(fence)s FROM dead "
                 "WHERE r.owner = dead.instance AND NOT EXISTS "
                 "(SELECT 1 FROM staal_ends e WHERE e.run = r.run) "
+                "AND NOT (r.run = ANY(%(held)s)) "
                 "RETURNING r.run, r.tool, dead.instance",
-                {"me": self.instance, "now": now_ms, "fence": self.fence})
+                {"me": self.instance, "now": now_ms, "fence": self.fence, "held": list(held)})
             return [(str(run), str(tool), str(dead)) for run, tool, dead in cur.fetchall()]
 
         return self.run(attempt)

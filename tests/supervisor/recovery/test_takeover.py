@@ -8,6 +8,7 @@ multi-process behaviour is tests/supervisor/recovery/test_settle_in_place.py's."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -35,14 +36,17 @@ class Store:
     waiting: set[str] = field(default_factory=set)
     down: bool = False
     restored: list[list[str]] = field(default_factory=list)
+    left_out: list[set[str]] = field(default_factory=list)  # what each takeover was told
 
     def now_ms(self) -> int:
         return 1_000
 
-    def take_over(self, now_ms: int) -> list[tuple[RunFiles, str]]:
+    def take_over(self, now_ms: int, held: Collection[str] = ()) -> list[tuple[RunFiles, str]]:
         if self.down:
             raise StoreDown("the database is out of reach")
-        return [(RunFiles(self.journals, "tool", run), dead) for run, dead in self.taken]
+        self.left_out.append(set(held))
+        return [(RunFiles(self.journals, "tool", run), dead) for run, dead in self.taken
+                if run not in held]
 
     def mine_unsettled(self) -> tuple[SimpleNamespace, ...]:
         if self.down:
@@ -107,11 +111,15 @@ def test_the_runs_of_an_expired_instance_are_claimed_resumed_and_let_go(tmp_path
     assert scene.in_flight.holder("r1") is Holder.FREE  # let go once recovered
 
 
-def test_a_run_taken_over_that_a_call_of_this_process_holds_is_not_recovered_here(tmp_path):
-    scene = Scene(tmp_path, Store(taken=[("r1", "dead-1"), ("r2", "dead-1")]))
+def test_a_run_a_call_of_this_process_holds_is_left_out_of_the_takeover_and_not_recovered(
+        tmp_path):
+    store = Store(taken=[("r1", "dead-1"), ("r2", "dead-1")])
+    scene = Scene(tmp_path, store)
     scene.held_by_a_call("r2")
     asyncio.run(scene.take_over())
+    assert store.left_out == [{"r2"}]
     assert scene.planned == [["r1"]]
+    assert [e["run"] for e in scene.events("taken_over")] == ["r1"]
     assert scene.in_flight.holder("r2") is Holder.CALL
 
 

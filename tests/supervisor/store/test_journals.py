@@ -192,6 +192,31 @@ def test_another_instances_run_cannot_be_journaled_by_this_one(pg_store: PgStore
     other.close()
 
 
+def test_a_takeover_leaves_a_run_this_process_still_runs_with_its_taker_until_let_go(
+        pg_store: PgStore) -> None:
+    """The lease model's finding (docs/lease-model.md): `a` paused, `b` took
+    its run and died; `a`, awake, must not take the run back while its own
+    call still holds it, or that call would append behind `b`'s records and
+    perform an op in doubt again. Left with `b`, the call's append is
+    fenced; once the call let it go, the run is taken as any other."""
+    a, a_rows = open_rows(pg_store, "a")
+    b, b_rows = open_rows(pg_store, "b")
+    run = a.reserve_call("t", None, 1, (), None).run
+    assert a_rows.append(run, dict(HEADER, run=run)) == 1
+    pg_store.execute("UPDATE staal_runs SET owner = 'b' WHERE run = %s", (run,))  # b took it
+    assert b_rows.append(run, {"v": 1, "type": "print", "seq": 1, "text": "b's", "time": T0}) == 2
+    pg_store.execute("UPDATE staal_instances SET lease_until_ms = 0 WHERE instance = 'b'")
+    now = T0 + 1
+    assert a_rows.take_over(now, held={run}) == []
+    assert instance_of(pg_store, run) == "b"
+    with pytest.raises(Fenced):  # the call that still holds it writes nothing more
+        a_rows.append(run, {"v": 1, "type": "print", "seq": 2, "text": "a's", "time": T0})
+    assert a_rows.take_over(now) == [(run, "t", "b")]  # let go: taken
+    assert instance_of(pg_store, run) == "a" and len(a_rows.records(run)) == 2
+    for closing in (a_rows, b_rows, a, b):
+        closing.close()
+
+
 LOOKUP = """
 from staal.caps import HttpGet
 
