@@ -58,6 +58,9 @@ from staal.supervisor.workers.zygote import runtime_dir, stop_signals_blocked, w
 START_WAIT_S = 60.0  # the first process's start, on a loaded machine
 WAIT_S = 10.0        # a request's wait for a verifier that is up (a replacement starting)
 MAX_IN_FLIGHT = 64
+# How long a process that exited before it was ready is given for its word
+# to arrive: sent before its exit, it is in flight on the socket already.
+LAST_WORD_S = 5.0
 
 __all__ = ["ProviderAuthenticator", "VerifierRefused"]
 
@@ -80,6 +83,11 @@ class VerifierProcess:
     ready: asyncio.Future[tuple[str, ...]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    # What its ready message said, whenever it came: a program that does not
+    # load is reported and the process exits, and its exit may be seen
+    # before the message that says why is read.
+    said: asyncio.Event = field(default_factory=asyncio.Event)
+    problems: tuple[str, ...] = ()
     how: str = ""
     # Killed by the authenticator and not yet reaped: no request goes to it.
     killed: bool = False
@@ -138,12 +146,23 @@ class ProviderAuthenticator:
             problems = (f"auth.credential.program: {self.credential.program}: the verifier "
                         f"was not ready within {START_WAIT_S:.0f} s",)
         except VerifierLost as lost:
-            problems = (f"auth.credential.program: {self.credential.program}: the verifier "
-                        f"process {lost.message} before it was ready",)
+            problems = await self._last_word(proc) or (
+                f"auth.credential.program: {self.credential.program}: the verifier "
+                f"process {lost.message} before it was ready",)
         if problems:
             await self.close()
             raise VerifierRefused("; ".join(problems))
         self.log("verifier_started", pid=proc.process.pid, program=str(self.credential.program))
+
+    async def _last_word(self, proc: VerifierProcess) -> tuple[str, ...]:
+        """The problems a process that exited before it was ready said it
+        had, if its word is still on its way (sent before it exited, so it
+        arrives at once, or never: a crash)."""
+        try:
+            await asyncio.wait_for(proc.said.wait(), LAST_WORD_S)
+        except TimeoutError:
+            return ()
+        return proc.problems
 
     def _spawn(self) -> VerifierProcess:
         # The stop signals are the supervisor's: it ignores them from its
@@ -234,6 +253,8 @@ class ProviderAuthenticator:
                     waiter.set_result(message)
 
     def _ready(self, proc: VerifierProcess, message: VerifierReady) -> None:
+        proc.problems = message.problems
+        proc.said.set()
         if not proc.ready.done():
             proc.ready.set_result(message.problems)
         if message.problems:
