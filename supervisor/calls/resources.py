@@ -44,6 +44,7 @@ from staal.records.fsio import FS
 from staal.supervisor.auth.callers import Admitted
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.errors import SupervisorError
+from staal.supervisor.store.caller_runs import CallerRuns
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import Ledger, RunEntry
 from staal.supervisor.store.notes import RunNotes
@@ -83,14 +84,17 @@ def cursor_key(journals: Path) -> bytes:
     return key
 
 
+def runs_seen(admitted: Admitted, limit: int = 0, after: str | None = None) -> CallerRuns:
+    """The runs the caller `admitted` may see, as a page of them: the one
+    decision every runs resource goes through. A run that never started
+    (released) nobody; any other, its own caller only (the rule of
+    `Admitted.owns`, which `staal_run_status` follows too)."""
+    return CallerRuns(admitted.identity, started=True, limit=limit, after=after)
+
+
 def visible(entry: RunEntry, admitted: Admitted) -> bool:
-    """Whether the caller `admitted` may see run `entry`: the one decision
-    every runs resource goes through. A run that never started (released)
-    nobody; any other, its own caller only (`Admitted.owns`, the rule
-    `staal_run_status` follows too)."""
-    if entry.state == "released":
-        return False  # it never started: there is nothing to see
-    return admitted.owns(entry)
+    """Whether the caller `admitted` may see run `entry` (`runs_seen`)."""
+    return runs_seen(admitted).holds(entry)
 
 
 # A call through the one pipeline (`Calls.call_tool`): an operator's records
@@ -140,10 +144,10 @@ class Resources:
         """Newest first: the reverse of the ledger's order of reserves (run
         ids are random, and reserves share milliseconds). The cursor holds
         the last run's reserve time and id: the page after it starts past
-        that run, or, if retention has dropped it since, past its time."""
-        entries = [e for e in reversed(self.ledger.runs()) if visible(e, admitted)]
-        if ref.after is not None:
-            entries = runs_after(entries, ref.after)
+        that run, or, if retention has dropped it since, past its time. One
+        more than the page is read: whether there is a next page is then
+        known; on a shared store the ledger reads that page alone."""
+        entries = self.ledger.caller_runs(runs_seen(admitted, ref.limit + 1, ref.after))
         page = entries[:ref.limit]
         waiting = self.notes.all_waiting() if any(e.unsettled for e in page) else {}
         data: dict[str, Any] = {"items": [_run_item(e, waiting) for e in page]}
@@ -267,18 +271,6 @@ def entry_problems(collections: tuple[ResourceDecl, ...], inputs: dict[str, Any]
                                 f"{', '.join(names) or 'no inputs'}; it must take "
                                 f"{' and '.join(wanted)} (besides its capabilities)")
     return problems
-
-
-def runs_after(entries: list[RunEntry], position: str) -> list[RunEntry]:
-    """The entries past a cursor's position ("<reserved ms>:<run>"): after
-    that run, or, if retention has dropped it since, after its time (the
-    runs resource's pages and tasks/list's)."""
-    ms, _, run = position.partition(":")
-    for i, entry in enumerate(entries):
-        if entry.run == run:
-            return entries[i + 1:]
-    reserved = int(ms) if ms.isdigit() else 0
-    return [e for e in entries if e.reserved_ms < reserved]
 
 
 def _run_item(entry: RunEntry, waiting: Mapping[str, object]) -> dict[str, Any]:

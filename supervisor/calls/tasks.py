@@ -36,7 +36,7 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import run_status
 from staal.supervisor.calls.pipeline import Calls
-from staal.supervisor.calls.resources import runs_after
+from staal.supervisor.store.caller_runs import CallerRuns
 from staal.supervisor.store.ledger import RunEntry
 
 # Tasks on one page of tasks/list: each one past the running ones reads its
@@ -172,12 +172,13 @@ class Tasks:
     def page(self, cursor: str | None, admitted: Admitted) -> TaskAnswer:
         """The caller's tasks, newest first, TASKS_PAGE at a time; the cursor
         (signed, as the resources' are) holds the last one's reserve time and id."""
-        entries = [e for e in reversed(self.calls.ledger.runs()) if admitted.owns(e)]
-        if cursor is not None:
-            position = self.signer.read(CURSOR_COLLECTION, cursor)
-            if position is None:
-                return no_cursor()
-            entries = runs_after(entries, position)
+        position = None if cursor is None else self.signer.read(CURSOR_COLLECTION, cursor)
+        if cursor is not None and position is None:
+            return no_cursor()
+        # Every run the caller reserved (a released one's view is None), one
+        # more than the page; on a shared store the ledger reads it alone.
+        entries = self.calls.ledger.caller_runs(
+            CallerRuns(admitted.identity, started=False, limit=TASKS_PAGE + 1, after=position))
         views = tuple(v for e in entries[:TASKS_PAGE] if (v := self._view_of(e)) is not None)
         next_cursor = None
         if len(entries) > TASKS_PAGE:

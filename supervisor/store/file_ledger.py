@@ -20,6 +20,7 @@ from staal.records.fsio import FS, OS_SYNC, Syncer
 from staal.records.ledger_records import LEDGER, Forget
 from staal.runtime.clock import Clock
 from staal.runtime.killpoints import kill_point
+from staal.supervisor.store.caller_runs import CallerRuns, page_in
 from staal.supervisor.store.entries import (
     Admission,
     Compaction,
@@ -162,6 +163,10 @@ class FileLedger(EndsRuns):
 
     def runs(self) -> tuple[RunEntry, ...]:
         return self._read(self._state.runs)
+
+    def caller_runs(self, which: CallerRuns) -> tuple[RunEntry, ...]:
+        """Filtered in memory: this process holds the whole ledger anyway."""
+        return self._read(lambda: page_in(reversed(self._state.runs()), which))
 
     def once_holder(self, tool: str, key: str) -> RunEntry | None:
         """The run holding `tool`'s once `key` now, if one does."""

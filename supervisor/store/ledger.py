@@ -30,6 +30,7 @@ from staal.records.ledger_records import LEDGER, Release, Reserve, Settle
 from staal.records.outcomes import Outcome
 from staal.runtime.clock import Clock
 from staal.runtime.ids import new_run_id
+from staal.supervisor.store.caller_runs import CallerRuns
 from staal.supervisor.store.entries import (
     Admission,
     Compaction,
@@ -97,6 +98,11 @@ class Ledger(Protocol):
     def runs(self) -> tuple[RunEntry, ...]: ...
 
     def unsettled(self) -> tuple[RunEntry, ...]: ...
+
+    def caller_runs(self, which: CallerRuns) -> tuple[RunEntry, ...]:
+        """A page of one caller's runs, newest first (supervisor/store/caller_runs.py):
+        on a shared store, read without reading the other runs."""
+        ...
 
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse: ...
 

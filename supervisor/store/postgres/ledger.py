@@ -25,6 +25,7 @@ from staal.money import Money
 from staal.records.ledger_records import Release, Reserve, Settle
 from staal.runtime.clock import Clock
 from staal.supervisor.recovery.lease import DEFAULT_LEASE, LeaseTiming
+from staal.supervisor.store.caller_runs import CallerRuns
 from staal.supervisor.store.entries import (
     Admission,
     Compaction,
@@ -65,7 +66,7 @@ from staal.supervisor.store.postgres.decisions import (
     once_holder,
     window,
 )
-from staal.supervisor.store.postgres.events import entries_where, entry_where_run
+from staal.supervisor.store.postgres.events import caller_page, entries_where, entry_where_run
 from staal.supervisor.store.postgres.instances import register_instance
 from staal.supervisor.store.postgres.ledger_sql import END, RESERVE, START, WHY_NOT
 from staal.supervisor.store.postgres.schema import ensure_schema, lock_key
@@ -280,6 +281,10 @@ class PostgresLedger(EndsRuns):
 
     def unsettled(self) -> tuple[RunEntry, ...]:
         return self._read(lambda cur: tuple(entries_where(cur, "NOT r.ended", {})))
+
+    def caller_runs(self, which: CallerRuns) -> tuple[RunEntry, ...]:
+        """The page alone, by index, in one transaction."""
+        return self._do(lambda cur, again: tuple(caller_page(cur, which)), atomic=True)
 
     def mine(self) -> tuple[RunEntry, ...]:
         return self._read(lambda cur: tuple(entries_where(cur, "r.owner = %(me)s",

@@ -16,7 +16,8 @@ already the caller's own), every event's place in the ledger's order unique
 (`seq`). Instances, their fencing tokens and each run's owner are in from
 the first version, so leases and takeover (issue 15 item 3) add no column
 that existing rows lack. Version 5 (issue 27) adds what decisions per key
-read by index (each run's caller, whether it ended) and drops the head row.
+read by index (each run's caller, whether it ended) and drops the head row;
+version 6 indexes each caller's runs in the ledger's order, for their pages.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycop
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -127,6 +128,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX staal_runs_owner ON staal_runs (owner, seq)",
         "CREATE INDEX staal_runs_unfinished ON staal_runs (seq) WHERE NOT ended",
         "DROP TABLE staal_head",
+    ),
+    (
+        # Version 6 (issue 27): a caller's runs, newest first, by index: the
+        # runs resources' and tasks/list's pages read the page alone
+        # (supervisor/store/postgres/caller_runs.py). NULL is the local
+        # client, so the index holds it too.
+        "CREATE INDEX staal_runs_caller_seq ON staal_runs (caller, seq)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -21,6 +21,7 @@ from staal.protocol.mcp.tasks import TaskPage, TaskRequest
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls import tasks as tasks_module
 from staal.supervisor.calls.tasks import TASKS_PAGE, Tasks, task_view
+from staal.supervisor.store.caller_runs import page_in
 from staal.supervisor.store.ledger import RunEntry
 
 RUN = "a" * 32
@@ -101,6 +102,9 @@ class FakeLedger:
 
     def runs(self):
         return tuple(self.entries)
+
+    def caller_runs(self, which):
+        return page_in(reversed(self.entries), which)  # the file ledger's paging
 
 
 def service(entries, monkeypatch) -> Tasks:

@@ -6,14 +6,21 @@ refused unless the manifest allows it."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from staal.manifest.durations import Duration
+from staal.manifest.model import QuotaConfig
+from staal.runtime.clock import FixedClock
 from staal.supervisor.store.ledger import read_ledger
+from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.supervisor.telemetry.metrics_http import stored
 from tests.helpers.http_servers import HttpServer
 from tests.helpers.manifests import problems_of, seed_example, write_programs
 from tests.helpers.servers import Site
+from tests.supervisor.store.test_contract import T0
 from tests.supervisor.telemetry.test_metrics import parse, value
 
 ECHO = """
@@ -94,3 +101,29 @@ def test_a_bad_metrics_section_is_refused_naming_its_key(tmp_path, metrics, expe
     write_programs(tmp_path)
     (problem,) = problems_of(tmp_path, _with_metrics(metrics))
     assert problem.startswith(expected), json.dumps(problem)
+
+
+def test_a_scrape_of_a_postgresql_store_reads_its_unfinished_runs_and_quota_windows_not_every_run(
+        pg_store, monkeypatch):
+    """Issue 27: what a scrape reads of a shared store is indexed queries (the
+    unfinished runs; each quota's window), never the whole ledger."""
+    calls = QuotaConfig(window=Duration.parse("1h"), calls=5)
+    with PostgresLedger.open(pg_store.dsn, "one", FixedClock(T0), [].append) as ledger:
+        waiting = ledger.reserve_call("t", calls, 1, (), None)
+        running = ledger.reserve_call("t", calls, 1, (), None)
+        ledger.settle(ledger.reserve_call("t", calls, 1, (), None).run, "done", ())
+        ledger.reserve_call("u", None, 1, (), None)
+
+        def every_run() -> None:
+            raise AssertionError("a scrape read every run")
+
+        monkeypatch.setattr(ledger, "runs", every_run)
+        manifest = SimpleNamespace(tools=[SimpleNamespace(name="t", quota=calls),
+                                          SimpleNamespace(name="u", quota=None)])
+        notes = SimpleNamespace(all_waiting=lambda: {waiting.run: object()})
+        families = {f.name: f for f in stored(manifest, ledger, notes)}  # type: ignore[arg-type]
+    assert running.run != waiting.run
+    assert [(s.labels, s.value) for s in families["staal_runs_waiting"].samples] == \
+        [({"tool": "t"}, 1), ({"tool": "u"}, 0)]
+    assert [(s.labels, s.value) for s in families["staal_quota_used"].samples] == \
+        [({"tool": "t", "quota": "calls"}, 3)]
