@@ -49,6 +49,7 @@ from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS
 from staal.worker.confinement import confine
+from staal.worker.processes import cancel
 from staal.worker.processes.binding import Binding
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.journal_sink import ChannelSink
@@ -212,6 +213,7 @@ def serve(endpoint: str, configs: dict[str, RunConfig],
         pass
     channel = Channel(endpoint)
     binding = Binding(configs, prepared, reuse)
+    cancel.listen()
     try:
         channel.start()
         while True:
@@ -221,6 +223,7 @@ def serve(endpoint: str, configs: dict[str, RunConfig],
             elif isinstance(message, Retire):
                 return 0
             elif isinstance(message, Run):
+                cancel.begin(message.cancelled)
                 channel.begin_run(message.run)
                 if not serve_run(channel, message, configs, binding):
                     return 0
@@ -342,6 +345,7 @@ def execute(message: Run, binding: Binding, channel: Channel,
         sink=sink_of(message, channel),
         fresh=fresh,
         kept=binding.kept,
+        cancelled=cancel.asked,
     )
     if message.resume:
         with confine.broker_section():

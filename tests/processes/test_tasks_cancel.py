@@ -1,0 +1,110 @@
+"""Cancelling a task whose run has started (issue 28 item 5; DESIGN.md
+section 8): it works as a deadline does. The run's refund is held by the
+fake payment service when the task is cancelled; once the service lets it
+go, the refund completes (an action is never cut in half), the run's next
+action never reaches the service, the journal ends `cancelled`, tasks/get
+says `cancelled`, and the ledger settled the run once with the refund it
+made. In 2025-11-25 the cancel is answered with the task cancelled once its
+run has stopped, and a second cancel of the ended task is refused; in
+2026-07-28 it is acknowledged at once, and again once the task has ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from staal.journal.reader import read_journal
+from staal.money import Money
+from staal.protocol.mcp.revisions import CLIENT_CAPABILITIES_KEY
+from staal.protocol.mcp.tasks import TASKS_EXTENSION
+from staal.supervisor.store.ledger import read_ledger
+from tests.helpers.payments import Payments
+from tests.helpers.servers import RawServer, Site, stripe_refund_grant
+
+USD20 = {"amount": "20.00", "currency": "USD"}
+WITH_TASKS = {"_meta": {CLIENT_CAPABILITIES_KEY: {"extensions": {TASKS_EXTENSION: {}}}}}
+# A refund (held by the service in these tests), then a read of the order:
+# the read is the action a cancel keeps from starting.
+REFUND_THEN_READ = '''
+from staal import Money
+from staal.caps import StripeRefund
+
+
+def main(order: str, amount: Money, pay: StripeRefund) -> dict:
+    refund = pay.refund(order, amount, "requested_by_customer")
+    order_now = pay.payment_intent(order)
+    return {"refund": refund["id"], "received": order_now["amount_received"]}
+'''
+
+
+def cancel_site(tmp_path: Path, payments: Payments) -> Site:
+    site = Site(tmp_path)
+    (tmp_path / "refund_then_read.py").write_text(REFUND_THEN_READ)
+    site.write([{"name": "refund_then_read", "program": "refund_then_read.py", "task": "optional",
+                 "grants": {"pay": stripe_refund_grant(payments.base)}}])
+    return site
+
+
+def held_run(server: RawServer, payments: Payments, modern: bool) -> str:
+    """A task whose run's refund the service holds now; its id."""
+    order = payments.intent(amount=5000)["id"]
+    params = {"name": "refund_then_read", "arguments": {"order": order, "amount": USD20}}
+    if modern:
+        created = server.call("tools/call", {**params, **WITH_TASKS}, modern=True)["result"]
+        assert created["resultType"] == "task", created
+        run = created["taskId"]
+    else:
+        run = server.call("tools/call", {**params, "task": {}})["result"]["task"]["taskId"]
+    payments.wait("/v1/refunds", held=1)
+    return run
+
+
+def assert_cancelled_with_one_refund(site: Site, payments: Payments, run: str) -> None:
+    end = read_journal(site.journal("refund_then_read", run)).end
+    assert end is not None and end.outcome == "failed"
+    assert end.failure is not None and end.failure.kind == "cancelled"
+    assert "before op 2 could start" in end.failure.message
+    assert len(payments.refunds()) == 1  # the held refund finished: it was not cut
+    assert payments.requests("POST", "/v1/refunds") != []
+    assert payments.requests("GET") == []  # the read after it never reached the service
+    (entry,) = read_ledger(site.ledger_path).runs()
+    assert (entry.run, entry.state, entry.outcome) == (run, "settled", "failed")
+    assert entry.charged == (Money.from_wire(USD20),)  # what it spent, settled
+
+
+def test_a_2025_11_25_cancel_stops_the_run_before_its_next_action_and_answers_cancelled(
+        tmp_path, payments):
+    site = cancel_site(tmp_path, payments)
+    payments.fault("/v1/refunds", "hang")
+    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
+        server.initialize()
+        run = held_run(server, payments, modern=False)
+        cancelling = server.request("tasks/cancel", {"taskId": run})  # answered once it stopped
+        server.stderr.wait_event("run_cancel_asked", run=run)
+        payments.release()
+        cancelled = server.answer(cancelling)["result"]
+        assert (cancelled["taskId"], cancelled["status"]) == (run, "cancelled")
+        got = server.call("tasks/get", {"taskId": run})["result"]
+        assert got["status"] == "cancelled" and "cancelled" in got["statusMessage"]
+        again = server.call("tasks/cancel", {"taskId": run})
+        assert again["error"]["code"] == -32602 and "already cancelled" in again["error"]["message"]
+    assert_cancelled_with_one_refund(site, payments, run)
+
+
+def test_a_2026_07_28_cancel_is_acknowledged_and_the_run_ends_cancelled_before_its_next_action(
+        tmp_path, payments):
+    site = cancel_site(tmp_path, payments)
+    payments.fault("/v1/refunds", "hang")
+    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
+        server.initialize()
+        run = held_run(server, payments, modern=True)
+        ack = server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert "taskId" not in ack and "status" not in ack
+        working = server.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert working["status"] == "working"  # its refund is still in progress
+        payments.release()
+        server.stderr.wait_event("run_ended", run=run)
+        got = server.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert got["status"] == "cancelled" and "result" not in got and "error" not in got
+        again = server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert "taskId" not in again  # an ended task's cancel: the same acknowledgement
+    assert_cancelled_with_one_refund(site, payments, run)
