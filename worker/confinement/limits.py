@@ -227,7 +227,7 @@ class WaitBound:
         self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
         self.armed = True
         _ARMED[:] = [self]
-        self._arm()
+        self._arm(0.0 if self.cancelled() else None)  # cancelled before it was sent
 
     def stop(self) -> None:
         if not self.armed:
