@@ -6,10 +6,13 @@ action never reaches the service, the journal ends `cancelled`, tasks/get
 says `cancelled`, and the ledger settled the run once with the refund it
 made. In 2025-11-25 the cancel is answered with the task cancelled once its
 run has stopped, and a second cancel of the ended task is refused; in
-2026-07-28 it is acknowledged at once, and again once the task has ended."""
+2026-07-28 it is acknowledged at once, and again once the task has ended.
+Another caller's cancel is answered as for a task that does not exist, and
+its run goes on to complete."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from staal.journal.reader import read_journal
@@ -17,8 +20,12 @@ from staal.money import Money
 from staal.protocol.mcp.revisions import CLIENT_CAPABILITIES_KEY
 from staal.protocol.mcp.tasks import TASKS_EXTENSION
 from staal.supervisor.store.ledger import read_ledger
+from tests.helpers.http_servers import HttpServer
 from tests.helpers.payments import Payments
+from tests.helpers.recorder import WAIT
 from tests.helpers.servers import RawServer, Site, stripe_refund_grant
+from tests.processes.test_callers_http import ops, support
+from tests.processes.test_tasks_http import NOBODYS, legacy, modern, tasks_site, unknown_alike
 
 USD20 = {"amount": "20.00", "currency": "USD"}
 WITH_TASKS = {"_meta": {CLIENT_CAPABILITIES_KEY: {"extensions": {TASKS_EXTENSION: {}}}}}
@@ -108,3 +115,29 @@ def test_a_2026_07_28_cancel_is_acknowledged_and_the_run_ends_cancelled_before_i
         again = server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
         assert "taskId" not in again  # an ended task's cancel: the same acknowledgement
     assert_cancelled_with_one_refund(site, payments, run)
+
+
+def test_another_callers_cancel_of_a_running_task_is_answered_as_unknown_and_changes_nothing(
+        tmp_path, service, authorization):
+    site = tasks_site(tmp_path, service, authorization.issuer)
+    manifest = json.loads(site.manifest.read_text())
+    for tool in manifest["tools"]:
+        if tool["name"] == "lookup":
+            tool["task"] = "optional"
+    site.manifest.write_text(json.dumps(manifest))
+    hold = service.hold("/orders/1")
+    with HttpServer(site) as http:
+        owner, other = ops(http, authorization), support(http, authorization)
+        created = modern(owner, "tools/call", {"name": "lookup",
+                                               "arguments": {"url": service.base + "/orders/1"}})
+        task_id = created["result"]["taskId"]
+        assert hold.arrived.wait(WAIT), "the run's read never reached the service"
+        nobodys = modern(other, "tasks/cancel", {"taskId": NOBODYS})
+        assert unknown_alike(modern(other, "tasks/cancel", {"taskId": task_id}), nobodys, task_id)
+        nobodys = legacy(other, "tasks/cancel", {"taskId": NOBODYS})
+        assert unknown_alike(legacy(other, "tasks/cancel", {"taskId": task_id}), nobodys, task_id)
+        hold.release.set()
+        ended = legacy(owner, "tasks/result", {"taskId": task_id})["result"]
+        assert ended["isError"] is False and ended["structuredContent"] == {"result": {"status": 200}}
+        assert modern(owner, "tasks/get", {"taskId": task_id})["result"]["status"] == "completed"
+        assert "run_cancel_asked" not in http.stderr.text
