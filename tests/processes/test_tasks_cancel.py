@@ -141,3 +141,37 @@ def test_another_callers_cancel_of_a_running_task_is_answered_as_unknown_and_cha
         assert ended["isError"] is False and ended["structuredContent"] == {"result": {"status": 200}}
         assert modern(owner, "tasks/get", {"taskId": task_id})["result"]["status"] == "completed"
         assert "run_cancel_asked" not in http.stderr.text
+
+
+READ_THEN_WAIT = '''
+import time
+
+from staal.caps import StripeRefund
+
+
+def main(order: str, pay: StripeRefund) -> dict:
+    pay.payment_intent(order)
+    time.sleep(120)  # outside any action: bounded by max_wait, or ended by a cancel
+    return {"slept": True}
+'''
+
+
+def test_a_cancel_ends_a_wait_outside_the_runs_actions_at_once(tmp_path, payments):
+    site = Site(tmp_path)
+    (tmp_path / "read_then_wait.py").write_text(READ_THEN_WAIT)
+    site.write([{"name": "read_then_wait", "program": "read_then_wait.py", "task": "optional",
+                 "max_wait": "10m", "grants": {"pay": stripe_refund_grant(payments.base)}}])
+    order = payments.intent(amount=5000)["id"]
+    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
+        server.initialize()
+        created = server.call("tools/call", {"name": "read_then_wait", "arguments": {"order": order},
+                                             **WITH_TASKS}, modern=True)["result"]
+        run = created["taskId"]
+        payments.wait(f"/v1/payment_intents/{order}", requests=1)
+        server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)
+        server.stderr.wait_event("run_ended", run=run)  # well before its max_wait of 10 minutes
+        got = server.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert got["status"] == "cancelled"
+    end = read_journal(site.journal("read_then_wait", run)).end
+    assert end is not None and end.failure is not None and end.failure.kind == "cancelled"
+    assert "outside any action" in end.failure.message  # the sleep was cut, not an action
