@@ -13,6 +13,8 @@ its run goes on to complete."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from staal.journal.reader import read_journal
@@ -51,6 +53,17 @@ def cancel_site(tmp_path: Path, payments: Payments) -> Site:
     return site
 
 
+@contextmanager
+def held_task(tmp_path: Path, payments: Payments, modern: bool) -> Iterator[tuple[Site, RawServer, str]]:
+    """A server with a task whose run's refund the service holds: the site,
+    the server and the task's id."""
+    site = cancel_site(tmp_path, payments)
+    payments.fault("/v1/refunds", "hang")
+    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
+        server.initialize()
+        yield site, server, held_run(server, payments, modern)
+
+
 def held_run(server: RawServer, payments: Payments, modern: bool) -> str:
     """A task whose run's refund the service holds now; its id."""
     order = payments.intent(amount=5000)["id"]
@@ -80,11 +93,7 @@ def assert_cancelled_with_one_refund(site: Site, payments: Payments, run: str) -
 
 def test_a_2025_11_25_cancel_stops_the_run_before_its_next_action_and_answers_cancelled(
         tmp_path, payments):
-    site = cancel_site(tmp_path, payments)
-    payments.fault("/v1/refunds", "hang")
-    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
-        server.initialize()
-        run = held_run(server, payments, modern=False)
+    with held_task(tmp_path, payments, modern=False) as (site, server, run):
         cancelling = server.request("tasks/cancel", {"taskId": run})  # answered once it stopped
         server.stderr.wait_event("run_cancel_asked", run=run)
         payments.release()
@@ -99,11 +108,7 @@ def test_a_2025_11_25_cancel_stops_the_run_before_its_next_action_and_answers_ca
 
 def test_a_2026_07_28_cancel_is_acknowledged_and_the_run_ends_cancelled_before_its_next_action(
         tmp_path, payments):
-    site = cancel_site(tmp_path, payments)
-    payments.fault("/v1/refunds", "hang")
-    with RawServer(site, {"STRIPE_SECRET_KEY": payments.key}) as server:
-        server.initialize()
-        run = held_run(server, payments, modern=True)
+    with held_task(tmp_path, payments, modern=True) as (site, server, run):
         ack = server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
         assert "taskId" not in ack and "status" not in ack
         working = server.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]

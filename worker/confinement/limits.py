@@ -227,7 +227,7 @@ class WaitBound:
         self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
         self.armed = True
         _ARMED[:] = [self]
-        self._arm(0.0 if self.cancelled() else None)  # cancelled before it was sent
+        self._arm()
 
     def stop(self) -> None:
         if not self.armed:
@@ -251,8 +251,8 @@ class WaitBound:
         return outside, False
 
     def _arm(self, delay: float | None = None) -> None:
-        if delay is None:
-            delay = self._ends()[0] - time.monotonic()
+        if delay is None:  # a cancelled run's bound is now (its cancel may have come before)
+            delay = 0.0 if self.cancelled() else self._ends()[0] - time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, max(delay, 0.001))
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:

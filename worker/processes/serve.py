@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from staal.journal.reader import discard_unstarted, journal_started
 from staal.journal.writer import JournalWriter, close_unfinished
 from staal.records import kept_arguments
 from staal.records.messages import (
+    CANCEL_SIGNAL,
     Check,
     Checked,
     Ended,
@@ -139,6 +141,9 @@ class Channel:
         # Wakes each second; sends only once the run began (before, the main
         # thread owns the socket). Waking it at the run's start instead
         # would put a lock release and a thread switch on the run's path.
+        # A cancel is the main thread's to take: one taken here would not
+        # wake a program asleep there.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {CANCEL_SIGNAL})
         try:
             while not self._stop.acquire(timeout=HEARTBEAT_S):
                 with self._lock:
