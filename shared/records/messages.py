@@ -7,11 +7,10 @@ pickled exceptions or tracebacks.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal
-
-import signal
 
 import orjson
 

@@ -47,10 +47,10 @@ from staal.supervisor.workers.exits import describe_exit
 from staal.supervisor.workers.line import WorkerLine
 from staal.supervisor.workers.pool_states import (
     HAS_ZYGOTE,
-    Cancels,
     SUPPLY,
     UNUSED,
     WATCHED,
+    Cancels,
     Lease,
     OnJournal,
     PoolError,
