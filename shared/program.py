@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, NoReturn, TypeGuard
 
-from staal.records.outcomes import FAILURE_KINDS, FailureKind
+from staal.records.outcomes import CANCELLED, FAILURE_KINDS, FailureKind
 
 
 class _JsonMarker:
@@ -56,7 +56,8 @@ class ActionFailed(Exception):
 
 
 def _is_failure_kind(kind: str) -> TypeGuard[FailureKind]:
-    return kind in FAILURE_KINDS
+    # A cancel is the caller's, never the program's to claim.
+    return kind in FAILURE_KINDS and kind != CANCELLED
 
 
 def fail(kind: str, message: str) -> NoReturn:

@@ -64,6 +64,8 @@ class TaskView:
     # started): 2026-07-28 reports that as a failed task with an error; any
     # other failure is a tool result with isError true, a completed task.
     internal: bool = False
+    # Its run stopped in doubt and waits for an operator (still working).
+    waiting: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -161,9 +163,11 @@ def not_cancellable(view: TaskView) -> RpcError:
     if view.terminal:
         return RpcError(INVALID_PARAMS, f"task {view.task_id} is already {view.status}: "
                         "it cannot be cancelled")
-    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled: its run has "
-                    "started, and a run is never cut in half; it ends on its own, and "
-                    "tasks/get tells how")
+    if view.waiting:
+        return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled: its run "
+                        "stopped with an action in doubt and waits for an operator to settle it")
+    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled here: its run "
+                    "is not running in this server process; tasks/get tells how it stands")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +239,7 @@ def modern_detailed(view: TaskView) -> dict[str, Json]:
     error is a completed task whose result has isError true; only a failure
     inside the server is a failed task, with its JSON-RPC error."""
     task = modern_task(view)
-    if view.result is None or view.status == "working":
+    if view.result is None or view.status in ("working", "cancelled"):
         return task
     if view.internal:
         return {**task, "status": "failed",

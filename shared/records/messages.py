@@ -7,6 +7,7 @@ pickled exceptions or tracebacks.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal
@@ -55,6 +56,9 @@ class Run(Record):
     # The worker's last run: it exits after it, whatever it could still
     # serve (the tool's `runs_per_worker` reached; 1: a fresh process per run).
     last: bool = True
+    # Its task was cancelled before it was sent: it stops before its first
+    # action, as a run cancelled later stops before its next (CANCEL_SIGNAL).
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +266,12 @@ class VerifierReady(Record):
     TYPE: ClassVar[str] = "verifier_ready"
     pid: Count
     problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+# Supervisor → the worker running a run whose task was cancelled, out of
+# band (the worker reads no message during a run): stop before the next
+# action (worker/processes/cancel.py).
+CANCEL_SIGNAL = signal.SIGUSR1
 
 
 MESSAGES = Family(

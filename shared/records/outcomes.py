@@ -4,7 +4,7 @@ journal's end record, the worker's `ended` message and the ledger's settle."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from staal.errors import RecordError
 from staal.money import Money
@@ -15,11 +15,15 @@ from staal.records.record import Count, OpNumber
 Outcome = Literal["done", "failed", "error"]
 FailureKind = Literal[
     "capability", "validation", "action", "value", "provider", "budget", "deadline",
-    "internal", "config", "input",
+    "internal", "config", "input", "cancelled",
 ]
 FAILURE_KINDS = (
     "capability", "validation", "action", "value", "provider", "budget", "deadline", "internal",
+    "cancelled",
 )
+# A run whose task was cancelled (DESIGN.md section 8): it stopped before its
+# next action, as at a deadline. Never a program's own kind (`fail` refuses it).
+CANCELLED: Final = "cancelled"
 ERROR_KINDS = ("config", "input")
 
 

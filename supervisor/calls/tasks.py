@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from staal.manifest.model import ServerConfig
 from staal.protocol.mcp.cursors import CursorSigner
@@ -30,9 +31,10 @@ from staal.protocol.mcp.tasks import (
     no_such_task,
     not_cancellable,
 )
-from staal.records.outcomes import ERROR_KINDS
+from staal.records.outcomes import CANCELLED, ERROR_KINDS
 from staal.runtime.backoff import Backoff
 from staal.supervisor.auth.callers import LOCAL, Admitted
+from staal.supervisor.calls.in_flight import Holder
 from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import run_status
 from staal.supervisor.calls.pipeline import Calls
@@ -58,7 +60,8 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
     called again); `completed` with the tool's result; `failed` when the
     run's result is an error (2025-11-25: a tool result with isError true
     fails the task; the 2026-07-28 writer answers it completed) or when the
-    run never started."""
+    run never started; `cancelled` when its task was cancelled (the run
+    failed as `cancelled`, stopped before its next action)."""
     if status.status in ("unknown", "expired") and entry.state != "released":
         return None
 
@@ -68,7 +71,8 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
         return TaskView(entry.run, state, message, entry.reserved_ms,
                         entry.ended_ms or entry.reserved_ms, server.task_ttl_ms,
                         server.task_poll_interval.ms,
-                        None if outcome is None else shape_outcome(outcome), internal)
+                        None if outcome is None else shape_outcome(outcome), internal,
+                        waiting=status.status == "waiting_for_operator")
 
     if entry.state == "released":
         return view("failed", f"Run {entry.run} failed: {NEVER_STARTED}.",
@@ -82,6 +86,9 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
     if status.status == "done":
         return view("completed", f"Run {entry.run} is done.", Done(entry.run, status.result))
     assert status.kind is not None and status.message is not None  # failed says how
+    if status.kind == CANCELLED:
+        return view("cancelled", f"Run {entry.run} was cancelled: {status.message}.",
+                    Failed(entry.run, status.kind, status.message))
     failure: Failed | Errored = (Errored(entry.run, status.kind, status.message)
                                  if status.kind in ERROR_KINDS
                                  else Failed(entry.run, status.kind, status.message))
@@ -139,23 +146,45 @@ class Tasks:
         view = await off_loop(self.view, request.task_id, admitted)
         if view is None:
             return no_such_task(request.task_id)
-        if request.method == "tasks/cancel" and request.revision == LEGACY:
-            # 2025-11-25 answers a cancel with the task cancelled; a started
-            # run is never cut in half, so it is refused. 2026-07-28's cancel
-            # is cooperative: acknowledged, and the run ends as it ends.
-            return not_cancellable(view)
+        if request.method == "tasks/cancel":
+            return await self.cancel(request, view, admitted)
         return view  # tasks/update: acknowledged (staal never asks for input)
 
-    async def result(self, task_id: str | None, admitted: Admitted) -> TaskAnswer:
-        """The task once it has ended: waits while it is working (a run
-        waiting for an operator included), re-reading the store as its end
-        arrives in this process or at a bounded poll."""
+    async def cancel(self, request: TaskRequest, view: TaskView, admitted: Admitted) -> TaskAnswer:
+        """Cancel the task's run as its deadline would end it: the action in
+        progress finishes, no new one starts, and the run ends `cancelled`
+        (supervisor/workers/pool_states.py `Cancels`). Only a run a call or
+        recovery of this process holds is reached; one waiting for an operator
+        is not running. 2026-07-28 acknowledges at once (cooperative), and
+        an ended task idempotently; 2025-11-25 answers with the task
+        cancelled, so once its run has stopped, and refuses an ended one."""
+        run = view.task_id
+        stoppable = (not view.terminal and not view.waiting
+                     and self.calls.in_flight.holder(run) is not Holder.FREE)
+        if stoppable:
+            self.calls.pool.cancel(run)
+            self.calls.log("run_cancel_asked", run=run)
+        if request.revision != LEGACY:
+            return view
+        if not stoppable:
+            return not_cancellable(view)
+        ended = await self.result(run, admitted, until=lambda v: v.terminal or v.waiting)
+        if isinstance(ended, TaskView) and ended.status != "cancelled":
+            return not_cancellable(ended)  # it ended first, or stopped in doubt
+        return ended
+
+    async def result(self, task_id: str | None, admitted: Admitted,
+                     until: Callable[[TaskView], bool] = lambda view: view.terminal,
+                     ) -> TaskAnswer:
+        """The task once it has ended (`until`): waits while it is working (a
+        run waiting for an operator included), re-reading the store as its
+        end arrives in this process or at a bounded poll."""
         backoff = Backoff(RESULT_POLL.first, RESULT_POLL.cap, at_once=RESULT_POLL.at_once)
         while True:
             view = await off_loop(self.view, task_id, admitted)
             if view is None:
                 return no_such_task(task_id)
-            if view.terminal:
+            if until(view):
                 return view
             if self.stopping.is_set():
                 return RpcError(INTERNAL_ERROR, f"the server is stopping while task {view.task_id} "

@@ -50,6 +50,7 @@ from staal.supervisor.workers.pool_states import (
     SUPPLY,
     UNUSED,
     WATCHED,
+    Cancels,
     Lease,
     OnJournal,
     PoolError,
@@ -107,6 +108,7 @@ class Pool:
         self.silence = SilenceWatch(clock.monotonic)  # why a silent worker is silent
         self.ceilings = CpuCeiling(cpu_ceiling)  # a warm run's CPU at most, by grant set
         self.fork_timer: asyncio.TimerHandle | None = None
+        self.cancels = Cancels()  # runs of its calls whose tasks were cancelled
 
     # -- the pool's life ---------------------------------------------------
 
@@ -188,9 +190,8 @@ class Pool:
         return Lease(worker, worker.lease)
 
     def give_back(self, lease: Lease) -> None:
-        """A lent worker whose call ended before its run was sent goes back
-        to the idle line; for any other, or a lending that is over (the
-        worker ran, rested and was lent again), this does nothing."""
+        """A lent worker whose call ended before its run was sent goes back to the
+        idle line; for any other, or a lending over (it ran, rested, was lent again), nothing."""
         worker = lease.worker
         if lease.current and worker.state is WorkerState.LENT:
             worker.move("give_back")
@@ -229,7 +230,7 @@ class Pool:
         worker.key, worker.run, worker.runaway = key, message.run, False
         worker.runs += 1
         worker.last_seen = self.clock.monotonic()
-        message = replace(message, last=self.resting.last(worker))
+        message = replace(message, last=self.resting.last(worker), cancelled=self.cancels.take(message.run))
         self.router.send(worker.identity, pack(message))
         while True:
             reply = await self._next(worker)
@@ -240,6 +241,10 @@ class Pool:
                 self._send(worker, await acknowledge(reply, on_journal))
                 continue
             on_message(reply)
+
+    def cancel(self, run: str) -> None:
+        """Stop run `run`, of a call of this process, before its next action."""
+        self.cancels.ask(self.workers.values(), run)
 
     def _after_run(self, worker: Worker, reply: Ended | StoppedMsg) -> None:
         """The run ended: a worker that stays rests (resting.py); any other

@@ -11,12 +11,13 @@ workers die unused.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from staal.records.messages import JournalAck, JournalAppend
+from staal.records.messages import CANCEL_SIGNAL, JournalAck, JournalAppend
 from staal.records.record import Record
 from staal.runtime.backoff import Backoff as Backoff  # the pool's delays; pool.py imports it here
 from staal.runtime.transitions import advance
@@ -130,6 +131,7 @@ class Worker:
     runs: int = 0            # runs sent to it
     lease: int = 0           # the number of the latest lending (Lease.n)
     idle_since: float = 0.0  # when it last came to rest between runs
+    cancelled: bool = False  # its run was cancelled: it serves no other (resting.py)
 
     @property
     def fresh(self) -> bool:
@@ -176,3 +178,30 @@ async def acknowledge(append: JournalAppend, on_journal: OnJournal | None) -> Jo
     if refused is None:
         return JournalAck(run=append.run)
     return JournalAck(run=append.run, refused=refused.message, kind=refused.kind)
+
+
+class Cancels:
+    """The pool's cancels of runs (DESIGN.md section 8, "Tasks"): a run a
+    worker runs is told to stop before its next action (CANCEL_SIGNAL,
+    worker/processes/cancel.py); one not sent yet is sent cancelled."""
+
+    def __init__(self) -> None:
+        self.unsent: set[str] = set()
+
+    def ask(self, workers: Iterable[Worker], run: str) -> None:
+        for worker in workers:
+            if worker.run == run and worker.state is WorkerState.RUNNING:
+                worker.cancelled = True  # it serves no other run (resting.py)
+                try:
+                    os.kill(worker.pid, CANCEL_SIGNAL)
+                except ProcessLookupError:
+                    pass  # it died: its run's end comes as its loss
+                return
+        self.unsent.add(run)
+
+    def take(self, run: str) -> bool:
+        """Whether `run`, about to be sent, was cancelled."""
+        if run in self.unsent:
+            self.unsent.discard(run)
+            return True
+        return False

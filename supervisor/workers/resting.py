@@ -55,8 +55,8 @@ class Resting:
                 self.log("worker_retired", pid=worker.pid, key=worker.key, runs=worker.runs,
                          why=reply.retires)
             return False
-        if closing:
-            self.retire(worker, "pool closing")
+        if closing or worker.cancelled:  # a cancel may come after its run's end
+            self.retire(worker, "pool closing" if closing else "cancelled")
             return True
         worker.move("rest")
         worker.idle_since = self.clock.monotonic()

@@ -127,3 +127,13 @@ def test_an_exception_in_two_trees_keeps_the_builtin_a_caller_catches():
     assert issubclass(BadValue, ValueError) and issubclass(UrlRefused, ValueError)
     refused = UrlRefused("ftp://x", "only http and https")
     assert refused.to_data() == {"kind": "url_refused", "message": "URL 'ftp://x': only http and https"}
+
+
+def test_a_program_cannot_fail_its_own_run_as_cancelled():
+    from staal.program import fail
+
+    with pytest.raises(ValueError, match="'cancelled' is not a failure kind"):
+        fail("cancelled", "pretending the caller cancelled")
+    with pytest.raises(RunFailed) as caught:
+        fail("deadline", "late")
+    assert caught.value.kind == "deadline"

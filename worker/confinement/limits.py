@@ -195,6 +195,9 @@ class WaitBound:
     a second later. `on_expired` gets the failure first, so the run fails
     with it even if the program catches it.
 
+    A cancel of the run's task (`cancelled`, told by `cut_short`) ends the
+    wait at once, the same way: the run fails as `cancelled`.
+
     Must be started from the main thread (signal handlers live there).
     """
 
@@ -202,13 +205,15 @@ class WaitBound:
 
     def __init__(self, wait_ms: int, deadline_ms: int | None, deadline_at_ms: int | None,
                  now_ms: Callable[[], int], on_expired: Callable[[RunFailed], None],
-                 may_end: Callable[[], bool] = lambda: True) -> None:
+                 may_end: Callable[[], bool] = lambda: True,
+                 cancelled: Callable[[], bool] = lambda: False) -> None:
         self.wait_ms = wait_ms
         self.deadline_ms = deadline_ms
         self.deadline_at_ms = deadline_at_ms
         self.now_ms = now_ms
         self.on_expired = on_expired
         self.may_end = may_end
+        self.cancelled = cancelled
         self.armed = False
         self.began = 0.0
         self.in_actions = 0.0
@@ -221,12 +226,14 @@ class WaitBound:
             self.deadline_mono = self.began + (self.deadline_at_ms - self.now_ms()) / 1000
         self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
         self.armed = True
+        _ARMED[:] = [self]
         self._arm()
 
     def stop(self) -> None:
         if not self.armed:
             return
         self.armed = False
+        _ARMED.clear()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
 
@@ -244,22 +251,26 @@ class WaitBound:
         return outside, False
 
     def _arm(self, delay: float | None = None) -> None:
-        if delay is None:
-            delay = self._ends()[0] - time.monotonic()
+        if delay is None:  # a cancelled run's bound is now (its cancel may have come before)
+            delay = 0.0 if self.cancelled() else self._ends()[0] - time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, max(delay, 0.001))
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         if not self.armed:
             return
         ends, by_deadline = self._ends()
-        if time.monotonic() < ends:
+        cancelled = self.cancelled()
+        if time.monotonic() < ends and not cancelled:
             self._arm()
             return
         if in_broker_section() or not self.may_end():
             self._arm(self.RETRY_S)
             return
         self.armed = False
-        if by_deadline:
+        if cancelled:
+            failure = RunFailed("cancelled", "the run's task was cancelled while it was outside "
+                                "any action, waiting or computing")
+        elif by_deadline:
             failure = RunFailed("deadline", f"the run's deadline ({self.deadline_ms} ms from its "
                                 "start) passed while it was outside any action, waiting or computing")
         else:
@@ -267,3 +278,14 @@ class WaitBound:
                                 "outside its actions, waiting or computing (max_wait)")
         self.on_expired(failure)
         raise failure
+
+
+# The bound of the run whose program runs now (none between runs).
+_ARMED: list[WaitBound] = []
+
+
+def cut_short() -> None:
+    """The run's task was cancelled (a signal handler, main thread): the
+    bound looks at once, and ends a wait outside the run's actions."""
+    for bound in _ARMED:
+        bound._arm(0.0)

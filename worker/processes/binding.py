@@ -51,7 +51,8 @@ from staal.worker.runs.run import Prepared, note_violation, uses_ffi, violated
 PROGRAM_FAILURES = frozenset({"validation", "action", "value", "provider", "capability"})
 # Signal handlers a program could change and a later run would inherit.
 WATCHED_SIGNALS = tuple(number.value for number in (
-    signal.SIGALRM, signal.SIGXCPU, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE))
+    signal.SIGALRM, signal.SIGXCPU, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE,
+    signal.SIGUSR1))  # SIGUSR1: a cancel (worker/processes/cancel.py)
 
 
 class WrongGrantSet(WorkerError):

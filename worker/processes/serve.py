@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from staal.journal.reader import discard_unstarted, journal_started
 from staal.journal.writer import JournalWriter, close_unfinished
 from staal.records import kept_arguments
 from staal.records.messages import (
+    CANCEL_SIGNAL,
     Check,
     Checked,
     Ended,
@@ -49,6 +51,7 @@ from staal.runtime.killpoints import kill_point
 from staal.runtime.redaction import redact
 from staal.runtime.timings import TIMINGS
 from staal.worker.confinement import confine
+from staal.worker.processes import cancel
 from staal.worker.processes.binding import Binding
 from staal.worker.runs.actions import RunOutcome
 from staal.worker.runs.journal_sink import ChannelSink
@@ -138,6 +141,9 @@ class Channel:
         # Wakes each second; sends only once the run began (before, the main
         # thread owns the socket). Waking it at the run's start instead
         # would put a lock release and a thread switch on the run's path.
+        # A cancel is the main thread's to take: one taken here would not
+        # wake a program asleep there.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {CANCEL_SIGNAL})
         try:
             while not self._stop.acquire(timeout=HEARTBEAT_S):
                 with self._lock:
@@ -212,6 +218,7 @@ def serve(endpoint: str, configs: dict[str, RunConfig],
         pass
     channel = Channel(endpoint)
     binding = Binding(configs, prepared, reuse)
+    cancel.listen()
     try:
         channel.start()
         while True:
@@ -221,6 +228,7 @@ def serve(endpoint: str, configs: dict[str, RunConfig],
             elif isinstance(message, Retire):
                 return 0
             elif isinstance(message, Run):
+                cancel.begin(message.cancelled)
                 channel.begin_run(message.run)
                 if not serve_run(channel, message, configs, binding):
                     return 0
@@ -342,6 +350,7 @@ def execute(message: Run, binding: Binding, channel: Channel,
         sink=sink_of(message, channel),
         fresh=fresh,
         kept=binding.kept,
+        cancelled=cancel.asked,
     )
     if message.resume:
         with confine.broker_section():

@@ -22,7 +22,7 @@ from staal.journal.records import End, Intent, OutcomeRecord, Print, Stopped, Va
 from staal.journal.writer import JournalWriter, resolve_hint
 from staal.program import CapabilityRefused, RunFailed
 from staal.records.messages import ActionOutcome
-from staal.records.outcomes import Failure, Usage
+from staal.records.outcomes import CANCELLED, Failure, Usage
 from staal.records.runconfig import DEFAULT_WAIT_MS
 from staal.runtime.clock import Clock
 from staal.runtime.killpoints import kill_point
@@ -66,6 +66,7 @@ class RunContext:
         spans: RunRecorder | None = None,
         wait_ms: int = DEFAULT_WAIT_MS,
         sleep: Sleep = time.sleep,
+        cancelled: Callable[[], bool] | None = None,
     ) -> None:
         self.run_id = run_id
         # Where the program's own frames are, for a failure's traceback.
@@ -78,6 +79,7 @@ class RunContext:
         # `sleep` waits between its attempts, on `clock`'s time.
         self.wait_ms = wait_ms
         self.sleep = sleep
+        self.cancelled = cancelled or (lambda: False)  # its task's (worker/processes/cancel.py)
         self.replay = replay
         self.secrets = tuple(s for s in secrets if s)
         self.on_print = on_print or print_to_stderr
@@ -143,7 +145,7 @@ class RunContext:
             entry = self._journaled(op)
             if entry is not None:
                 return self._replay_action(op, entry, state, spec, perform, key)
-            self._check_deadline(op)
+            self._check_stop(op)
             self._check_grant(state, spec)
             written = self._write_intent(op, state, spec, key)
             self.on_op(op, f"op {op}: {spec.describe(state.param)}")
@@ -222,11 +224,14 @@ class RunContext:
             return None
         return self.replay.ops.get(op)
 
-    def _check_deadline(self, op: int) -> None:
-        if self.deadline_at is not None and self.clock.now_ms() >= self.deadline_at:
-            self.ended = RunFailed(
-                "deadline", f"the run's deadline ({self.deadline_ms} ms from its start) passed "
-                f"before op {op} could start")
+    def _check_stop(self, op: int) -> None:
+        """No new action starts once the run's task is cancelled or its deadline passed."""
+        if self.cancelled():
+            self.ended = RunFailed(CANCELLED, f"the run's task was cancelled before op {op} could start")
+        elif self.deadline_at is not None and self.clock.now_ms() >= self.deadline_at:
+            self.ended = RunFailed("deadline", f"the run's deadline ({self.deadline_ms} ms from its "
+                                   f"start) passed before op {op} could start")
+        if self.ended is not None:
             raise self.ended
 
     def _check_grant(self, state: GrantState, spec: ActionSpec) -> None:
@@ -353,6 +358,8 @@ class RunContext:
             # mismatch, and an end over an op in doubt would abandon it.
             if self.stop is None and self.replay is not None:
                 self._check_nothing_left(self.replay)
+            if self.ended is None and self.cancelled():  # it ends cancelled, its result unseen
+                self.ended = RunFailed(CANCELLED, "the run's task was cancelled")
             outcome = self._decide(returned, error)
             if outcome.outcome != "stopped":
                 self.writer.write(End(

@@ -86,6 +86,8 @@ class RunRequest:
     # PostgreSQL ones, reset between runs by the worker); None: the run's
     # connections are its own, closed when it ends.
     kept: Kept | None = None
+    # Whether the run's task was cancelled (a worker's: worker/runs/cancel.py).
+    cancelled: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,7 @@ def _execute(request: RunRequest, info: ProgramInfo, values: dict[str, Any],
         run_id=header.run, writer=writer, clock=request.clock, started_ms=header.time,
         deadline_ms=config.limits.deadline_ms, replay=replay, secrets=tuple(secrets.values()),
         on_print=request.on_print, program_dir=config.program.parent, on_op=request.on_op,
-        spans=request.spans, wait_ms=config.limits.wait_ms,
+        spans=request.spans, wait_ms=config.limits.wait_ms, cancelled=request.cancelled,
     )
     services = Services(clock=request.clock, secrets=secrets, config=config, kept=request.kept)
     counter = StepCounter(config.limits.max_steps, config.program.parent)
@@ -289,7 +291,8 @@ def _wait_bound(config: RunConfig, ctx: RunContext) -> WaitBound:
         return ctx.replay is None or ctx.op >= ctx.replay.last_op
 
     waits = WaitBound(config.limits.wait_ms, config.limits.deadline_ms, ctx.deadline_at,
-                      ctx.clock.now_ms, on_expired=expired, may_end=replayed)
+                      ctx.clock.now_ms, on_expired=expired, may_end=replayed,
+                      cancelled=ctx.cancelled)
     ctx.after_action = waits.acted
     return waits
 

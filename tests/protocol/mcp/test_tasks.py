@@ -144,10 +144,13 @@ def test_tasks_list_is_a_page_with_its_next_cursor(tmp_path):
     assert [t.task_id for t in parsed.tasks] == [VIEW.task_id] and parsed.next_cursor == "next"
 
 
-def test_an_unknown_task_and_a_started_one_cannot_be_cancelled_with_invalid_params(tmp_path):
+def test_an_unknown_an_ended_or_an_unreachable_task_cannot_be_cancelled_with_invalid_params(tmp_path):
     assert no_such_task("b" * 32).code == -32602 and "b" * 32 in no_such_task("b" * 32).message
     assert "that id" in no_such_task("../etc").message  # not a run id: not echoed
-    assert not_cancellable(VIEW).code == -32602 and "never cut in half" in not_cancellable(VIEW).message
+    elsewhere = not_cancellable(VIEW)
+    assert elsewhere.code == -32602 and "not running in this server process" in elsewhere.message
+    waiting = not_cancellable(replace(VIEW, waiting=True))
+    assert "waits for an operator" in waiting.message
     ended = not_cancellable(replace(VIEW, status="completed"))
     assert "already completed" in ended.message
 
@@ -221,6 +224,12 @@ def test_modern_tasks_get_inlines_a_tool_error_as_a_completed_result(tmp_path):
     assert got["status"] == "completed" and got["result"]["isError"] is True
     assert got["resultType"] == "complete" and "error" not in got
     assert "_meta" not in got["result"]  # no related-task key: the id is at the root
+
+
+def test_modern_tasks_get_of_a_cancelled_task_is_cancelled_with_no_result_or_error(tmp_path):
+    cancelled = replace(VIEW, status="cancelled", result=ToolResult("cancelled: before op 2", True))
+    got = modern_answer_to(tmp_path, "tasks/get", cancelled)
+    assert got["status"] == "cancelled" and "result" not in got and "error" not in got
 
 
 def test_modern_tasks_get_reports_a_failure_inside_the_server_as_failed_with_its_error(tmp_path):

@@ -20,6 +20,7 @@ from staal.protocol.mcp.results import RunStatus
 from staal.protocol.mcp.tasks import TaskPage, TaskRequest
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls import tasks as tasks_module
+from staal.supervisor.calls.in_flight import Holder
 from staal.supervisor.calls.tasks import TASKS_PAGE, Tasks, task_view
 from staal.supervisor.store.caller_runs import page_in
 from staal.supervisor.store.ledger import RunEntry
@@ -68,6 +69,14 @@ def test_a_run_refused_at_build_is_failed_with_its_error_kind():
     assert task is not None and task.result is not None and task.result.text.startswith("input:")
 
 
+def test_a_run_cancelled_is_a_cancelled_task_that_says_why():
+    task = view(RunStatus(RUN, "failed", kind="cancelled",
+                          message="the run's task was cancelled before op 2 could start"),
+                replace(ENTRY, state="settled", ended_ms=5_000, outcome="failed"))
+    assert task is not None and task.status == "cancelled" and task.terminal
+    assert "was cancelled" in task.message and "before op 2" in task.message
+
+
 def test_a_run_that_never_started_is_failed_and_says_nothing_was_done():
     task = view(RunStatus(RUN, "unknown"), replace(ENTRY, state="released", ended_ms=2_000))
     assert task is not None and task.status == "failed" and "nothing was done" in task.message
@@ -107,14 +116,30 @@ class FakeLedger:
         return page_in(reversed(self.entries), which)  # the file ledger's paging
 
 
+class FakePool:
+    def __init__(self):
+        self.cancelled = []
+        self.asked = asyncio.Event()
+
+    def cancel(self, run):
+        self.cancelled.append(run)
+        self.asked.set()
+
+
+# How a run stands when a test says so; else as `service` says.
+stand: dict[str, RunStatus] = {}
+
+
 def service(entries, monkeypatch) -> Tasks:
     # Every unsettled run is running, every settled one done: the journal's
     # reading is outcomes.run_status's, tested with it.
-    monkeypatch.setattr(tasks_module, "run_status", lambda entry, *_: RunStatus(
+    stand.clear()
+    monkeypatch.setattr(tasks_module, "run_status", lambda entry, *_: stand.get(entry.run) or RunStatus(
         entry.run, "running" if entry.unsettled else "done", result=1))
     calls = SimpleNamespace(ledger=FakeLedger(entries), manifest=SimpleNamespace(server=SERVER),
                             files=lambda tool, run: None, waiting=SimpleNamespace(notes=None),
-                            run_journals=None)
+                            run_journals=None, pool=FakePool(), log=lambda *a, **k: None,
+                            in_flight=SimpleNamespace(holder=lambda run: Holder.FREE))
     return Tasks(calls, CursorSigner(b"k" * 32))  # type: ignore[arg-type]
 
 
@@ -164,15 +189,50 @@ def test_tasks_list_pages_the_callers_tasks_newest_first_with_signed_cursors(mon
     assert isinstance(forged, RpcError) and forged.code == -32602
 
 
-def test_a_started_task_is_not_cancelled_and_nothing_changes(monkeypatch):
-    asyncio.run(_not_cancelled(monkeypatch))
+def test_a_started_task_whose_run_is_not_held_here_is_not_cancelled_and_nothing_changes(monkeypatch):
+    asyncio.run(_not_held(monkeypatch))
 
 
-async def _not_cancelled(monkeypatch):
-    tasks = service([ENTRY], monkeypatch)
+async def _not_held(monkeypatch):
+    tasks = service([ENTRY], monkeypatch)  # its run: no call or recovery of this process holds it
     answer = await tasks.answer(TaskRequest(1, "tasks/cancel", "2025-11-25", task_id=RUN))
-    assert isinstance(answer, RpcError) and "never cut in half" in answer.message
-    assert tasks.view(RUN).status == "working"  # type: ignore[union-attr]
+    assert isinstance(answer, RpcError) and "not running in this server process" in answer.message
+    modern = await tasks.answer(TaskRequest(2, "tasks/cancel", "2026-07-28", task_id=RUN))
+    assert not isinstance(modern, RpcError) and modern.status == "working"
+    assert tasks.calls.pool.cancelled == [] and tasks.view(RUN).status == "working"
+
+
+@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
+def test_an_ended_task_is_not_cancelled_and_its_pool_is_not_asked(monkeypatch, revision):
+    asyncio.run(_ended(monkeypatch, revision))
+
+
+async def _ended(monkeypatch, revision):
+    tasks = service([replace(ENTRY, state="settled", ended_ms=2_000, outcome="done")], monkeypatch)
+    tasks.calls.in_flight.holder = lambda run: Holder.CALL
+    answer = await tasks.answer(TaskRequest(1, "tasks/cancel", revision, task_id=RUN))
+    if revision == "2025-11-25":
+        assert isinstance(answer, RpcError) and "already completed" in answer.message
+    else:  # 2026-07-28 acknowledges an ended task's cancel alike
+        assert not isinstance(answer, RpcError) and answer.status == "completed"
+    assert tasks.calls.pool.cancelled == []
+
+
+def test_a_2025_11_25_cancel_asks_the_pool_and_answers_once_the_run_ended_cancelled(monkeypatch):
+    asyncio.run(_cancelled(monkeypatch))
+
+
+async def _cancelled(monkeypatch):
+    tasks = service([ENTRY], monkeypatch)
+    tasks.calls.in_flight.holder = lambda run: Holder.CALL
+    waiting = asyncio.ensure_future(tasks.answer(TaskRequest(1, "tasks/cancel", "2025-11-25",
+                                                             task_id=RUN)))
+    await asyncio.wait_for(tasks.calls.pool.asked.wait(), 30)  # it reads the store off the loop first
+    assert tasks.calls.pool.cancelled == [RUN] and not waiting.done()
+    stand[RUN] = RunStatus(RUN, "failed", kind="cancelled", message="cancelled before op 2")
+    tasks.changed(RUN)  # the run's end reached this process
+    answer = await asyncio.wait_for(waiting, 30)
+    assert not isinstance(answer, RpcError) and answer.status == "cancelled"
 
 
 def test_a_result_still_waiting_is_answered_when_the_server_stops(monkeypatch):

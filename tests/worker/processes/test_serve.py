@@ -134,6 +134,8 @@ def test_after_end_run_the_channel_receives_the_next_run_and_beats_without_namin
 def test_serving_ends_when_retire_comes_between_runs(router, monkeypatch):
     socket, endpoint = router
     monkeypatch.setattr(serve, "rehearse", lambda *_: None)
+    # Only the main thread takes signals; this serve runs in another.
+    monkeypatch.setattr(serve.cancel, "listen", lambda: None)
     code: list[int] = []
     serving = threading.Thread(target=lambda: code.append(serve.serve(endpoint, {}, {}, {})))
     serving.start()

@@ -583,6 +583,39 @@ def test_a_caught_deadline_still_fails_the_run_and_later_actions_too(journal, cl
     assert read_journal(journal).end.failure.kind == "deadline"
 
 
+def test_a_cancelled_run_starts_no_new_action_and_ends_cancelled_even_if_caught(journal, clock):
+    run = Run(journal, clock)
+    asked = [False]
+    run.ctx.cancelled = lambda: asked[0]
+    run.get(Service(journal))
+    asked[0] = True
+    service = Service(journal)
+    with pytest.raises(RunFailed) as caught:
+        run.post(service, {"n": 1})
+    assert caught.value.kind == "cancelled" and service.calls == 0
+    assert 2 not in read_journal(journal).ops
+    outcome = run.finish({"pretend": "done"})  # the program caught it and returned
+    assert outcome.outcome == "failed" and outcome.failure.kind == "cancelled"
+    assert read_journal(journal).end.failure.kind == "cancelled"
+
+
+def test_a_run_cancelled_during_its_last_action_finishes_it_and_ends_cancelled(journal, clock):
+    run = Run(journal, clock)
+    asked = [False]
+    service = Service(journal)
+
+    def cancelled_meanwhile(key: str | None) -> Performed:
+        asked[0] = True  # the cancel comes while the action is in progress
+        return service(key)
+
+    run.ctx.cancelled = lambda: asked[0]
+    assert run.get(cancelled_meanwhile)["status"] == 200  # not cut: it completes
+    outcome = run.finish({"refund": "re_1"})
+    assert outcome.failure.kind == "cancelled"
+    state = read_journal(journal)
+    assert state.ops[1].outcome is not None and state.end.failure.kind == "cancelled"
+
+
 def test_the_deadline_counts_from_the_runs_start_even_when_resumed(journal, clock):
     first = Run(journal, clock, deadline_ms=5_000)
     first.get(Service(journal))
