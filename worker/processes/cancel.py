@@ -6,8 +6,10 @@ system call the signal interrupts is resumed, PEP 475); the engine looks at
 the note before each new action (worker/runs/engine.py); a program waiting
 or computing outside its actions is stopped there by the run's WaitBound
 (worker/confinement/limits.py), never inside a broker section. The note is
-reset as each run begins, so a cancel that came between runs never reaches
-the next one (the supervisor retires a worker it sent a cancel to, anyway).
+cleared as each run ends, not as the next begins: the supervisor signals a
+worker as soon as it has lent it the run, so the signal can come before the
+worker has read the run it is for (a reset at the run's start lost it), and
+a worker it signalled never serves another run (supervisor/workers/resting.py).
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ def listen() -> None:
 
 def begin(cancelled: bool) -> None:
     """A run begins, cancelled before it was sent or not: a cancel noted
-    before it was some earlier run's."""
-    _asked[0] = cancelled
+    since the last run ended is this run's (it was signalled for it)."""
+    _asked[0] = _asked[0] or cancelled
+
+
+def end() -> None:
+    """The run ended: the next one starts uncancelled."""
+    _asked[0] = False
 
 
 def asked() -> bool:

@@ -232,6 +232,7 @@ def serve(endpoint: str, configs: dict[str, RunConfig],
                 channel.begin_run(message.run)
                 if not serve_run(channel, message, configs, binding):
                     return 0
+                cancel.end()
                 binding.between_runs()
                 channel.end_run()
     finally:
