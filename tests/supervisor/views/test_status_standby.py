@@ -3,7 +3,7 @@
 read, so a hot standby of the shared store serves them.
 
 A private primary and its streaming standby (tests/helpers/pg_cluster.py);
-about 10 to 20 s on a loaded two-core machine, most of it initdb and the
+about 20 s on a loaded two-core machine, most of it initdb and the
 base backup."""
 
 from __future__ import annotations
