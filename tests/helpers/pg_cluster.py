@@ -106,6 +106,21 @@ class PgCluster:
                   self.database)
         return self
 
+    def standby(self, name: str = "standby") -> PgCluster:
+        """A hot standby of this cluster, started: a base backup
+        (`pg_basebackup -R`, a checkpoint asked for at once) streaming from
+        it, in a directory and on a port of its own, read-only while it
+        replays. `destroy()` it before this one."""
+        other = PgCluster(name)
+        other.database = self.database
+        other._run("mkdir", "-p", str(other.sockets))
+        other._run(str(self.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.port),
+                   "-U", OWNER, "-D", str(other.data), "-R", "-X", "stream", "-c", "fast")
+        other._configure({"port": str(other.port), "hot_standby": "on",
+                          "unix_socket_directories": f"'{other.sockets}'"})
+        other.start()
+        return other
+
     def _configure(self, settings: dict[str, str]) -> None:
         conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
         with open(self.data / "postgresql.conf", "a") as file:  # stays the owner's file
