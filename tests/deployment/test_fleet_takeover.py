@@ -9,7 +9,11 @@ the fake payment service (examples/fake_payments.py) as the refunds' API.
   resumes them (a refund sent again carries the run's idempotency key, so
   the service answers it from the first); every payment is refunded
   exactly once, every run has one reserve and at most one settle or
-  release, and no run of the dead instance is left unfinished.
+  release, and no run of the dead instance is left unfinished. One of its
+  runs is a task (issue 28 item 6), created through it directly and polled
+  through another instance while its refund is held: once the run is taken
+  over, tasks/get through an instance that neither created nor finished it
+  answers `completed` with the refund, made once.
 - An instance SIGSTOPped past its lease while its refund is held, then
   SIGCONTed once another took the run over and finished it: its next
   journal record is refused (fenced), its call is answered as an internal
@@ -30,6 +34,8 @@ from typing import Any
 import httpx
 import psycopg
 
+from staal.protocol.mcp.revisions import CLIENT_CAPABILITIES_KEY
+from staal.protocol.mcp.tasks import TASKS_EXTENSION
 from staal.supervisor.recovery.lease import LeaseTiming
 from tests.deployment import test_fleet_shared
 from tests.helpers.fleet import Fleet, Instance, ManifestWriter, first_event, fleet
@@ -74,6 +80,9 @@ HELD_MS = 300_000  # the service holds a refund until the test releases it
 # Generous: a refund held while an instance is killed, or past a lease,
 # must not time out into doubt on a loaded machine before it is released.
 NET = {"timeout_ms": 180_000, "connect_timeout_ms": 10_000}
+# A 2026-07-28 request that declares the tasks extension: the refund tool
+# (`"task": "optional"`) answers it as a task.
+WITH_TASKS = {CLIENT_CAPABILITIES_KEY: {"extensions": {TASKS_EXTENSION: {}}}}
 
 
 def refund_site(root: Path, payments: Payments) -> ManifestWriter:
@@ -84,7 +93,8 @@ def refund_site(root: Path, payments: Payments) -> ManifestWriter:
 
     def write(site: Site, server: dict[str, Any]) -> None:
         site.write([{"name": "refund", "program": str(program), "once": {"by": ["order"], "keep": "1h"},
-                     "grants": {"pay": stripe_refund_grant(payments.base)}, "net": NET}],
+                     "grants": {"pay": stripe_refund_grant(payments.base)}, "net": NET,
+                     "task": "optional"}],
                    max_concurrent_runs=16, store=STORE, **server)
     return write
 
@@ -119,13 +129,35 @@ def ask(running: Fleet, index: int, order: str, timeout: float) -> Answer:
     return classify(index, answer.status_code, answer.content)
 
 
-def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_each_payment_refunded_once(
+def task_request(instance: Instance, running: Fleet, method: str,
+                 params: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 tasks request sent to `instance` directly (not through
+    the balancer), as the fleet's caller: its JSON-RPC result."""
+    answer = instance.server.modern(method, params, headers=running.headers, **WITH_TASKS)
+    assert answer.status_code == 200, answer.text
+    message = answer.json()
+    assert "result" in message, message
+    result: dict[str, Any] = message["result"]
+    return result
+
+
+def test_an_instance_sigkilled_mid_flood_has_its_runs_and_its_task_resumed_by_another_refunding_once(
         tmp_path, payments, dsn, authorization):
     intents = [payments.intent(amount=5000)["id"] for _ in range(30)]
+    task_intent = payments.intent(amount=5000)["id"]
     payments.fault(REFUNDS, "hang", times=3, hold_ms=HELD_MS)
     env = {ENV: dsn, "STRIPE_SECRET_KEY": payments.key}
     with fleet(3, refund_site(tmp_path, payments), authorization, env=env,
                root=tmp_path / "fleet") as running:
+        # The task, created through i1 itself: its refund is the first held.
+        creator, poller = running.instances[0], running.instances[1]
+        created = task_request(creator, running, "tools/call",
+                               {"name": "refund", "arguments": {"order": task_intent}})
+        assert created["resultType"] == "task" and created["status"] == "working", created
+        task_id = created["taskId"]
+        payments.wait(REFUNDS, held=1, timeout=TAKEOVER_BOUND_S)
+        # Mid-run (its refund held at the service), polled through i2, which never ran it.
+        polled = task_request(poller, running, "tasks/get", {"taskId": task_id})
         flood = Flood(running.url, "refund", lambda i: {"order": intents[i]},
                       calls=len(intents), clients=6, timeout=TAKEOVER_BOUND_S * 2,
                       headers=running.headers)
@@ -135,8 +167,8 @@ def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_eac
         try:
             # Three refunds are held at the service: their runs are in flight.
             payments.wait(REFUNDS, held=3, timeout=TAKEOVER_BOUND_S)
-            ((owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s",
-                               (held_runs(payments)[0],))
+            assert held_runs(payments)[0] == task_id
+            ((owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (task_id,))
             victim = owner_of(running, owner)
             kill_family(victim.server)
             owned = [run for (run,) in rows(dsn, "SELECT run FROM staal_runs WHERE owner = %s",
@@ -161,15 +193,30 @@ def test_an_instance_sigkilled_mid_flood_has_its_runs_resumed_by_another_and_eac
         # answered from their runs' ends (or, never reserved, run now).
         again = {a.index: ask(running, 100 + a.index, intents[a.index], TAKEOVER_BOUND_S)
                  for a in answers if a.kind != "done"}
+        # The task, asked through the live instance that did not finish it.
+        task_taker, _ = first_event(live, "recovered", TAKEOVER_BOUND_S, run=task_id,
+                                    rule="resumed")
+        (bystander,) = [i for i in live if i is not task_taker]
+        task_done = task_request(bystander, running, "tasks/get", {"taskId": task_id})
+        ((task_owner,),) = rows(dsn, "SELECT owner FROM staal_runs WHERE run = %s", (task_id,))
         left = rows(dsn, "SELECT r.run, r.owner FROM staal_runs r LEFT JOIN staal_ends e "
                     "USING (run) WHERE e.run IS NULL")
         events = store_events(dsn)
     assert unfinished, "the victim had no run in flight when it was killed"
+    # The task: created by i1, working while i1 ran it, completed by its taker.
+    assert victim is creator and task_id in unfinished
+    assert polled["status"] == "working" and polled["taskId"] == task_id, polled
+    assert owner_of(running, task_owner) is task_taker
+    assert task_done["status"] == "completed", task_done
+    assert task_done["result"]["isError"] is False
     assert {a.kind for a in again.values()} <= {"done"}, [a.text for a in again.values()][:3]
     done = [a for a in answers if a.kind == "done"] + list(again.values())
     assert len(done) == len(intents)
-    refunds = refunded_exactly_once(payments, intents)
-    assert {a.result["refund"] for a in done} == {r["id"] for r in refunds.values()}
+    refunds = refunded_exactly_once(payments, [*intents, task_intent])
+    assert {a.result["refund"] for a in done} | {
+        task_done["result"]["structuredContent"]["result"]["refund"]} == {
+        r["id"] for r in refunds.values()}
+    assert task_done["result"]["structuredContent"]["result"]["refund"] == refunds[task_intent]["id"]
     runs = ledger_holds(events)
     assert set(owned) <= set(runs)
     # Every run the victim owned is ended; none is left unfinished (nor a

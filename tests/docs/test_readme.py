@@ -26,6 +26,9 @@ def test_the_readme_opens_with_the_install_and_test_commands():
     assert "npm ci --prefix tests/js/node && " in install  # Node 22 first, as locked
     assert 'PATH="$PWD/tests/js/node/node_modules/.bin:$PATH" npm ci --prefix tests/js ' in install
     assert "examples/manifest.json" in install
+    # The Python SDK 1.x in a venv of its own, from its exact pins.
+    assert ("python3 -m venv tests/py1/.venv && "
+            "tests/py1/.venv/bin/pip install -r tests/py1/requirements.txt && ") in install
     assert "pytest" in tests
 
 

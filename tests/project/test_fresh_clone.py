@@ -8,8 +8,9 @@ run there one after the other, each in its own shell with standard input at
 /dev/null, as CI runs them: the first installs and then serves the example
 tools, which exits as its input closes; the second runs with a selection of
 the tests that need what only that set-up provides, appended to its text:
-the pinned npm clients (the TypeScript SDK, the MCP Inspector, Claude Code)
-and PostgreSQL, which the tests start themselves when it is not running.
+the pinned npm clients (the TypeScript SDK, the MCP Inspector, Claude Code),
+the pinned Python SDK 1.x in its own venv (tests/py1), and PostgreSQL,
+which the tests start themselves when it is not running.
 The shell starts as a user's does before the first command: this test run's
 virtual environment is off PATH and no pytest or Python path variable is
 set.
@@ -43,6 +44,7 @@ NEED_THE_SET_UP = (
     "tests/clients/test_client_inspector.py::test_tools_call[legacy]",
     "tests/docs/test_quickstart.py::test_claude_code_records_the_same_server_as_the_claude_desktop_snippet",
     "tests/processes/test_postgres.py::test_an_execute_commits_and_is_journaled_as_a_write",
+    "tests/clients/test_tasks_python_sdk1.py::test_the_python_sdk1_is_pinned_exactly_in_its_own_venv_and_installed_as_pinned",
 )
 
 
@@ -111,6 +113,7 @@ def test_in_a_fresh_clone_the_readmes_first_command_installs_and_serves_the_exam
     for package in ("@modelcontextprotocol/client", "@modelcontextprotocol/sdk",
                     "@modelcontextprotocol/inspector", "@anthropic-ai/claude-code"):
         assert (root / "tests" / "js" / "node_modules" / package / "package.json").is_file()
+    assert (root / "tests" / "py1" / ".venv" / "bin" / "python").is_file()  # the Python SDK 1.x's
     # The server it ends with served the example tools, then exited as its input closed.
     assert '"event":"serving","server":"staal-examples"' in installed.install_printed
     assert (root / "examples" / "journals" / "server.ledger").is_file()

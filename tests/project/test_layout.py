@@ -398,6 +398,7 @@ TEST_ROOTS = {"shared": "shared", "protocol": "protocol", "supervisor": "supervi
               "worker": "worker"}
 TEST_FOLDERS_OF_THEIR_OWN = {"processes", "clients", "conformance", "deployment", "docs",
                              "project", "helpers", "crash", "powerloss", "js",
+                             "py1",  # the Python SDK 1.x client, pinned in a venv of its own
                              "lease_model"}  # the lease protocol's model: docs/lease-model.md
 
 
