@@ -11,7 +11,8 @@ The names, each right after the step it names is durable:
 
 - supervisor: `reserve` (the reserve event), `inputs` (the arguments file),
   `waiting` (the waiting record), `ended` (a worker's end received, before
-  the settle), `settle` (the settle event), `answer` (the answer written);
+  the settle), `settle` (the settle event), `answer` (the answer written),
+  `cancel` (a task's cancel recorded, before it is passed on or answered);
 - worker: `journal_file` (the journal's file created, before its header is
   written: a journal cut during its creation), `journal` (the journal's
   first line), `intent` and `outcome` (the two halves of each op), `end`
