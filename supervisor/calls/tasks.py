@@ -78,7 +78,7 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig,
                         waiting=status.status == "waiting_for_operator")
 
     if entry.state == "released" and cancelled:
-        return view("cancelled", f"Run {entry.run} was cancelled: {CANCELLED_UNSTARTED}.",
+        return view("cancelled", f"Run {entry.run} was cancelled before it started: nothing was done.",
                     Failed(entry.run, CANCELLED, CANCELLED_UNSTARTED))
     if entry.state == "released":
         return view("failed", f"Run {entry.run} failed: {NEVER_STARTED}.",

@@ -222,7 +222,8 @@ def test_a_released_run_whose_task_was_cancelled_is_a_cancelled_task_that_says_n
     assert task is not None and task.status == "failed"  # never started, not cancelled
     task = task_view(released, RunStatus(RUN, "unknown"), SERVER, cancelled=True)
     assert task is not None and task.status == "cancelled" and task.terminal
-    assert "cancelled before its run started: nothing was done" in task.message
+    assert "cancelled before it started: nothing was done" in task.message
+    assert task.result is not None and "nothing was done" in task.result.text
 
 
 @pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
