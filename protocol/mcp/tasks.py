@@ -163,11 +163,9 @@ def not_cancellable(view: TaskView) -> RpcError:
     if view.terminal:
         return RpcError(INVALID_PARAMS, f"task {view.task_id} is already {view.status}: "
                         "it cannot be cancelled")
-    if view.waiting:
-        return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled: its run "
-                        "stopped with an action in doubt and waits for an operator to settle it")
-    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled here: its run "
-                    "is not running in this server process; tasks/get tells how it stands")
+    # Waiting for an operator: a cancel does not settle a doubt.
+    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled: its run "
+                    "stopped with an action in doubt and waits for an operator to settle it")
 
 
 @dataclass(frozen=True, slots=True)

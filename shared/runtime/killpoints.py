@@ -11,7 +11,8 @@ The names, each right after the step it names is durable:
 
 - supervisor: `reserve` (the reserve event), `inputs` (the arguments file),
   `waiting` (the waiting record), `ended` (a worker's end received, before
-  the settle), `settle` (the settle event), `answer` (the answer written);
+  the settle), `settle` (the settle event), `answer` (the answer written),
+  `cancel` (a task's cancel recorded, before it is passed on or answered);
 - worker: `journal_file` (the journal's file created, before its header is
   written: a journal cut during its creation), `journal` (the journal's
   first line), `intent` and `outcome` (the two halves of each op), `end`
@@ -21,6 +22,12 @@ tests/crash runs a call through each of these (docs/crash-matrix.md is its
 report). The ledger's compaction has its own, `compact.written`,
 `compact.synced`, `compact.renamed` and `compact.done`, which
 tests/supervisor/store/test_ledger.py kills at.
+
+`STAAL_PAUSE_AT=<process>:<name>` (with `STAAL_TEST_KILL_POINTS=1`) makes
+the process wait there instead, the first time it gets there: it writes
+`staal: paused at <process>:<name>` on stderr, then waits until the test
+opens the FIFO `STAAL_PAUSE_FIFO` for writing and closes it (what happens
+meanwhile is the test's: a task's cancel before its run is sent, say).
 
 `STAAL_TEST_POOL_AHEAD=<n>`, honoured only with `STAAL_TEST_KILL_POINTS=1`,
 keeps `n` fresh workers on their way instead of the pool's own number
@@ -32,13 +39,16 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 _counts: dict[str, int] = {}
+_paused: set[str] = set()
 
 
 def kill_point(process: str, name: str) -> None:
     if os.environ.get("STAAL_TEST_KILL_POINTS") != "1":
         return
+    _pause(f"{process}:{name}")
     target = os.environ.get("STAAL_KILL_AT", "")
     where, _, nth = target.partition("#")
     if where != f"{process}:{name}":
@@ -53,6 +63,15 @@ def kill_point(process: str, name: str) -> None:
         except FileExistsError:
             return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pause(at: str) -> None:
+    if os.environ.get("STAAL_PAUSE_AT") != at or at in _paused:
+        return
+    _paused.add(at)
+    print(f"staal: paused at {at}", file=sys.stderr, flush=True)
+    with open(os.environ["STAAL_PAUSE_FIFO"], "rb") as fifo:  # until the test writes and closes it
+        fifo.read()
 
 
 def pool_ahead(usual: int) -> int:

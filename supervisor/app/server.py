@@ -84,7 +84,7 @@ class Server:
         self.takeover = Takeover(
             manifest.server.journals, parts.ledger, parts.run_journals, parts.waiting.notes,
             parts.in_flight, lambda files: plan_taken(manifest, parts.ledger, files),
-            parts.recovery, log, shared=store is not None)
+            parts.recovery, log, shared=store is not None, cancel=parts.pool.cancel)
         self.lease_keeper = LeaseKeeper(
             Lease(parts.ledger.renew_lease, LeaseTiming.of(store)), self.readiness, self.stopping,
             self.takeover.after_renewal, log)

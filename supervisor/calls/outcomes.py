@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from staal.errors import LogDamaged
-from staal.journal.reader import journal_started
+from staal.journal.reader import discard_unstarted, journal_started
 from staal.journal.records import End
 from staal.journal.writer import close_unfinished
 from staal.money import Money
@@ -16,8 +16,11 @@ from staal.records.content import ContentPart
 from staal.records.messages import Ended, StoppedMsg, report_of
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals
-from staal.supervisor.store.ledger import RunEntry
+from staal.supervisor.store.ledger import Ledger, RunEntry
 from staal.supervisor.store.notes import RunNotes
+
+# The answer for a run whose task was cancelled before it was handed to a worker.
+CANCELLED_UNSTARTED = "its task was cancelled before its run started: nothing was done"
 
 
 def outcome_of_end(run: str, outcome: str, result: Any, failure: Any,
@@ -138,3 +141,15 @@ def over_limit(files: RunFiles, params: tuple[str, ...], message: str,
     return report_of(files.run, close_unfinished(files.journal, params, message, kind="budget",
                                                   reopen=journals.reopen(files)))
 
+
+
+def release_unstarted(ledger: Ledger, notes: RunNotes, files: RunFiles, lines: bytes) -> bool:
+    """A run that never started (no worker made its journal's header
+    durable, or its task was cancelled before it was handed to one): its
+    reservation given back, a journal cut before its header removed, then
+    it ends as any run (its kept arguments go, its log ends with `lines`).
+    Whether a cut journal was removed."""
+    ledger.release(files.run)
+    cut = discard_unstarted(files.journal)
+    notes.end(files, lines)
+    return cut

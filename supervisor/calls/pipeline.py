@@ -25,12 +25,12 @@ from pathlib import Path
 from staal.errors import StaalError
 from staal.inputs.arguments import arguments_to_json, check_arguments
 from staal.inputs.types import InputError
-from staal.journal.reader import discard_unstarted
 from staal.manifest.model import Manifest, Tool
 from staal.protocol.mcp.dispatch import CallTool
 from staal.protocol.mcp.results import CallOutcome, Failed, Refused, RunStatus, Stopped
 from staal.records.messages import Ended, PrintLine, Run, RunSpans, Started, StoppedMsg
 from staal.records.messages import Progress as ProgressMsg
+from staal.records.outcomes import CANCELLED
 from staal.records.record import Json, Record
 from staal.records.runconfig import config_key
 from staal.runtime.killpoints import kill_point
@@ -38,15 +38,17 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.off_loop import off_loop
 from staal.supervisor.calls.outcomes import (
+    CANCELLED_UNSTARTED,
     answer_earlier,
     charged_of,
     outcome_of_message,
+    release_unstarted,
     run_status,
 )
 from staal.supervisor.calls.quota_text import quota_text
 from staal.supervisor.calls.run_crashes import Progress, RunCrashes, increasing
 from staal.supervisor.calls.run_logs import RunLogs, failure_fields
-from staal.supervisor.calls.tool_runtime import ToolRuntime, money_held
+from staal.supervisor.calls.tool_runtime import ToolRuntime, busy_text, money_held
 from staal.supervisor.recovery.waiting import Waiting
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.files import RunFiles
@@ -143,7 +145,7 @@ class Calls:
         over = await self.over_quota_already(runtime, admitted.admission(call.name))
         if over is not None:
             return over
-        busy = self.busy(runtime)
+        busy = busy_text(self.manifest.server.max_concurrent_runs, self.running, runtime)
         if busy is not None:
             return Refused("busy", busy)
         if state.cancelled:
@@ -168,17 +170,6 @@ class Calls:
         finally:
             self.running -= 1
             runtime.running -= 1
-
-    def busy(self, runtime: ToolRuntime) -> str | None:
-        limit = self.manifest.server.max_concurrent_runs
-        if self.running >= limit:
-            return (f"the server is busy: {limit} runs are in progress, its limit; "
-                    "try again later")
-        tool_limit = runtime.tool.max_concurrent_runs
-        if tool_limit is not None and runtime.running >= tool_limit:
-            return (f"the server is busy: tool '{runtime.tool.name}' already has {tool_limit} "
-                    "runs in progress, its limit; try again later")
-        return None
 
     async def over_quota_already(self, runtime: ToolRuntime,
                                  admission: Admission | None) -> Refused | None:
@@ -214,6 +205,7 @@ class Calls:
         finally:
             if state.run is not None:
                 self.in_flight.let_go([state.run])
+                self.pool.cancels.done(state.run)
 
     async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                                once: OnceRequest | None, call: CallTool, state: CallState,
@@ -234,6 +226,8 @@ class Calls:
         assert files is not None  # reserved: its arguments are kept there
         if state.reserved is not None:
             state.reserved(result.run, result.time)
+        if self.pool.cancels.take(result.run):  # its task was cancelled: it is never sent
+            return await self.conclude(tool, files, None)
         progress = increasing(state.progress)
         progress(0, f"run {result.run} started")
         final = await self.crashes.execute_with_recovery(
@@ -267,9 +261,14 @@ class Calls:
         assert tool is not None  # recovery resumes only a run whose tool is still there (what_changed)
         entry = self.ledger.run(files.run)
         grants = None if entry is None else entry.grants  # the grant set it was reserved with
-        final = await self.crashes.execute_with_recovery(tool, files, resume=True,
-                                                         grants=grants)
-        return await self.conclude(tool, files, final)
+        if await off_loop(self.waiting.notes.cancelled, files):
+            self.pool.cancel(files.run)  # resumed cancelled: what it did replays, nothing new starts
+        try:
+            final = await self.crashes.execute_with_recovery(tool, files, resume=True,
+                                                             grants=grants)
+            return await self.conclude(tool, files, final)
+        finally:
+            self.pool.cancels.done(files.run)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None, lease: Lease | None = None,
@@ -354,13 +353,14 @@ class Calls:
             return Stopped(files.run, final.op, final.message)
         if final is None:
             # No worker made its journal's header durable (they died, or none
-            # came): it never started.
-            await off_loop(self.ledger.release, files.run)
-            # A journal cut before its header was durable goes; then the run
-            # ends as any run (its kept arguments, on a shared store their row too).
-            await off_loop(discard_unstarted, files.journal)
-            await off_loop(self.waiting.notes.end, files,
-                           self.logs.last_lines(files, "never started"))
+            # came), or its task was cancelled before it was sent: it never started.
+            cancelled = self.pool.cancels.take(files.run)
+            ended = "cancelled before it started" if cancelled else "never started"
+            await off_loop(release_unstarted, self.ledger, self.waiting.notes, files,
+                           self.logs.last_lines(files, ended))
+            if cancelled:
+                self.log("run_ended", run=files.run, tool=tool.name, outcome="released", kind=CANCELLED)
+                return Failed(files.run, CANCELLED, CANCELLED_UNSTARTED)
             self.log("internal_error", level="error", run=files.run, tool=tool.name,
                      message="the run never started: no worker created its journal (see above)")
             return Failed(files.run, "internal", "the run never started: no worker created its journal")

@@ -33,10 +33,11 @@ from staal.protocol.mcp.tasks import (
 )
 from staal.records.outcomes import CANCELLED, ERROR_KINDS
 from staal.runtime.backoff import Backoff
+from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.in_flight import Holder
 from staal.supervisor.calls.off_loop import off_loop
-from staal.supervisor.calls.outcomes import run_status
+from staal.supervisor.calls.outcomes import CANCELLED_UNSTARTED, run_status
 from staal.supervisor.calls.pipeline import Calls
 from staal.supervisor.store.caller_runs import CallerRuns
 from staal.supervisor.store.ledger import RunEntry
@@ -52,7 +53,8 @@ RESULT_POLL = Backoff(first=0.05, cap=5.0, at_once=0)
 NEVER_STARTED = "its run never started: nothing was done"
 
 
-def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskView | None:
+def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig,
+              cancelled: bool = False) -> TaskView | None:
     """How the task of run `entry` stands, from how its run stands (None:
     no such task: its run is unknown, or no longer kept). `working` while
     the run runs and while it waits for an operator (the message says which,
@@ -61,7 +63,8 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
     run's result is an error (2025-11-25: a tool result with isError true
     fails the task; the 2026-07-28 writer answers it completed) or when the
     run never started; `cancelled` when its task was cancelled (the run
-    failed as `cancelled`, stopped before its next action)."""
+    failed as `cancelled`, stopped before its next action), or `cancelled`
+    (read only for a released run) says it was cancelled before it started."""
     if status.status in ("unknown", "expired") and entry.state != "released":
         return None
 
@@ -74,6 +77,9 @@ def task_view(entry: RunEntry, status: RunStatus, server: ServerConfig) -> TaskV
                         None if outcome is None else shape_outcome(outcome), internal,
                         waiting=status.status == "waiting_for_operator")
 
+    if entry.state == "released" and cancelled:
+        return view("cancelled", f"Run {entry.run} was cancelled before it started: nothing was done.",
+                    Failed(entry.run, CANCELLED, CANCELLED_UNSTARTED))
     if entry.state == "released":
         return view("failed", f"Run {entry.run} failed: {NEVER_STARTED}.",
                     Failed(entry.run, "internal", NEVER_STARTED))
@@ -123,9 +129,10 @@ class Tasks:
 
     def _view_of(self, entry: RunEntry) -> TaskView | None:
         calls = self.calls
-        status = run_status(entry, calls.files(entry.tool, entry.run), calls.waiting.notes,
-                            calls.run_journals)
-        return task_view(entry, status, self.server)
+        files = calls.files(entry.tool, entry.run)
+        status = run_status(entry, files, calls.waiting.notes, calls.run_journals)
+        cancelled = entry.state == "released" and calls.waiting.notes.cancelled(files)
+        return task_view(entry, status, self.server, cancelled)
 
     def created(self, run: str, reserved_ms: int) -> TaskView:
         """The task of a run just reserved: working, and nothing read."""
@@ -153,16 +160,22 @@ class Tasks:
     async def cancel(self, request: TaskRequest, view: TaskView, admitted: Admitted) -> TaskAnswer:
         """Cancel the task's run as its deadline would end it: the action in
         progress finishes, no new one starts, and the run ends `cancelled`
-        (supervisor/workers/pool_states.py `Cancels`). Only a run a call or
-        recovery of this process holds is reached; one waiting for an operator
-        is not running. 2026-07-28 acknowledges at once (cooperative), and
-        an ended task idempotently; 2025-11-25 answers with the task
-        cancelled, so once its run has stopped, and refuses an ended one."""
+        (supervisor/workers/pool_states.py `Cancels`); one not yet handed to
+        a worker is never sent, its reservation given back. The cancel is
+        durable first (supervisor/store/notes.py): a run resumed at start or
+        by a takeover resumes cancelled, and the instance that runs it learns
+        it after its next renewal when another instance was asked. One
+        waiting for an operator is not running. 2026-07-28 acknowledges at
+        once (cooperative), and an ended task idempotently; 2025-11-25
+        answers with the task cancelled, so once its run has stopped, and
+        refuses an ended one."""
         run = view.task_id
-        stoppable = (not view.terminal and not view.waiting
-                     and self.calls.in_flight.holder(run) is not Holder.FREE)
+        stoppable = not view.terminal and not view.waiting
         if stoppable:
-            self.calls.pool.cancel(run)
+            await off_loop(self._record_cancel, run)
+            kill_point("supervisor", "cancel")
+            if self.calls.in_flight.holder(run) is not Holder.FREE:
+                self.calls.pool.cancel(run)
             self.calls.log("run_cancel_asked", run=run)
         if request.revision != LEGACY:
             return view
@@ -172,6 +185,11 @@ class Tasks:
         if isinstance(ended, TaskView) and ended.status != "cancelled":
             return not_cancellable(ended)  # it ended first, or stopped in doubt
         return ended
+
+    def _record_cancel(self, run: str) -> None:
+        entry = self.calls.ledger.run(run)
+        assert entry is not None  # its view was just read
+        self.calls.waiting.notes.cancel(self.calls.files(entry.tool, run))
 
     async def result(self, task_id: str | None, admitted: Admitted,
                      until: Callable[[TaskView], bool] = lambda view: view.terminal,

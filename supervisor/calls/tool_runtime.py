@@ -47,3 +47,16 @@ def money_held(runtime: ToolRuntime, admission: Admission | None) -> tuple[Money
     if admission is None or admission.grants is None:
         return runtime.worst_case
     return worst_case(runtime.tool, admission.grants)
+
+
+def busy_text(limit: int, running: int, runtime: ToolRuntime) -> str | None:
+    """Why a call is refused busy with `running` runs in progress, the
+    server's `limit` and the tool's own (None: it is not)."""
+    if running >= limit:
+        return (f"the server is busy: {limit} runs are in progress, its limit; "
+                "try again later")
+    tool_limit = runtime.tool.max_concurrent_runs
+    if tool_limit is not None and runtime.running >= tool_limit:
+        return (f"the server is busy: tool '{runtime.tool.name}' already has {tool_limit} "
+                "runs in progress, its limit; try again later")
+    return None

@@ -53,6 +53,7 @@ def sweep(manifest: Manifest, ledger: Ledger) -> Sweep:
             files = RunFiles(journals, entry.tool, entry.run)
             if files.journal.exists() or files.log.exists():
                 _unlink(files.log)
+                _unlink(files.cancel)
                 _unlink(files.journal)
                 deleted.append(entry.run)
                 folders.add(files.folder)

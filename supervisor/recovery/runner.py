@@ -12,10 +12,9 @@ import asyncio
 import traceback
 from collections.abc import Awaitable, Callable
 
-from staal.journal.reader import discard_unstarted
 from staal.protocol.mcp.results import CallOutcome
 from staal.supervisor.calls.in_flight import RunsInFlight
-from staal.supervisor.calls.outcomes import charged_of
+from staal.supervisor.calls.outcomes import charged_of, release_unstarted
 from staal.supervisor.calls.run_logs import RunLogs
 from staal.supervisor.recovery.at_start import RecoveryPlan
 from staal.supervisor.store.files import RunFiles
@@ -61,10 +60,9 @@ class Recovery:
 
     async def carry_out(self, plan: RecoveryPlan) -> None:
         for files in plan.release:
-            await asyncio.to_thread(self.ledger.release, files.run)
-            cut = await asyncio.to_thread(discard_unstarted, files.journal)
-            await asyncio.to_thread(self.notes.end, files, self.logs.last_lines(
-                files, "never started", recovered="released: it never started"))
+            cut = await asyncio.to_thread(release_unstarted, self.ledger, self.notes, files,
+                                          self.logs.last_lines(files, "never started",
+                                                               recovered="released: it never started"))
             self.log("recovered", rule="released: it never started", run=files.run, tool=files.tool,
                      removed="its journal, cut before its header was durable" if cut else None)
         for files, end in plan.settle:

@@ -3,6 +3,8 @@ a shared store: the unfinished runs of instances whose leases expired
 become this one's (takeover), and this instance's own runs that a failure
 of the store left unsettled are settled, released or resumed (settling in
 place), each as recovery at start would (supervisor/recovery/runner.py).
+And the runs this instance runs whose tasks a client cancelled through
+another instance (which recorded the cancel in the store) are told to stop.
 
 Both find their runs and claim them (`RunsInFlight`) under one lock, never
 interleaved, so a run is recovered by one of them once; neither touches a
@@ -41,7 +43,8 @@ class Takeover:
     def __init__(self, journals: Path, ledger: Ledger, run_journals: RunJournals,
                  notes: RunNotes, in_flight: RunsInFlight, plan: PlanTaken,
                  recovery: Recovery, log: Log, shared: bool = True,
-                 claim_wait_s: float = CLAIM_WAIT_S) -> None:
+                 claim_wait_s: float = CLAIM_WAIT_S,
+                 cancel: Callable[[str], bool] = lambda run: False) -> None:
         self.journals = journals
         # Only a shared store refuses a write and answers again while this
         # instance serves: settling in place is for it alone.
@@ -54,6 +57,9 @@ class Takeover:
         self.recovery = recovery
         self.log = log
         self.claim_wait_s = claim_wait_s
+        # Stop a run of this process as its task's cancel asks (the pool's:
+        # True the first time it is asked for the run).
+        self.cancel = cancel
         # A takeover and settling in place each find their runs and claim
         # them under this lock, never interleaved.
         self.claiming = asyncio.Lock()
@@ -70,6 +76,8 @@ class Takeover:
         settling in place on a shared store, unless it still runs (the
         store answered: it may take the writes it refused)."""
         await self.take_over(lease)
+        if self.shared:
+            await self.pass_on_cancels()
         if self.shared and (self.settling is None or self.settling.done()):
             self.settling = asyncio.ensure_future(self.settle_in_place())
 
@@ -108,6 +116,23 @@ class Takeover:
         task = asyncio.ensure_future(self.recovery.held(plan, held, "takeover_failed"))
         self.resuming.add(task)
         task.add_done_callback(self.resuming.discard)
+
+    async def pass_on_cancels(self) -> None:
+        """The runs held here whose tasks were cancelled (recorded in the
+        store by whichever instance the client asked) stop before their next
+        action, as if asked here; a store that does not answer is asked
+        again at the next renewal."""
+        held = self.in_flight.held()
+        if not held:
+            return
+        try:
+            cancelled = await asyncio.to_thread(self.notes.cancelled_among, held)
+        except StaalError as exc:
+            self.log("cancels_unread", level="warning", kind=exc.kind, message=exc.message)
+            return
+        for run in sorted(cancelled):
+            if self.in_flight.holder(run) is not Holder.FREE and self.cancel(run):
+                self.log("run_cancel_learned", run=run)
 
     async def settle_in_place(self) -> None:
         """This instance's own runs that a failure of the store left

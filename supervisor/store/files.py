@@ -5,6 +5,7 @@ ones the supervisor owns (seed 000 section 7).
     <journals>/<tool>/<first two of run id>/<run id>.journal      (the worker writes it)
     <journals>/<tool>/<first two of run id>/<run id>.inputs.json  (kept while resumable)
     <journals>/<tool>/<first two of run id>/<run id>.log.jsonl
+    <journals>/<tool>/<first two of run id>/<run id>.cancel.json   (its task was cancelled)
     <journals>/waiting/<run id>.json                               (a run waiting for an operator)
 """
 
@@ -46,6 +47,10 @@ class RunFiles:
     @cached_property
     def log(self) -> Path:
         return self.folder / f"{self.run}.log.jsonl"
+
+    @cached_property
+    def cancel(self) -> Path:
+        return self.folder / f"{self.run}.cancel.json"
 
     @cached_property
     def waiting(self) -> Path:

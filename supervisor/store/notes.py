@@ -1,19 +1,26 @@
-"""Where a run's waiting record and its log are kept (issue 15), behind one
-small interface the calls, recovery, status, the console, the metrics and
-the resources use:
+"""Where a run's waiting record, its log and its task's cancel are kept
+(issues 15 and 28), behind one small interface the calls, recovery, status,
+the console, the metrics and the resources use:
 
 - `FileNotes` (the file store): `<journals>/waiting/<run>.json`, written
-  once and fsync'd, and `<run>.log.jsonl` beside the journal, appended and
-  not fsync'd (for people, not authoritative);
+  once and fsync'd, `<run>.log.jsonl` beside the journal, appended and
+  not fsync'd (for people, not authoritative), and `<run>.cancel.json`
+  beside it, written once and fsync'd;
 - `StoreNotes` (the PostgreSQL store): rows every instance reads
   (supervisor/store/postgres/note_rows.py), the record fenced as a journal append and
   naming a resolve command that works from any machine. The notify command
   is given a copy of the record on the disk of the instance that wrote it.
+
+A cancel (DESIGN.md section 8, "Tasks") is durable before tasks/cancel is
+acknowledged, and stays with the run: a run resumed (at start, by a
+takeover) is resumed cancelled, and a run released before it started
+answers as a cancelled task. It says only when; it is kept until the run's
+files go (retention), on the shared store with its run's rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +68,15 @@ class RunNotes(Protocol):
     def end(self, files: RunFiles, lines: bytes) -> None:
         """The run is settled: its last log lines written, its kept arguments
         and waiting record removed."""
+
+    def cancel(self, files: RunFiles) -> None:
+        """Record, durably, that the run's task was cancelled (idempotent)."""
+
+    def cancelled(self, files: RunFiles) -> bool:
+        """Whether the run's task was cancelled."""
+
+    def cancelled_among(self, runs: Collection[str]) -> frozenset[str]:
+        """Those of `runs` (ids) whose tasks were cancelled."""
 
     def adopt(self, runs: Iterable[RunFiles]) -> None:
         """At start, before recovery: waiting records of these runs that an
@@ -120,6 +136,16 @@ class FileNotes:
         remove_inputs(files)
         self.unwait(files)
 
+    def cancel(self, files: RunFiles) -> None:
+        write_durably(files.cancel, _cancel_record(files.run))
+
+    def cancelled(self, files: RunFiles) -> bool:
+        return files.cancel.exists()
+
+    def cancelled_among(self, runs: Collection[str]) -> frozenset[str]:
+        return frozenset(run for run in runs
+                         if any(self.journals.glob(f"*/{run[:2]}/{run}.cancel.json")))
+
     def adopt(self, runs: Iterable[RunFiles]) -> None:
         pass  # the files are the records
 
@@ -161,6 +187,15 @@ class StoreNotes:
         self.rows.end(files.run, _entries(lines))
         _unlink(files.waiting)
 
+    def cancel(self, files: RunFiles) -> None:
+        self.rows.cancel(files.run, _time())
+
+    def cancelled(self, files: RunFiles) -> bool:
+        return bool(self.rows.cancelled([files.run]))
+
+    def cancelled_among(self, runs: Collection[str]) -> frozenset[str]:
+        return self.rows.cancelled(list(runs))
+
     def adopt(self, runs: Iterable[RunFiles]) -> None:
         """A record from before schema version 3 (a file naming its journal,
         not the instance that wrote it) becomes the run's row as it was
@@ -185,6 +220,11 @@ def _replace_copy(files: RunFiles, record: WaitingRecord) -> None:
     answered since, is replaced."""
     _unlink(files.waiting)
     write_durably(files.waiting, record.to_file())
+
+
+def _cancel_record(run: str) -> bytes:
+    """A cancel's file: the run and when, for people; that it exists is the record."""
+    return orjson.dumps({"run": run, "cancelled_ms": _time()})
 
 
 def _entries(lines: bytes) -> list[dict[str, Any]]:

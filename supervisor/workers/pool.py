@@ -242,9 +242,9 @@ class Pool:
                 continue
             on_message(reply)
 
-    def cancel(self, run: str) -> None:
-        """Stop run `run`, of a call of this process, before its next action."""
-        self.cancels.ask(self.workers.values(), run)
+    def cancel(self, run: str) -> bool:
+        """Stop run `run`, of this process, before its next action; False if asked already."""
+        return self.cancels.ask(self.workers.values(), run)
 
     def _after_run(self, worker: Worker, reply: Ended | StoppedMsg) -> None:
         """The run ended: a worker that stays rests (resting.py); any other

@@ -183,12 +183,18 @@ async def acknowledge(append: JournalAppend, on_journal: OnJournal | None) -> Jo
 class Cancels:
     """The pool's cancels of runs (DESIGN.md section 8, "Tasks"): a run a
     worker runs is told to stop before its next action (CANCEL_SIGNAL,
-    worker/processes/cancel.py); one not sent yet is sent cancelled."""
+    worker/processes/cancel.py); one not sent yet is sent cancelled, and so
+    is one sent again after its worker died. A run is asked once; it is
+    forgotten when its call (or its recovery) ends (`done`)."""
 
     def __init__(self) -> None:
-        self.unsent: set[str] = set()
+        self.asked: set[str] = set()
 
-    def ask(self, workers: Iterable[Worker], run: str) -> None:
+    def ask(self, workers: Iterable[Worker], run: str) -> bool:
+        """Whether this is the first time `run` is asked."""
+        if run in self.asked:
+            return False
+        self.asked.add(run)
         for worker in workers:
             if worker.run == run and worker.state is WorkerState.RUNNING:
                 worker.cancelled = True  # it serves no other run (resting.py)
@@ -196,12 +202,13 @@ class Cancels:
                     os.kill(worker.pid, CANCEL_SIGNAL)
                 except ProcessLookupError:
                     pass  # it died: its run's end comes as its loss
-                return
-        self.unsent.add(run)
+                break
+        return True
 
     def take(self, run: str) -> bool:
         """Whether `run`, about to be sent, was cancelled."""
-        if run in self.unsent:
-            self.unsent.discard(run)
-            return True
-        return False
+        return run in self.asked
+
+    def done(self, run: str) -> None:
+        """The call (or the recovery) that held `run` let it go."""
+        self.asked.discard(run)

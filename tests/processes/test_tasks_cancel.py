@@ -8,14 +8,23 @@ made. In 2025-11-25 the cancel is answered with the task cancelled once its
 run has stopped, and a second cancel of the ended task is refused; in
 2026-07-28 it is acknowledged at once, and again once the task has ended.
 Another caller's cancel is answered as for a task that does not exist, and
-its run goes on to complete."""
+its run goes on to complete. A task cancelled before its run is handed to a
+worker runs nothing: its reservation is given back (the quota with it) and
+it answers cancelled. A cancel is durable before it is acknowledged: the
+server killed right after recording it resumes the run cancelled at its
+next start, and the run's next action never starts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 from staal.journal.reader import read_journal
 from staal.money import Money
@@ -180,3 +189,98 @@ def test_a_cancel_ends_a_wait_outside_the_runs_actions_at_once(tmp_path, payment
     end = read_journal(site.journal("read_then_wait", run)).end
     assert end is not None and end.failure is not None and end.failure.kind == "cancelled"
     assert "outside any action" in end.failure.message  # the sleep was cut, not an action
+
+
+def test_a_task_cancelled_before_its_run_is_sent_runs_nothing_and_gives_its_quota_back(
+        tmp_path, payments):
+    fifo = tmp_path / "pause"
+    os.mkfifo(fifo)
+    site = Site(tmp_path)
+    (tmp_path / "refund_then_read.py").write_text(REFUND_THEN_READ)
+    site.write([{"name": "refund_then_read", "program": "refund_then_read.py", "task": "optional",
+                 "quota": {"window": "1h", "calls": 1},
+                 "grants": {"pay": stripe_refund_grant(payments.base)}}])
+    # The call waits once its run's reserve and arguments are durable, before
+    # its run is handed to the worker it took.
+    env = {"STRIPE_SECRET_KEY": payments.key, "STAAL_TEST_KILL_POINTS": "1",
+           "STAAL_PAUSE_AT": "supervisor:inputs", "STAAL_PAUSE_FIFO": str(fifo)}
+    order = payments.intent(amount=5000)["id"]
+    params = {"name": "refund_then_read", "arguments": {"order": order, "amount": USD20}}
+    with RawServer(site, env) as server:
+        server.initialize()
+        creating = server.request("tools/call", {**params, **WITH_TASKS}, modern=True)
+        server.stderr.wait_for(lambda line: "paused at supervisor:inputs" in line, what="the pause")
+        (entry,) = read_ledger(site.ledger_path).runs()
+        run = entry.run
+        ack = server.call("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)
+        assert "result" in ack, ack
+        with open(fifo, "wb"):
+            pass  # the call goes on
+        assert server.answer(creating)["result"]["taskId"] == run
+        server.stderr.wait_event("run_ended", run=run, outcome="released")
+        got = server.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert got["status"] == "cancelled" and "nothing was done" in got["statusMessage"]
+        assert server.stderr.events("run_started", run=run) == []  # no worker was sent it
+        assert not site.journal("refund_then_read", run).exists()
+        assert payments.requests() == []
+        (entry,) = read_ledger(site.ledger_path).runs()
+        assert entry.state == "released"
+        # Its quota of one call an hour was given back: the next call runs.
+        again = server.call("tools/call", params)["result"]
+        assert again["isError"] is False, again
+    assert len(payments.refunds()) == 1  # the second call's
+
+
+READ_WAIT_REFUND = '''
+import time
+
+from staal import Money
+from staal.caps import StripeRefund
+
+
+def main(order: str, amount: Money, pay: StripeRefund) -> dict:
+    pay.payment_intent(order)
+    print("read")
+    time.sleep(120)  # outside any action: a cancel ends it
+    refund = pay.refund(order, amount, "requested_by_customer")
+    return {"refund": refund["id"]}
+'''
+
+
+def test_a_cancel_recorded_before_the_server_died_resumes_the_run_cancelled_at_the_next_start(
+        tmp_path, payments):
+    site = Site(tmp_path)
+    (tmp_path / "read_wait_refund.py").write_text(READ_WAIT_REFUND)
+    site.write([{"name": "read_wait_refund", "program": "read_wait_refund.py", "task": "optional",
+                 "max_wait": "10m", "grants": {"pay": stripe_refund_grant(payments.base)}}])
+    order = payments.intent(amount=5000)["id"]
+    params = {"name": "read_wait_refund", "arguments": {"order": order, "amount": USD20}}
+    env = {"STRIPE_SECRET_KEY": payments.key}
+    # Killed once the cancel is durable, before it reaches the worker or is answered.
+    server = RawServer(site, {**env, "STAAL_TEST_KILL_POINTS": "1",
+                              "STAAL_KILL_AT": "supervisor:cancel"})
+    try:
+        server.initialize()
+        run = server.call("tools/call", {**params, **WITH_TASKS}, modern=True)["result"]["taskId"]
+        server.stderr.wait_event("print", run=run)  # its read is journaled; it waits
+        family = psutil.Process(server.process.pid).children(recursive=True)
+        cancelling = server.request("tasks/cancel", {"taskId": run, **WITH_TASKS}, modern=True)
+        assert server.wait_exit() == -signal.SIGKILL  # at its kill point
+        for process in family:  # its zygote and its worker, still waiting
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        answers = [m for m in server.messages() if isinstance(m, dict) and m.get("id") == cancelling]
+        assert answers == []  # never acknowledged
+    finally:
+        server.stop()
+    with RawServer(site, env) as again:
+        again.initialize()  # answered once recovery resumed the run to its end
+        got = again.call("tasks/get", {"taskId": run, **WITH_TASKS}, modern=True)["result"]
+        assert got["status"] == "cancelled", got
+    end = read_journal(site.journal("read_wait_refund", run)).end
+    assert end is not None and end.failure is not None and end.failure.kind == "cancelled"
+    assert "outside any action" in end.failure.message  # its wait cut at once, as resumed
+    assert len(payments.requests("GET", f"/v1/payment_intents/{order}")) == 1  # replayed
+    assert payments.requests("POST") == []  # the refund after the wait never started
+    (entry,) = read_ledger(site.ledger_path).runs()
+    assert (entry.state, entry.outcome) == ("settled", "failed")

@@ -1,6 +1,7 @@
-"""Waiting records and run logs as rows of the PostgreSQL store (issue 15,
-schema version 3): the one writer and the one reader of `staal_waiting` and
-`staal_logs`, on the journal rows' connection (supervisor/store/postgres/journal_rows.py).
+"""Waiting records, run logs and tasks' cancels as rows of the PostgreSQL
+store (issue 15, schema versions 3 and 7): the one writer and the one reader
+of `staal_waiting`, `staal_logs` and `staal_cancels`, on the journal rows'
+connection (supervisor/store/postgres/journal_rows.py).
 
 A waiting record is written fenced, like a journal append: only the run's
 owner under its current token writes it, and a run has one, kept as first
@@ -9,7 +10,8 @@ that takes a waiting run over and sees it stop again keeps the first
 instance's record and notifies no one again. A run's end is one statement,
 a transaction by itself: its log lines written, its waiting record and its
 kept arguments gone, in the one round trip the arguments' removal took
-alone before.
+alone before. A cancel is not fenced: any instance a client asks records
+it, and the run's owner reads it (it only ever reduces what the run does).
 """
 
 from __future__ import annotations
@@ -79,6 +81,20 @@ class NoteRows:
         """The run ended: its last log lines written, its waiting record and
         kept arguments removed, in one statement."""
         self.rows.run(lambda cur, again: _write(cur, _END, run, entries, again), alone=True)
+
+    def cancel(self, run: str, time_ms: int) -> None:
+        """Record that the run's task was cancelled (kept as first written)."""
+        self.rows.run(lambda cur, again: cur.execute(
+            "INSERT INTO staal_cancels (run, cancelled_ms) VALUES (%s, %s) "
+            "ON CONFLICT (run) DO NOTHING", (run, time_ms)), alone=True)
+
+    def cancelled(self, runs: list[str]) -> frozenset[str]:
+        """Those of `runs` whose tasks were cancelled."""
+        def query(cur: psycopg.Cursor[Any], again: bool) -> frozenset[str]:
+            cur.execute("SELECT run FROM staal_cancels WHERE run = ANY(%s)", (runs,))
+            return frozenset(str(row[0]) for row in cur.fetchall())
+
+        return self.rows.run(query, alone=True) if runs else frozenset()
 
     def logged(self, run: str) -> list[dict[str, Any]]:
         """The run's log lines in order."""

@@ -17,7 +17,8 @@ already the caller's own), every event's place in the ledger's order unique
 the first version, so leases and takeover (issue 15 item 3) add no column
 that existing rows lack. Version 5 (issue 27) adds what decisions per key
 read by index (each run's caller, whether it ended) and drops the head row;
-version 6 indexes each caller's runs in the ledger's order, for their pages.
+version 6 indexes each caller's runs in the ledger's order, for their pages;
+version 7 (issue 28) keeps each cancelled task's cancel (`staal_cancels`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycop
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -135,6 +136,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # (supervisor/store/postgres/caller_runs.py). NULL is the local
         # client, so the index holds it too.
         "CREATE INDEX staal_runs_caller_seq ON staal_runs (caller, seq)",
+    ),
+    (
+        # Version 7 (issue 28): a task's cancel, durable before it is
+        # acknowledged (supervisor/store/notes.py), written by whichever
+        # instance the client asked and read by the one that runs the run
+        # (after each renewal) or resumes it (at start, a takeover). At most
+        # one per run; it goes with its run.
+        """CREATE TABLE staal_cancels (
+            run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
+            cancelled_ms bigint NOT NULL)""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

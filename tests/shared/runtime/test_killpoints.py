@@ -1,11 +1,12 @@
 """The crash harness's test-only hooks (shared/runtime/killpoints.py): a
-pool told to keep fewer workers ahead only where kill points are on."""
+pool told to keep fewer workers ahead, and a pause (STAAL_PAUSE_AT), only
+where kill points are on."""
 
 from __future__ import annotations
 
 import pytest
 
-from staal.runtime.killpoints import pool_ahead
+from staal.runtime.killpoints import kill_point, pool_ahead
 
 
 def test_the_pools_own_number_of_workers_ahead_holds_without_kill_points(monkeypatch):
@@ -29,3 +30,15 @@ def test_a_number_of_workers_ahead_that_is_no_whole_number_of_at_least_one_is_re
     monkeypatch.setenv("STAAL_TEST_POOL_AHEAD", value)
     with pytest.raises(ValueError, match="STAAL_TEST_POOL_AHEAD must be a whole number"):
         pool_ahead(3)
+
+
+def test_a_pause_is_ignored_without_kill_points_and_elsewhere_than_where_it_is_set(
+        monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("STAAL_PAUSE_AT", "supervisor:inputs")
+    monkeypatch.setenv("STAAL_PAUSE_FIFO", str(tmp_path / "absent"))  # opening it would fail
+    monkeypatch.delenv("STAAL_TEST_KILL_POINTS", raising=False)
+    kill_point("supervisor", "inputs")
+    monkeypatch.setenv("STAAL_TEST_KILL_POINTS", "1")
+    kill_point("supervisor", "reserve")
+    kill_point("worker", "inputs")
+    assert "paused" not in capsys.readouterr().err

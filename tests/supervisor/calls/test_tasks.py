@@ -116,6 +116,19 @@ class FakeLedger:
         return page_in(reversed(self.entries), which)  # the file ledger's paging
 
 
+class FakeNotes:
+    """The store's cancels: which runs' cancels were recorded."""
+
+    def __init__(self):
+        self.cancels = []
+
+    def cancel(self, files):
+        self.cancels.append(files.run)
+
+    def cancelled(self, files):
+        return files.run in self.cancels
+
+
 class FakePool:
     def __init__(self):
         self.cancelled = []
@@ -137,7 +150,8 @@ def service(entries, monkeypatch) -> Tasks:
     monkeypatch.setattr(tasks_module, "run_status", lambda entry, *_: stand.get(entry.run) or RunStatus(
         entry.run, "running" if entry.unsettled else "done", result=1))
     calls = SimpleNamespace(ledger=FakeLedger(entries), manifest=SimpleNamespace(server=SERVER),
-                            files=lambda tool, run: None, waiting=SimpleNamespace(notes=None),
+                            files=lambda tool, run: SimpleNamespace(tool=tool, run=run),
+                            waiting=SimpleNamespace(notes=FakeNotes()),
                             run_journals=None, pool=FakePool(), log=lambda *a, **k: None,
                             in_flight=SimpleNamespace(holder=lambda run: Holder.FREE))
     return Tasks(calls, CursorSigner(b"k" * 32))  # type: ignore[arg-type]
@@ -189,17 +203,27 @@ def test_tasks_list_pages_the_callers_tasks_newest_first_with_signed_cursors(mon
     assert isinstance(forged, RpcError) and forged.code == -32602
 
 
-def test_a_started_task_whose_run_is_not_held_here_is_not_cancelled_and_nothing_changes(monkeypatch):
+def test_a_cancel_of_a_run_held_by_no_process_here_is_recorded_for_its_owner_and_no_worker_is_signalled(
+        monkeypatch):
     asyncio.run(_not_held(monkeypatch))
 
 
 async def _not_held(monkeypatch):
-    tasks = service([ENTRY], monkeypatch)  # its run: no call or recovery of this process holds it
-    answer = await tasks.answer(TaskRequest(1, "tasks/cancel", "2025-11-25", task_id=RUN))
-    assert isinstance(answer, RpcError) and "not running in this server process" in answer.message
+    tasks = service([ENTRY], monkeypatch)  # its run: another instance's, or not yet resumed
     modern = await tasks.answer(TaskRequest(2, "tasks/cancel", "2026-07-28", task_id=RUN))
     assert not isinstance(modern, RpcError) and modern.status == "working"
+    assert tasks.calls.waiting.notes.cancels == [RUN]  # durable before the acknowledgement
     assert tasks.calls.pool.cancelled == [] and tasks.view(RUN).status == "working"
+
+
+def test_a_released_run_whose_task_was_cancelled_is_a_cancelled_task_that_says_nothing_was_done():
+    released = replace(ENTRY, state="released", ended_ms=2_000)
+    task = view(RunStatus(RUN, "unknown"), released)
+    assert task is not None and task.status == "failed"  # never started, not cancelled
+    task = task_view(released, RunStatus(RUN, "unknown"), SERVER, cancelled=True)
+    assert task is not None and task.status == "cancelled" and task.terminal
+    assert "cancelled before it started: nothing was done" in task.message
+    assert task.result is not None and "nothing was done" in task.result.text
 
 
 @pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
@@ -227,8 +251,9 @@ async def _cancelled(monkeypatch):
     tasks.calls.in_flight.holder = lambda run: Holder.CALL
     waiting = asyncio.ensure_future(tasks.answer(TaskRequest(1, "tasks/cancel", "2025-11-25",
                                                              task_id=RUN)))
-    await asyncio.wait_for(tasks.calls.pool.asked.wait(), 30)  # it reads the store off the loop first
+    await asyncio.wait_for(tasks.calls.pool.asked.wait(), 30)  # it records the cancel off the loop first
     assert tasks.calls.pool.cancelled == [RUN] and not waiting.done()
+    assert tasks.calls.waiting.notes.cancels == [RUN]
     stand[RUN] = RunStatus(RUN, "failed", kind="cancelled", message="cancelled before op 2")
     tasks.changed(RUN)  # the run's end reached this process
     answer = await asyncio.wait_for(waiting, 30)

@@ -1,7 +1,9 @@
-"""Waiting records and run logs as rows of the PostgreSQL store (issue 15,
-schema version 3): a run's waiting record is written fenced, kept as first
-written, and removed with the run's end; its log is rows in order; an
-upgrade from version 2 keeps every row."""
+"""Waiting records, run logs and tasks' cancels as rows of the PostgreSQL
+store (issue 15, schema versions 3 and 7): a run's waiting record is written
+fenced, kept as first written, and removed with the run's end; its log is
+rows in order; its cancel is written by any instance, outlives its end and
+goes with its run; an upgrade from version 2 keeps every row, and one from
+version 6 adds the cancels."""
 
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     before = pg_store.rows("SELECT run, line, record FROM staal_journal")
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 2
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(6,)]
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(7,)]
     assert pg_store.rows("SELECT run, line, record FROM staal_journal") == before
     assert pg_store.rows("SELECT run, owner FROM staal_runs") == [(run, "a")]
     pg_store.execute("INSERT INTO staal_waiting VALUES (%s, 'a', '{}')", (run,))
@@ -109,6 +111,41 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     pg_store.execute("DELETE FROM staal_runs")  # compaction: they go with their run
     assert pg_store.rows("SELECT count(*) FROM staal_waiting") == [(0,)]
     assert pg_store.rows("SELECT count(*) FROM staal_logs") == [(0,)]
+
+
+def test_a_tasks_cancel_is_written_by_any_instance_read_by_the_owner_and_goes_with_its_run(
+        pg_store: PgStore, tmp_path: Path) -> None:
+    pg_store.at_version(6)
+    owner_ledger, owner_rows = open_rows(pg_store, "a")  # upgrades the schema to 7
+    other_ledger, other_rows = open_rows(pg_store, "b")
+    run = owner_ledger.reserve_call("t", None, 1, (), None).run
+    kept = owner_ledger.reserve_call("t", None, 1, (), None).run
+    owner, other = StoreNotes(NoteRows(owner_rows)), StoreNotes(NoteRows(other_rows))
+    files = RunFiles(tmp_path, "t", run)
+    assert not owner.cancelled(files) and owner.cancelled_among([run, kept]) == frozenset()
+    other.cancel(files)  # not fenced: the instance the client asked is not the run's owner
+    other.cancel(files)  # again: kept as first written
+    assert owner.cancelled(files) and owner.cancelled_among([run, kept]) == {run}
+    owner.end(files, b'{"event":"ended","outcome":"failed"}\n')
+    assert owner.cancelled(files)  # a released run's task still answers cancelled
+    assert pg_store.rows("SELECT run FROM staal_cancels") == [(run,)]
+    pg_store.execute("DELETE FROM staal_runs WHERE run = %s", (run,))  # compaction
+    assert pg_store.rows("SELECT count(*) FROM staal_cancels") == [(0,)]
+    for closing in (owner_rows, other_rows, owner_ledger, other_ledger):
+        closing.close()
+
+
+def test_a_tasks_cancel_on_the_file_store_is_a_file_beside_its_journal_found_among_runs(
+        tmp_path: Path) -> None:
+    notes = FileNotes(tmp_path)
+    run, kept = "1" * 32, "2" * 32
+    files = RunFiles(tmp_path, "t", run)
+    assert not notes.cancelled(files) and notes.cancelled_among([run, kept]) == frozenset()
+    notes.cancel(files)
+    notes.cancel(files)
+    assert notes.cancelled(files) and files.cancel.parent == files.journal.parent
+    assert notes.cancelled_among([run, kept]) == {run}
+    assert json.loads(files.cancel.read_bytes())["run"] == run
 
 
 def test_a_waiting_record_an_older_version_kept_as_a_file_becomes_the_runs_row_as_written(

@@ -128,7 +128,7 @@ def test_a_store_an_older_schema_wrote_gains_the_callers_index_and_pages_its_run
                          "fence, caller) VALUES (%s, 't', %s, %s, %s, 'old', 100, %s)",
                          (run, T0 + seq, seq, Jsonb(LEDGER.encode(reserve)), caller))
     with PostgresLedger.open(pg_store.dsn, "new", FixedClock(T0), [].append) as ledger:
-        assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(6,)]
+        assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)]
         assert pg_store.rows("SELECT indexdef FROM pg_indexes WHERE indexname = "
                              "'staal_runs_caller_seq'")[0][0].endswith("(caller, seq)")
         page = ledger.caller_runs(CallerRuns(CALLERS[1], True, 2))
