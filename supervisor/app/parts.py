@@ -15,7 +15,6 @@ that fails stops the children it started (`Startup.abandon`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,12 +116,12 @@ def warm_cpu_ceiling(manifest: Manifest) -> Callable[[str], float | None]:
 
 
 async def stop_keeping(keeping: asyncio.Future[None] | None) -> None:
-    """The lease's keeper stops renewing (it may have ended already: lost)."""
+    """The lease's keeper stops renewing (it may have ended already: lost),
+    and is waited for, whatever it ended with: closing goes on after it."""
     if keeping is None:
         return
     keeping.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await keeping
+    await asyncio.wait([keeping])
 
 
 class Startup:
