@@ -1,9 +1,11 @@
 """Start-up, before anything is answered: what serving is made of, opened
 and started in order, each step needing the ones before it.
 
-Take the journal directory's lock, open the ledger (and on a shared store
-the journal rows and notes, making this instance's copies of its
-unfinished runs whole), plan recovery (any problem stops here), start the
+Take the journal directory's lock, open the ledger (on a shared store this
+registers the instance's lease, renewed from then on by the lease's keeper:
+supervisor/recovery/lease_keeper.py), open the journal rows and notes on a
+shared store, making this instance's copies of its unfinished runs whole,
+plan recovery (any problem stops here), start the
 worker pool (its zygote started early) and check every tool in a worker,
 build the call pipeline and the resources, recover, and sweep by the
 retention rules. `Startup.run` hands back the started `Parts`; a start-up
@@ -39,6 +41,8 @@ from staal.supervisor.calls.tasks import Tasks
 from staal.supervisor.calls.tool_runtime import ToolRuntime
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.recovery.at_start import plan_recovery
+from staal.supervisor.recovery.lease import Lease, LeaseTiming
+from staal.supervisor.recovery.lease_keeper import LeaseKeeper
 from staal.supervisor.recovery.retention import Retention, sweep
 from staal.supervisor.recovery.runner import Recovery
 from staal.supervisor.recovery.waiting import Waiting
@@ -50,6 +54,7 @@ from staal.supervisor.store.lockfile import ServerLock
 from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import Observer
 from staal.supervisor.telemetry.tracing import Tracing
+from staal.supervisor.transport.readiness import ReadyState
 from staal.supervisor.workers.pool import Pool
 from staal.supervisor.workers.zygote import Spawned, runtime_dir, worker_environment
 
@@ -80,8 +85,13 @@ class Parts:
     retention: Retention
     descriptors: list[ToolDescriptor]
     server_info: ServerInfo
+    # The lease's keeper (it holds the readiness and the stopping event it
+    # tells), renewing since the ledger opened, and its task.
+    lease_keeper: LeaseKeeper
+    keeping: asyncio.Future[None]
 
     async def close(self) -> None:
+        await stop_keeping(self.keeping)  # before the ledger gives the lease up
         self.waiting.stopping.set()
         await self.pool.close()
         self.run_journals.close()
@@ -105,6 +115,15 @@ def warm_cpu_ceiling(manifest: Manifest) -> Callable[[str], float | None]:
     return lambda key: ceilings.get(key)
 
 
+async def stop_keeping(keeping: asyncio.Future[None] | None) -> None:
+    """The lease's keeper stops renewing (it may have ended already: lost),
+    and is waited for, whatever it ended with: closing goes on after it."""
+    if keeping is None:
+        return
+    keeping.cancel()
+    await asyncio.wait([keeping])
+
+
 class Startup:
     def __init__(self, manifest: Manifest, log: Log, early: Spawned | None,
                  tracing: Tracing, observer: Observer) -> None:
@@ -113,11 +132,20 @@ class Startup:
         self.early = early
         self.tracing = tracing
         self.observer = observer
+        # What a load balancer's check reads, and what stops serving (the
+        # keeper sets it when the lease is lost): made before start-up, since
+        # the lease is kept from the moment the ledger opens.
+        self.readiness = ReadyState(log)
+        self.stopping = asyncio.Event()
         # The pool once started: it owns the zygote (the one started early) from then on.
         self.pool: Pool | None = None
+        self.keeping: asyncio.Future[None] | None = None
 
     async def abandon(self) -> None:
-        """After a failed start: the workers and their zygote stop."""
+        """After a failed start: the lease is no longer renewed (closing
+        the ledger gives it up; a process that dies leaves it to run out),
+        the workers and their zygote stop."""
+        await stop_keeping(self.keeping)
         if self.pool is not None:
             await self.pool.close()
         elif self.early is not None:
@@ -134,6 +162,13 @@ class Startup:
             lambda text: self.log("clock_behind", level="warning", message=text),
             on_forget=lambda entry: self.log("once_forgotten", run=entry.run, tool=entry.tool,
                                              by="staal-supervisor forget"))
+        # The lease was registered as the ledger opened: renewed from now on,
+        # through recovery, which may take longer than the lease, not only
+        # once serving (issue 27 item 6; supervisor/recovery/lease.py says
+        # why not register it after recovery instead).
+        keeper = LeaseKeeper(Lease(ledger.renew_lease, LeaseTiming.of(server.store)),
+                             self.readiness, self.stopping, self.log)
+        self.keeping = asyncio.ensure_future(keeper.keep())
         run_journals = await asyncio.to_thread(open_journals, server, ledger)
         waiting = Waiting(open_notes(server, run_journals), server.notify, server.notify_env,
                           self.log)
@@ -176,8 +211,8 @@ class Startup:
                        if not is_hidden_tool(t.tool.name)]
         return Parts(lock, ledger, run_journals, waiting, directory, pool, tools, calls, in_flight,
                      catalogue, resources, Tasks(calls, catalogue.signer), recovery, retention,
-                     descriptors,
-                     ServerInfo(server.name, staal.__version__))
+                     descriptors, ServerInfo(server.name, staal.__version__), keeper,
+                     self.keeping)
 
     async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:
         """The resources served (supervisor/calls/resources.py): the runs, and each

@@ -1,10 +1,11 @@
 """`staal-supervisor serve`: start-up, then serving over one transport.
 
 Start-up, before anything is answered (supervisor/app/parts.py): take the
-journal directory's lock, open the ledger, start the zygote and check every
-tool's program and config in a worker, recover. `Server` then holds the
-started parts, builds what keeps going while it serves (the lease's keeper,
-takeover and settling in place: supervisor/recovery/) and answers what
+journal directory's lock, open the ledger (the lease's keeper renews from
+then on), start the zygote and check every tool's program and config in a
+worker, recover. `Server` then holds the started parts, builds what keeps
+going while it serves (takeover and settling in place after each renewal
+of the lease: supervisor/recovery/) and answers what
 every transport asks. A transport serves the calls: stdio (`stdio_serving`:
 the protocol stream until it ends) or Streamable HTTP (`http_serving`:
 until SIGTERM). Either way a call runs through the same pipeline
@@ -37,22 +38,19 @@ from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.calls.busy_bound import BusyBound
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.recovery.at_start import plan_taken
-from staal.supervisor.recovery.lease import Lease, LeaseTiming
-from staal.supervisor.recovery.lease_keeper import LeaseKeeper
 from staal.supervisor.recovery.takeover import Takeover
 from staal.supervisor.store.choice import describe_store
 from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import NO_METRICS, Metrics, Observer
 from staal.supervisor.telemetry.tracing import Tracing, tracing_for
 from staal.supervisor.transport.application import Transport
-from staal.supervisor.transport.readiness import ReadyState
 from staal.supervisor.workers.zygote import STOP_SIGNALS, Spawned
 
 
 class Server:
     """The composition root: given the started parts (supervisor/app/parts.py),
-    it builds the ones that keep going while it serves (the lease's keeper,
-    takeover and settling in place) and is what a transport serves calls
+    it builds the ones that keep going while it serves (takeover and settling
+    in place, after each renewal of the lease) and is what a transport serves calls
     through."""
 
     def __init__(self, manifest: Manifest, log: Log, parts: Parts, tracing: Tracing,
@@ -68,13 +66,15 @@ class Server:
                                                           parts.server_info)
         self.resource_catalogue = parts.resource_catalogue
         self.tasks = parts.tasks
-        # Set by SIGTERM or SIGINT (or the transport's own end): serving stops taking
-        # calls, answers those in flight, and the server closes.
-        self.stopping = asyncio.Event()
+        # Set by SIGTERM or SIGINT (or the transport's own end, or the lease
+        # lost): serving stops taking calls, answers those in flight, and the
+        # server closes. Made by start-up, as the lease's keeper was.
+        self.lease_keeper = parts.lease_keeper
+        self.stopping = parts.lease_keeper.stopping
         self.tasks.stopping = self.stopping  # a waiting tasks/result lets serving end
         self.terminated_by: signal.Signals | None = None
         # What a load balancer's check reads (GET /ready over HTTP).
-        self.readiness = ReadyState(log)
+        self.readiness = parts.lease_keeper.readiness
         # Counted only with a `server.metrics` section; else reports are dropped.
         self.metrics = metrics
         self.observer: Observer = metrics or NO_METRICS
@@ -85,16 +85,14 @@ class Server:
             manifest.server.journals, parts.ledger, parts.run_journals, parts.waiting.notes,
             parts.in_flight, lambda files: plan_taken(manifest, parts.ledger, files),
             parts.recovery, log, shared=store is not None, cancel=parts.pool.cancel)
-        self.lease_keeper = LeaseKeeper(
-            Lease(parts.ledger.renew_lease, LeaseTiming.of(store)), self.readiness, self.stopping,
-            self.takeover.after_renewal, log)
 
     def started(self) -> None:
         """Start-up is over: a checkout waits for a worker only as long as a
-        call may (pool.CALL_WAIT_S), and the instance is ready and says so."""
+        call may (pool.CALL_WAIT_S), the lease takes over as it renews, and
+        the instance is ready and says so."""
         server = self.manifest.server
         self.pool.serving = True
-        self.readiness.note("started")
+        self.lease_keeper.serving(self.takeover.after_renewal)
         self.log("serving", server=server.name, tools=[t.name for t in self.manifest.tools],
                  journals=str(server.journals), ledger=describe_store(server),
                  version=staal.__version__)
@@ -215,12 +213,10 @@ async def serve(manifest: Manifest, transport: Transport, log: Log,
         loop.add_signal_handler(number, server.terminated, number)
     daily = asyncio.ensure_future(server.parts.retention.daily())
     metrics_listener = MetricsListener(server, metrics_sock)
-    lease = asyncio.ensure_future(server.lease_keeper.keep())
     try:
         await transport(server)
     finally:
         daily.cancel()
-        lease.cancel()
         await metrics_listener.close()
         await server.close()
     return 0

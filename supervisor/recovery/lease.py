@@ -18,6 +18,7 @@ from their journal rows as recovery at start does.
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -58,38 +59,58 @@ DEFAULT_LEASE = LeaseTiming()
 
 
 class LeaseState(enum.Enum):
-    HELD = "held"
+    STARTING = "starting"  # held, renewed, while start-up runs: takes over nothing
+    HELD = "held"  # held while serving: renewed, and takes over as it renews
     LOST = "lost"  # for good: the identity is another process's
 
 
 # Closing the store gives the lease up (status: released); a process that
 # dies leaves it to expire. Only a held lease takes over the runs of
 # instances whose leases expired (checked as it renews its own): a process
-# that lost its identity must not take anyone's runs.
+# that lost its identity must not take anyone's runs, and one still
+# starting takes none (above). A lease lost while starting stays lost when
+# start-up ends.
 TRANSITIONS = {
+    (LeaseState.STARTING, "renewed"): LeaseState.STARTING,
+    (LeaseState.STARTING, "lost"): LeaseState.LOST,
+    (LeaseState.STARTING, "started"): LeaseState.HELD,
     (LeaseState.HELD, "renewed"): LeaseState.HELD,
     (LeaseState.HELD, "lost"): LeaseState.LOST,
     (LeaseState.HELD, "took_over"): LeaseState.HELD,
+    (LeaseState.LOST, "started"): LeaseState.LOST,
 }
 
 
 class Lease:
-    """This instance's lease; `renew` is the store's (True: still ours)."""
+    """This instance's lease, registered and starting; `renew` is the
+    store's (True: still ours). A renewal runs in a thread while start-up
+    may end on the event loop's: each change of state is made under a lock,
+    so neither is lost."""
 
     def __init__(self, renew: Callable[[int], bool], timing: LeaseTiming = DEFAULT_LEASE) -> None:
         self._renew = renew
         self.timing = timing
-        self.state = LeaseState.HELD
+        self.state = LeaseState.STARTING
+        self._changing = threading.Lock()
+
+    def _advance(self, event: str) -> LeaseState:
+        with self._changing:
+            self.state = advance(TRANSITIONS, self.state, event)
+            return self.state
 
     def renew(self) -> LeaseState:
         """Extend the lease by its length; a database error propagates and
         leaves the state as it was."""
         held = self._renew(self.timing.lease_ms)
-        self.state = advance(TRANSITIONS, self.state, "renewed" if held else "lost")
-        return self.state
+        return self._advance("renewed" if held else "lost")
+
+    def started(self) -> LeaseState:
+        """Start-up is over: from now on the lease takes over as it renews
+        (a lost one stays lost)."""
+        return self._advance("started")
 
     def take_over(self, take: Callable[[], T]) -> T:
         """Take over the runs of instances whose leases expired (`take`, the
-        store's); `IllegalTransition` unless the lease is held."""
-        self.state = advance(TRANSITIONS, self.state, "took_over")
+        store's); `IllegalTransition` unless the lease is held and serving."""
+        self._advance("took_over")
         return take()

@@ -1,5 +1,10 @@
-"""Renewing this instance's lease (supervisor/recovery/lease.py) while it
-serves: every third of the lease, on the clock it is given. A renewal the
+"""Renewing this instance's lease (supervisor/recovery/lease.py) from the
+moment it is registered, through start-up, and while it serves: every third
+of the lease, on the clock it is given. Start-up starts the keeper right
+after the ledger opens (supervisor/app/parts.py), so a recovery at start
+longer than the lease keeps the runs it resumes (issue 27 item 6); until
+`serving`, a renewal only renews (the lease is starting: no takeover, no
+settling in place) and the instance stays not ready. A renewal the
 store does not answer leaves the lease to run down (not ready meanwhile) and
 is tried again at the next; one that finds the instance's identity another
 process's stops serving for good, since the runs this one would settle are
@@ -22,15 +27,31 @@ AfterRenewal = Callable[[Lease], Awaitable[None]]
 
 
 class LeaseKeeper:
-    def __init__(self, lease: Lease, readiness: ReadyState, stopping: asyncio.Event,
-                 after_renewal: AfterRenewal, log: Log, clock: Monotonic = MONOTONIC) -> None:
+    def __init__(self, lease: Lease, readiness: ReadyState, stopping: asyncio.Event, log: Log,
+                 clock: Monotonic = MONOTONIC) -> None:
         self.lease = lease
         self.readiness = readiness
-        # Set once the lease is lost: serving stops taking calls.
+        # Set once the lease is lost: serving stops taking calls (or, lost
+        # while starting, serving ends as soon as it begins).
         self.stopping = stopping
-        self.after_renewal = after_renewal
+        # What a renewal of the serving lease leads to: set by `serving`.
+        self.after_renewal: AfterRenewal | None = None
         self.log = log
         self.clock = clock
+        # The last renewal found the store out of reach: said to readiness
+        # once the instance is started (a starting one is not ready anyway).
+        self.store_failed = False
+
+    def serving(self, after_renewal: AfterRenewal) -> None:
+        """Start-up is over: the lease becomes a serving one, each renewal
+        that holds leads to `after_renewal`, and the instance is ready,
+        unless its last renewal failed (ready at the next that holds) or it
+        lost its lease while starting (fenced for good)."""
+        self.after_renewal = after_renewal
+        self.lease.started()
+        self.readiness.note("started")
+        if self.store_failed:
+            self.readiness.note("store_failed")
 
     async def keep(self) -> None:
         """Renew until the lease is lost (or the task is cancelled: serving ended)."""
@@ -45,8 +66,10 @@ class LeaseKeeper:
             state = await asyncio.to_thread(self.lease.renew)
         except StaalError as exc:  # the store unreachable: the lease runs down, try again
             self.log("lease_renewal_failed", level="warning", kind=exc.kind, message=exc.message)
+            self.store_failed = True
             self.readiness.note("store_failed")
             return self.lease.state
+        self.store_failed = False
         if state is LeaseState.LOST:
             self.readiness.note("fenced")
             self.log("lease_lost", level="error", message=(
@@ -55,5 +78,6 @@ class LeaseKeeper:
             self.stopping.set()
             return state
         self.readiness.note("renewed")
-        await self.after_renewal(self.lease)
+        if state is LeaseState.HELD and self.after_renewal is not None:
+            await self.after_renewal(self.lease)
         return state

@@ -31,10 +31,18 @@ class Readiness(enum.Enum):
 S = Readiness
 # "renewed" and "store_failed": a renewal of the lease and its result;
 # "fenced": a renewal found the identity another process's; "stopping":
-# SIGTERM or the transport's end. Draining and fenced are for good.
+# SIGTERM or the transport's end. Draining and fenced are for good. The
+# lease is renewed while the instance starts too (recovery at start may
+# outlast it: supervisor/recovery/lease_keeper.py), and a starting instance
+# stays not ready whatever its renewals say: the keeper tells a failed last
+# renewal when it tells "started". One that finds the identity another
+# process's fences it for good, started or not.
 TRANSITIONS = {
     (S.STARTING, "started"): S.SERVING,
     (S.STARTING, "stopping"): S.DRAINING,
+    **{(S.STARTING, e): S.STARTING for e in ("renewed", "store_failed")},
+    (S.STARTING, "fenced"): S.FENCED,
+    (S.FENCED, "started"): S.FENCED,
     **{(s, "renewed"): S.SERVING for s in (S.SERVING, S.STORE_UNREACHABLE)},
     **{(s, "store_failed"): S.STORE_UNREACHABLE for s in (S.SERVING, S.STORE_UNREACHABLE)},
     **{(s, "fenced"): S.FENCED for s in (S.SERVING, S.STORE_UNREACHABLE, S.DRAINING)},

@@ -13,6 +13,7 @@ from tests.lease_model.state import Budget, Config, State, Variant
 VARIANTS = {
     "faithful": Variant(),
     "line-check": Variant("line-check", append_checks_line=True),
+    "no-renew-while-starting": Variant("no-renew-while-starting", no_renew_while_starting=True),
     "no-append-fence": Variant("no-append-fence", skip_append_fence=True),
     "no-end-check": Variant("no-end-check", skip_end_fence=True),
     "register-keeps-token": Variant("register-keeps-token", register_keeps_token=True),
@@ -46,7 +47,8 @@ def parse(argv: list[str]) -> tuple[Config, bool]:
 def describe(s: State) -> str:
     procs = []
     for i, (p, old) in enumerate(zip(s.procs, s.stale, strict=True)):
-        text = "dead" if p is None else f"{p.status}/{p.lease} holds {[h[:2] for h in p.held]}"
+        text = "dead" if p is None else (f"{p.status}/{p.lease}{' starting' if p.starting else ''}"
+                                         f" holds {[h[:2] for h in p.held]}")
         if old is not None:
             text += f" + old {old.status}/{old.lease} holds {[h[:2] for h in old.held]}"
         procs.append(f"i{i} {text}")

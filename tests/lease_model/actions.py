@@ -119,7 +119,7 @@ def _claim(s: State, c: Config, i: int, which: str, p: Proc, runs: list[int]) ->
 
 def _environment(s: State, c: Config) -> Iterator[Step]:
     b = s.budget
-    if _may_tick(s):
+    if _may_tick(s, c):
         yield "tick", True, _tick(s, c)
     if s.db_up and b.db_restarts:
         yield "database restarts (committed rows survive)", False, s._replace(
@@ -164,20 +164,23 @@ def _start(s: State, c: Config, i: int, budget: Budget) -> State:
     """PostgresLedger.open -> register_instance (a new token, a lease from
     the instance's own clock, not the ledger's time), then recovery at start
     (at_start.plan_recovery over ledger.mine(): the runs the rows say are
-    this instance's)."""
+    this instance's), the process starting until its recovery is over."""
     leases = _put(s.leases, i, c.skews[i] + c.lease)
-    fresh = Proc(UP, True, HELD, False, True, AFTER_NOTHING, ())
+    fresh = Proc(UP, True, HELD, False, True, AFTER_NOTHING, (), starting=True)
     s = _with_proc(s._replace(leases=leases, budget=budget), i, CUR, fresh)
     mine = [run for run, r in enumerate(s.runs) if r.owner == i and not r.end]
     return _claim(s, c, i, CUR, fresh, mine)
 
 
-def _may_tick(s: State) -> bool:
-    """LeaseKeeper.keep renews every third of the lease: time moves on only
-    once every running process holding its lease tried a renewal since the
-    last tick (a paused one is exempt: that is what a pause is)."""
+def _may_tick(s: State, c: Config) -> bool:
+    """LeaseKeeper.keep renews every third of the lease, from the lease's
+    registration on (start-up included): time moves on only once every
+    running process holding its lease tried a renewal since the last tick (a
+    paused one is exempt: that is what a pause is; so, in the code before
+    issue 27 item 6, was one still starting)."""
     return all(p.renewed for p in (*s.procs, *s.stale)
-               if p is not None and p.status == UP and p.lease == HELD)
+               if p is not None and p.status == UP and p.lease == HELD
+               and not (p.starting and c.variant.no_renew_while_starting))
 
 
 def _tick(s: State, c: Config) -> State:
@@ -196,19 +199,25 @@ def _tick(s: State, c: Config) -> State:
 
 def _process_steps(s: State, c: Config, i: int, which: str, p: Proc) -> Iterator[Step]:
     # LeaseKeeper.renew, then (awaited) Takeover.take_over: one step here.
-    label, progress, renewed = _renew(s, c, i, which, p)
-    q = proc_of(renewed, i, which)
-    assert q is not None
-    if q.after == AFTER_TAKE:
-        more, _, renewed = _take_over(renewed, c, i, which, q)
-        label = f"{label}; {more}"
-    yield label, progress, renewed
+    if not (p.starting and c.variant.no_renew_while_starting):
+        label, progress, renewed = _renew(s, c, i, which, p)
+        q = proc_of(renewed, i, which)
+        assert q is not None
+        if q.after == AFTER_TAKE:
+            more, _, renewed = _take_over(renewed, c, i, which, q)
+            label = f"{label}; {more}"
+        yield label, progress, renewed
     if p.after == AFTER_SETTLE and s.db_up:
         yield from _settle_in_place(s, c, i, which, p)
-    if p.lease == HELD and s.db_up and s.budget.runs:
+    if p.lease == HELD and not p.starting and s.db_up and s.budget.runs:
         yield from _reserve(s, c, i, which, p)
     for run, nxt, rows in p.held:
         yield _run_step(s, c, i, which, p, run, nxt, rows)
+    if p.starting and not p.held:
+        # Recovery at start is over (every run it held let go): Server.started
+        # -> LeaseKeeper.serving, the lease takes over as it renews from now on.
+        yield f"instance {i} ({which}) started", True, _with_proc(
+            s, i, which, p._replace(starting=False))
 
 
 def _renew(s: State, c: Config, i: int, which: str, p: Proc) -> Step:
@@ -224,7 +233,10 @@ def _renew(s: State, c: Config, i: int, which: str, p: Proc) -> Step:
             s, i, which, p._replace(renewed=True, renew_ok=False, lease=LOST,
                                     after=AFTER_NOTHING))
     leases = _put(s.leases, i, stamp(s, c, i) + c.lease)
-    renewed = p._replace(renewed=True, renew_ok=True, after=AFTER_TAKE)
+    # A starting lease only renews (LeaseState.STARTING): no takeover, no
+    # settling in place until the process serves.
+    renewed = p._replace(renewed=True, renew_ok=True,
+                         after=AFTER_NOTHING if p.starting else AFTER_TAKE)
     return f"instance {i} ({which}) renews", True, _with_proc(
         s._replace(leases=leases), i, which, renewed)
 
@@ -280,10 +292,16 @@ def _dead(lease: int | None, now: int, c: Config) -> bool:
 def _alive_and_renewing(s: State, c: Config, j: int) -> bool:
     """Not a rule of the code: the ghost the live-keeps-its-runs check reads.
     The instance's process runs, holds its lease, renewed it since the last
-    tick, and by its own clock the lease has not run out."""
+    tick, and by its own clock the lease has not run out, starting or
+    serving. In the code before issue 27 item 6 a starting process has no
+    renewal to go by: running, it counts as alive (that variant is checked
+    without pauses, so running means it never stopped)."""
     p, lease = s.procs[j], s.leases[j]
-    return (p is not None and p.status == UP and p.lease == HELD and p.token_current
-            and p.renewed and p.renew_ok and lease is not None and lease >= c.skews[j])
+    if p is None or p.status != UP or p.lease != HELD or not p.token_current:
+        return False
+    if p.starting and c.variant.no_renew_while_starting:
+        return p.renew_ok
+    return p.renewed and p.renew_ok and lease is not None and lease >= c.skews[j]
 
 
 def _settle_in_place(s: State, c: Config, i: int, which: str, p: Proc) -> Iterator[Step]:

@@ -60,10 +60,12 @@ def no_resume_without_answer(s: State, c: Config) -> str | None:
 
 def live_keeps_runs(s: State, c: Config) -> str | None:
     """Not one of the issue's five: a live instance renewing on time keeps
-    its runs (no takeover of an instance whose lease runs by its own clock)."""
+    its runs (no takeover of an instance whose lease runs by its own clock),
+    and so does one still starting (issue 27 item 6)."""
     for run, r in enumerate(s.runs):
         if r.stolen:
-            return f"run {run} was taken over from an instance alive and renewing on time"
+            return (f"run {run} was taken over from an instance alive and renewing on time "
+                    "(or still starting)")
     return None
 
 

@@ -46,6 +46,10 @@ class Proc(NamedTuple):
     # (run, what it does next, how many rows its copy of the journal has),
     # by run: RunsInFlight
     held: tuple[tuple[int, str, int], ...]
+    # Start-up still runs (Startup.run): recovery at start resumes its runs,
+    # no call is taken, and the lease is starting (renewed, takes over
+    # nothing) until `started` (LeaseKeeper.serving).
+    starting: bool = False
 
 
 class Run(NamedTuple):
@@ -98,6 +102,9 @@ class Variant:
     # A second defence the code does not have: an append is accepted only
     # at the line the writer's copy of the journal expects.
     append_checks_line: bool = False
+    # The code before issue 27 item 6: the lease is renewed only once
+    # start-up is over, so a start-up longer than the lease lets it run out.
+    no_renew_while_starting: bool = False
 
 
 FAITHFUL = Variant()

@@ -75,6 +75,7 @@ class Scene:
         self.takeover = Takeover(tmp_path, store, store, store, self.in_flight,  # type: ignore[arg-type]
                                  self.plan, recovery, self.log, shared=shared, claim_wait_s=0.05)
         self.lease = Lease(lambda lease_ms: True)
+        self.lease.started()  # a serving instance's: it takes over as it renews
 
     def log(self, event: str, **fields: object) -> None:
         self.logged.append((event, fields))

@@ -67,9 +67,13 @@ def test_draining_and_fenced_are_for_good_whatever_a_renewal_says():
     assert state_after("started", "fenced", "stopping").state is Readiness.FENCED
 
 
-def test_a_renewal_before_the_instance_started_is_a_bug_raised():
-    with pytest.raises(IllegalTransition, match=r"^renewed is not allowed in state starting$"):
-        state_after("renewed")
+def test_renewals_while_starting_leave_the_instance_not_ready_and_a_lost_lease_fences_it_for_good():
+    # The lease is renewed from its registration on, through start-up.
+    assert state_after("renewed", "store_failed", "renewed").state is Readiness.STARTING
+    assert state_after("renewed", "started").state is Readiness.SERVING
+    assert state_after("fenced", "started").state is Readiness.FENCED
+    with pytest.raises(IllegalTransition, match=r"^started is not allowed in state serving$"):
+        state_after("started", "started")
 
 
 def test_each_change_is_logged_once_and_an_unreachable_store_as_a_warning():

@@ -322,8 +322,9 @@ def test_a_lease_is_renewed_while_held_lost_for_good_once_taken_and_given_up_at_
     assert lease_of(pg_store, "a") == T0 + DEFAULT_LEASE.lease_ms
     lease = Lease(ledger.renew_lease)
     clock.advance(1000)
-    assert lease.renew() is LeaseState.HELD
+    assert lease.renew() is LeaseState.STARTING  # renewed while the instance starts
     assert lease_of(pg_store, "a") == T0 + 1000 + DEFAULT_LEASE.lease_ms
+    assert lease.started() is LeaseState.HELD
     with open_ledger(pg_store, "a", clock):  # another process takes the identity
         assert lease.renew() is LeaseState.LOST
         with pytest.raises(IllegalTransition):
@@ -340,7 +341,7 @@ def test_a_configured_lease_is_registered_and_renewed_for_its_own_length_every_t
     assert lease_of(pg_store, "a") == T0 + 6000
     lease = Lease(ledger.renew_lease, timing)
     clock.advance(2000)
-    assert lease.renew() is LeaseState.HELD
+    assert lease.renew() is LeaseState.STARTING
     assert lease_of(pg_store, "a") == T0 + 2000 + 6000
     assert timing.renew_every_s == 2.0 and DEFAULT_LEASE.renew_every_s == 5.0
     ledger.close()
@@ -348,10 +349,13 @@ def test_a_configured_lease_is_registered_and_renewed_for_its_own_length_every_t
 
 def test_only_a_held_lease_moves_and_only_as_its_table_says() -> None:
     for state in LeaseState:
-        for event in ("renewed", "lost", "took_over"):
+        for event in ("renewed", "lost", "took_over", "started"):
             if (state, event) in TRANSITIONS:
                 assert advance(TRANSITIONS, state, event) in LeaseState
             else:
                 with pytest.raises(IllegalTransition):
                     advance(TRANSITIONS, state, event)
-    assert {state for state, _ in TRANSITIONS} == {LeaseState.HELD}
+    # Only a serving lease takes over; a lost one only stays lost.
+    assert {state for state, event in TRANSITIONS if event == "took_over"} == {LeaseState.HELD}
+    assert {event for state, event in TRANSITIONS if state is LeaseState.LOST} == {"started"}
+    assert advance(TRANSITIONS, LeaseState.LOST, "started") is LeaseState.LOST
