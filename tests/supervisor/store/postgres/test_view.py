@@ -181,8 +181,13 @@ def test_status_and_the_console_fetch_no_more_rows_from_a_ledger_grown_by_twelve
         report = collect(manifest)
         pages = overview(manifest), overview(manifest, "DONE")
         detail = run_detail(manifest, unfinished.run)  # type: ignore[union-attr]
-        assert [console.route(path, "")[0] for path in ("/", f"/runs/{done.run}")] == [200, 200]  # type: ignore[union-attr]
+        (status, page), (run_status, run_page) = (
+            console.route(path, "") for path in ("/", f"/runs/{done.run}"))  # type: ignore[union-attr]
         total = pg_store.rows("SELECT count(*) FROM staal_runs")[0][0]
+        assert (status, run_status) == (200, 200)
+        assert f"<p data-matched={total}>{total} runs, the newest {RUNS_SHOWN} shown</p>" in page
+        assert page.count("<tr data-run=") == RUNS_SHOWN
+        assert "data-state>done</b>" in run_page
         # The counts are the grown ledger's, and the lists what they were.
         assert {c.caller: c.runs for c in report.callers} == {ALICE: total - 1, BOB: 1}
         assert [r.run for r in report.runs] == [unfinished.run]  # type: ignore[union-attr]
