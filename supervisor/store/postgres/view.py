@@ -8,7 +8,7 @@ Counts are aggregates (each caller's runs: GROUP BY), computed by the
 database; lists come by index and limited: the unfinished runs by the
 partial index of unfinished runs, a quota's window by its tool's or
 caller's index of reserve times, the newest ended runs by the index of
-reserve times (`staal_runs_time`, schema version 7) walked backwards for as
+reserve times (`staal_runs_time`, schema version 8) walked backwards for as
 many as a page shows, the forgotten runs from `staal_forgets`, a run by its
 key. A search of the runs compares each run's id, tool and state in the
 database and fetches only the page.

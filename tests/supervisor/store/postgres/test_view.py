@@ -207,9 +207,9 @@ def test_status_and_the_console_fetch_no_more_rows_from_a_ledger_grown_by_twelve
 
 def test_a_store_an_older_schema_wrote_gains_the_index_of_reserve_times(
         pg_store: PgStore) -> None:
-    pg_store.at_version(6)
+    pg_store.at_version(7)
     with PostgresLedger.open(pg_store.dsn, "new", FixedClock(T0), [].append):
-        assert pg_store.rows("SELECT version FROM staal_schema") == [(7,)]
+        assert pg_store.rows("SELECT version FROM staal_schema") == [(8,)]
         assert pg_store.rows("SELECT indexdef FROM pg_indexes WHERE indexname = "
                              "'staal_runs_time'")[0][0].endswith("(reserved_ms, run)")
 
