@@ -14,14 +14,25 @@ Each size's writer runs `--rounds` times, the sizes interleaved so the
 machine's load falls on both alike; p99 is the median round's, memory and
 open time the worst round's.
     python benchmarks/store_grown.py [--events 0,1000000] [--pairs 400]
-        [--rounds 3] [--stores new] [--dsn DSN]
+        [--rounds 3] [--stores new] [--dsn DSN] [--callers N] [--status]
 
 `--stores` as in store_load.py (`ref:main` measures today's store).
+
+With `--status`, no writer: for each size a reader process runs what an
+operator runs beside the servers, `staal-supervisor status` (collected and
+rendered) and the console's overview and one run's page (issue 27 item 1),
+on a manifest of the 16 tools, each with an hour's quota, and reports
+
+    events E: status S s, console overview O s, a run's page P s; peak RSS ...
+
+(medians of the rounds; a reader that failed says how). `--callers N`
+gives each grown run one of N callers, so status counts each caller's runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -29,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 from store_load import DEFAULT_DSN, ROOT, importable, loadavg, numbers
 
@@ -39,11 +51,18 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--writer":
         writer(sys.argv[2], int(sys.argv[3]))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--reader":
+        reader(sys.argv[2])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", default="0,1000000")
     parser.add_argument("--pairs", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stores", default="new")
+    parser.add_argument("--callers", type=int, default=0,
+                        help="give each grown run one of this many callers")
+    parser.add_argument("--status", action="store_true",
+                        help="measure `status` and the console's overview instead of a writer")
     parser.add_argument("--dsn", default=os.environ.get("STAAL_TEST_POSTGRES_DSN", DEFAULT_DSN))
     args = parser.parse_args()
     print(f"load before: {loadavg()}", flush=True)
@@ -53,14 +72,16 @@ def main() -> None:
             if path is not None:
                 env["PYTHONPATH"] = path
             sizes = numbers(args.events)
-            schemas = {events: grown(args.dsn, env, events) for events in sizes}
+            schemas = {events: grown(args.dsn, env, events, args.callers) for events in sizes}
             try:
                 runs: dict[int, list[dict[str, float]]] = {events: [] for events in sizes}
                 for _ in range(args.rounds):  # the sizes interleaved, so load hits both
                     for events, dsn in schemas.items():
-                        runs[events].append(json.loads(run(dsn, env, args.pairs)))
+                        runs[events].append(json.loads(
+                            run(dsn, env, args.pairs, "--reader" if args.status else "--writer")))
                 for events, got in runs.items():
-                    print(f"[{store}] {summary(events, got)}", flush=True)
+                    told = read_summary(events, got) if args.status else summary(events, got)
+                    print(f"[{store}] {told}", flush=True)
             finally:
                 drop(args.dsn, schemas.values())
     print(f"load after: {loadavg()}", flush=True)
@@ -74,7 +95,7 @@ def summary(events: int, got: list[dict[str, float]]) -> str:
             f"(median of {len(got)} rounds)")
 
 
-def grown(dsn: str, env: dict[str, str], events: int) -> str:
+def grown(dsn: str, env: dict[str, str], events: int, callers: int = 0) -> str:
     """A schema of its own, made by the store and grown to `events`; its DSN."""
     import psycopg
 
@@ -84,7 +105,7 @@ def grown(dsn: str, env: dict[str, str], events: int) -> str:
         conn.execute(f"CREATE SCHEMA {schema}")
     run(scoped, env, 0)  # the store makes its schema
     with psycopg.connect(scoped, autocommit=True) as conn:
-        grow(conn, events // 2)
+        grow(conn, events // 2, callers)
     return scoped
 
 
@@ -97,16 +118,29 @@ def drop(dsn: str, scoped: object) -> None:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def run(dsn: str, env: dict[str, str], pairs: int) -> str:
-    done = subprocess.run([sys.executable, __file__, "--writer", dsn, str(pairs)], env=env,
+def read_summary(events: int, got: list[dict[str, Any]]) -> str:
+    def median(key: str) -> str:
+        took = sorted(r[f"{key}_s"] for r in got)[len(got) // 2]
+        failed = {r[f"{key}_error"] for r in got if f"{key}_error" in r}
+        return f"{took:.3f} s" + (f" (failed: {'; '.join(sorted(failed))})" if failed else "")
+
+    return (f"events {events}: status {median('status')}, console overview "
+            f"{median('overview')}, a run's page {median('run')} (medians of {len(got)} "
+            f"rounds); peak RSS {max(r['rss_start'] for r in got):.0f} MiB before, "
+            f"{max(r['rss_end'] for r in got):.0f} MiB after")
+
+
+def run(dsn: str, env: dict[str, str], pairs: int, mode: str = "--writer") -> str:
+    done = subprocess.run([sys.executable, __file__, mode, dsn, str(pairs)], env=env,
                           cwd=ROOT if env.get("PYTHONPATH") is None else "/",
                           stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
     return done.stdout
 
 
-def grow(conn: object, runs: int) -> None:
+def grow(conn: object, runs: int, callers: int = 0) -> None:
     """`runs` settled runs, each a reserve and a settle, in bulk, their
-    times in the order of their seq (as today's store requires)."""
+    times in the order of their seq (as today's store requires); with
+    `callers`, each run is one of that many callers'."""
     now = int(time.time() * 1000)
     columns = {row[0] for row in conn.execute(  # type: ignore[attr-defined]
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'staal_runs' "
@@ -128,6 +162,14 @@ def grow(conn: object, runs: int) -> None:
         "'time', reserved_ms + %(runs)s, 'outcome', 'done', 'charged', '[]'::jsonb) "
         "FROM (SELECT * FROM staal_runs WHERE owner = 'bulk' ORDER BY reserved_ms) r",
         {"runs": runs})
+    if callers:
+        conn.execute(  # type: ignore[attr-defined]
+            "UPDATE staal_runs r SET caller = c.h, "
+            "event = r.event || jsonb_build_object('caller', c.h, 'profile', 'default') "
+            "FROM (SELECT run, md5(x) || md5(x) AS h FROM (SELECT run, "
+            "'c' || (abs(hashtext(run)) %% %(callers)s) AS x FROM staal_runs "
+            "WHERE owner = 'bulk') AS s) AS c WHERE r.run = c.run", {"callers": callers})
+        conn.execute("VACUUM staal_runs")  # type: ignore[attr-defined]
     conn.execute("ANALYZE")  # type: ignore[attr-defined]
 
 
@@ -153,6 +195,50 @@ def writer(dsn: str, pairs: int) -> None:
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
     print(json.dumps({"open_s": opened, "rss_open": rss_open, "rss_end": rss_mib(), "p99": p99}))
+
+
+def reader(dsn: str) -> None:
+    """`status` and the console's overview and a run's page, as an operator
+    runs them beside the servers, on a manifest of the 16 tools, each with
+    a quota of an hour."""
+    import tempfile
+    from pathlib import Path
+
+    import psycopg
+
+    from staal.errors import StaalError
+    from staal.manifest.check import load_manifest
+    from staal.supervisor.views.console import Console
+    from staal.supervisor.views.status import collect, render
+
+    os.environ["STAAL_GROWN_DSN"] = dsn
+    with tempfile.TemporaryDirectory(prefix="store_grown_") as tmp:
+        folder = Path(tmp)
+        (folder / "noop.py").write_text("def main(n: int) -> int:\n    return n\n")
+        tools = [{"name": f"tool-{i}", "description": "A tool.", "program": "noop.py",
+                  "grants": {}, "quota": {"window": "1h", "calls": 1000},
+                  "net": {"timeout_ms": 5000, "connect_timeout_ms": 2000}} for i in range(16)]
+        store = {"postgres": {"dsn": {"env": "STAAL_GROWN_DSN"}}}
+        (folder / "manifest.json").write_text(json.dumps(
+            {"server": {"name": "grown", "journals": "journals", "store": store}, "tools": tools}))
+        manifest = load_manifest(folder / "manifest.json")
+        rss_start = rss_mib()
+        console = Console(manifest)
+        found: dict[str, object] = {"rss_start": rss_start}
+        steps = {"status": lambda: render(collect(manifest)),
+                 "overview": lambda: console.route("/", ""),
+                 "run": lambda: console.route(f"/runs/{hashlib.md5(b'1').hexdigest()}", "")}
+        for name, step in steps.items():
+            began = time.perf_counter()
+            try:
+                answer = step()
+                if isinstance(answer, tuple) and answer[0] not in (200, 404):
+                    found[f"{name}_error"] = f"HTTP {answer[0]}: {answer[1][-200:]}"
+            except (psycopg.Error, StaalError) as exc:  # a reader's failure is a result too
+                found[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            found[f"{name}_s"] = time.perf_counter() - began
+    found["rss_end"] = rss_mib()
+    print(json.dumps(found))
 
 
 def rss_mib() -> float:

@@ -7,7 +7,8 @@ console reach a store only through these functions.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from staal.manifest.model import ServerConfig
 from staal.runtime.clock import Clock
@@ -15,16 +16,17 @@ from staal.supervisor.recovery.lease import LeaseTiming
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.journals import FILE_JOURNALS, RunJournals, StoreJournals
-from staal.supervisor.store.ledger import LEDGER_FILE, Ledger, LedgerState, RunEntry, Warn, read_ledger
+from staal.supervisor.store.ledger import LEDGER_FILE, Ledger, RunEntry, Warn, read_ledger
 from staal.supervisor.store.notes import AllWaiting, FileNotes, RunNotes, StoreNotes
 from staal.supervisor.store.postgres.instances import instance_name
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import PostgresLedger
 from staal.supervisor.store.postgres.note_rows import NoteRows, read_all_waiting
-from staal.supervisor.store.postgres.view import SharedView, read_postgres
+from staal.supervisor.store.postgres.view import open_view
+from staal.supervisor.store.reads.view import LedgerView, StateView
 
-__all__ = ["SharedView", "StoreError", "describe_store", "open_journals", "open_ledger",
-           "open_notes", "read_state", "read_view", "read_waiting", "this_instance"]
+__all__ = ["LedgerView", "StoreError", "describe_store", "open_journals", "open_ledger",
+           "open_notes", "read_ledger_view", "read_waiting", "this_instance"]
 
 
 def open_ledger(server: ServerConfig, clock: Clock, warn: Warn,
@@ -71,17 +73,17 @@ def read_waiting(server: ServerConfig,
     return read_all_waiting(dsn_of(server, environ))
 
 
-def read_state(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> LedgerState:
-    """The ledger as it is now, read without changing it (status, console)."""
-    return read_view(server, environ).state
-
-
-def read_view(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> SharedView:
-    """The ledger with each run's owner and the instances sharing it (none
-    on the file store, where this one server owns every run)."""
+@contextmanager
+def read_ledger_view(server: ServerConfig,
+                     environ: Mapping[str, str] = os.environ) -> Iterator[LedgerView]:
+    """The ledger as status and the console read it, in one snapshot while
+    the block runs, without changing it (supervisor/store/reads/view.py): the
+    file ledger read whole, or the shared store asked by query."""
     if server.store is None:
-        return SharedView(read_ledger(server.journals / LEDGER_FILE), {}, ())
-    return read_postgres(dsn_of(server, environ))
+        yield StateView(read_ledger(server.journals / LEDGER_FILE))
+        return
+    with open_view(dsn_of(server, environ)) as view:
+        yield view
 
 
 def this_instance(server: ServerConfig) -> str | None:

@@ -23,7 +23,7 @@ from staal.manifest.addresses import is_loopback, split_host_port
 from staal.manifest.model import Manifest
 from staal.supervisor.errors import SupervisorError
 from staal.supervisor.store.files import RunFiles
-from staal.supervisor.views.console_data import BadQuery, WaitingRun, find_run, overview
+from staal.supervisor.views.console_data import BadQuery, overview, run_detail
 from staal.supervisor.views.console_pages import error_page, overview_page, run_page
 from staal.supervisor.views.timeline import timeline
 
@@ -88,16 +88,13 @@ class Console:
         return 404, error_page(404, f"no page at {path}: the overview is at /, a run at /runs/<run id>")
 
     def run(self, run_id: str) -> tuple[int, str]:
-        row = find_run(self.manifest, run_id)
-        if row is None:
+        found = run_detail(self.manifest, run_id)
+        if found is None:
             return 404, error_page(404, f"no run {run_id!r} in the ledger (an unknown id, or a run "
                                         "compaction dropped)")
+        row, waiting = found
         journals = self.manifest.server.journals
         line = timeline(RunFiles(journals, row.tool, row.run).journal, row.run, row.tool)
-        waiting: WaitingRun | None = None
-        if row.state == "waiting_for_operator":
-            found = overview(self.manifest, row.run).waiting
-            waiting = next((w for w in found if w.run == row.run), None)
         return 200, run_page(row, line, waiting)
 
 

@@ -3,8 +3,11 @@ journals, without a lock and without writing anything.
 
 The unfinished runs' states, the in-doubt wording, the resolve command and
 the quota totals are `status`'s own (supervisor/views/status.py); this module adds
-what a page needs beyond them: every run the ledger still holds, searchable,
-and each tool's use spread over its window for a chart.
+what a page needs beyond them: the runs the ledger still holds, searchable
+(the newest RUNS_SHOWN listed, all counted), a run by its id, and each
+tool's use spread over its window for a chart. All are asked of the
+store's `LedgerView` (supervisor/store/reads/view.py), so on PostgreSQL a
+page fetches what it shows, not the ledger.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from pathlib import Path
 
 from staal.manifest.model import Manifest
 from staal.supervisor.errors import SupervisorError
-from staal.supervisor.store.choice import read_state
+from staal.supervisor.store.choice import read_ledger_view
 from staal.supervisor.store.entries import RunEntry
-from staal.supervisor.store.state import LedgerState
-from staal.supervisor.views.status import collect, in_doubt, ledger_now_ms
+from staal.supervisor.store.reads.view import LedgerView, ended_state, matches
+from staal.supervisor.views.status import Beside, collect, in_doubt, ledger_now_ms
 from staal.supervisor.views.status_report import QuotaStatus, UnfinishedRun
 
 # Runs listed on the overview, newest first: enough to find a recent one by
@@ -88,54 +91,60 @@ def check_query(query: str) -> str:
 
 
 def overview(manifest: Manifest, query: str = "") -> Overview:
-    """The overview page's data; `query` (a run id, tool or state, or part
-    of one, any case) narrows the run list."""
+    """The overview page's data, in one snapshot of the ledger; `query` (a
+    run id, tool or state, or part of one, any case) narrows the run list.
+    The unfinished runs are status's; the ended ones the store finds, the
+    newest RUNS_SHOWN of them and how many match."""
     query = check_query(query)
-    report = collect(manifest)
-    state = read_state(manifest.server)
-    unfinished = {run.run: run for run in report.runs}
-    waiting = tuple(WaitingRun(run.run, run.tool, in_doubt(run.doubt), run.doubt.resolve)
-                    for run in report.runs if run.doubt is not None)
-    rows = [_row(entry, unfinished) for entry in state.runs()]
-    rows.sort(key=lambda row: (row.reserved_ms, row.run), reverse=True)
     needle = query.lower()
-    matched = [row for row in rows if not needle or needle in
-               f"{row.run}\n{row.tool}\n{row.state}".lower()]
-    now = ledger_now_ms(state)
-    quotas = tuple(_chart(state, quota, now) for quota in report.quotas)
+    with read_ledger_view(manifest.server) as view:
+        report = collect(manifest, view)
+        unfinished = {run.run: run for run in report.runs}
+        found = [row for row in (_row(entry, unfinished) for entry in view.unsettled())
+                 if matches(needle, row.run, row.tool, row.state)]
+        ended = view.ended_runs(needle, RUNS_SHOWN)
+        rows = found + [_row(entry, unfinished) for entry in ended.newest]
+        now = ledger_now_ms(view)
+        quotas = tuple(_chart(view, quota, now) for quota in report.quotas)
+    rows.sort(key=lambda row: (row.reserved_ms, row.run), reverse=True)
+    waiting = tuple(_waiting(run) for run in report.runs if run.doubt is not None)
     server = report.server
     return Overview(server.running, server.pid, manifest.server.journals, waiting, quotas,
-                    tuple(matched[:RUNS_SHOWN]), len(matched), query, now)
+                    tuple(rows[:RUNS_SHOWN]), ended.matched + len(found), query, now)
 
 
-def find_run(manifest: Manifest, run_id: str) -> RunRow | None:
-    """The ledger's run `run_id`, with status's state if it is unfinished."""
-    state = read_state(manifest.server)
-    entry = state.run(run_id)
-    if entry is None:
-        return None
-    unfinished = {} if not entry.unsettled else {
-        run.run: run for run in collect(manifest).runs}
-    return _row(entry, unfinished)
+def run_detail(manifest: Manifest, run_id: str) -> tuple[RunRow, WaitingRun | None] | None:
+    """The ledger's run `run_id`, read by its key, with status's state (and
+    what it waits for) if it is unfinished."""
+    with read_ledger_view(manifest.server) as view:
+        entry = view.run(run_id)
+        if entry is None:
+            return None
+        if not entry.unsettled:
+            return _row(entry, {}), None
+        run = Beside.of(manifest).unfinished(entry, view.owners())
+    return _row(entry, {run.run: run}), None if run.doubt is None else _waiting(run)
+
+
+def _waiting(run: UnfinishedRun) -> WaitingRun:
+    assert run.doubt is not None
+    return WaitingRun(run.run, run.tool, in_doubt(run.doubt), run.doubt.resolve)
 
 
 def _row(entry: RunEntry, unfinished: Mapping[str, UnfinishedRun]) -> RunRow:
-    state: str
-    if entry.state == "settled":
-        state = entry.outcome or "settled"
-    elif entry.state == "released":
-        state = "released: never started"
-    else:
+    if entry.unsettled:
         run = unfinished.get(entry.run)
         state = "in_progress" if run is None else run.state
+    else:
+        state = ended_state(entry)
     return RunRow(entry.run, entry.tool, state, entry.reserved_ms, entry.ended_ms)
 
 
-def _chart(state: LedgerState, quota: QuotaStatus, now: int) -> QuotaChart:
+def _chart(view: LedgerView, quota: QuotaStatus, now: int) -> QuotaChart:
     window = quota.window_ms
     span = max(1, -(-window // BUCKETS))  # ceiling: the last bucket ends at now
     buckets = [0] * BUCKETS
-    for entry in state.in_window(quota.tool, window, now):
+    for entry in view.in_window(quota.tool, window, now):
         index = BUCKETS - 1 - min(BUCKETS - 1, (now - entry.reserved_ms) // span)
         buckets[index] += entry.calls_used()
     money = None

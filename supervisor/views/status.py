@@ -9,9 +9,8 @@ name): its runs, its rate and its own quotas."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
@@ -21,11 +20,18 @@ from staal.manifest.model import Manifest, QuotaConfig
 from staal.records.waiting import WaitingRecord, resolve_in_the_store, resolve_on_this_machine
 from staal.runtime.clock import SYSTEM_CLOCK, Clock
 from staal.runtime.utc import for_machines
-from staal.supervisor.store.choice import describe_store, read_view, read_waiting, this_instance
+from staal.supervisor.store.choice import (
+    describe_store,
+    read_ledger_view,
+    read_waiting,
+    this_instance,
+)
 from staal.supervisor.store.entries import QuotaUse, RunEntry
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.ledger import LedgerState
 from staal.supervisor.store.lockfile import lock_holder
+from staal.supervisor.store.notes import AllWaiting
+from staal.supervisor.store.reads.view import Instance, LedgerView, StateView, quota_use
 from staal.supervisor.store.state import caller_key
 from staal.supervisor.views.status_report import (
     WAITING,
@@ -40,9 +46,6 @@ from staal.supervisor.views.status_report import (
     StatusReport,
     UnfinishedRun,
 )
-
-if TYPE_CHECKING:
-    from staal.supervisor.store.postgres.view import Instance
 
 
 def server_pid(journals: Path) -> int | None:
@@ -59,12 +62,14 @@ def server_pid(journals: Path) -> int | None:
     return pid if "serve" in command else None
 
 
-def ledger_now_ms(state: LedgerState, clock: Clock = SYSTEM_CLOCK) -> int:
+def ledger_now_ms(view: LedgerView | LedgerState, clock: Clock = SYSTEM_CLOCK) -> int:
     """Now, for a reader beside the server: the later of the clock and the
     latest reservation the ledger holds, so a clock set back never puts a
     quota's window before the runs it counts (the ledger's own `now_ms` is
     the later of the clock and its last event, likewise)."""
-    return max([e.reserved_ms for e in state.runs()] + [clock.now_ms()])
+    if isinstance(view, LedgerState):
+        view = StateView(view)
+    return max(view.latest_reserve_ms(), clock.now_ms())
 
 
 def _when(ms: int | None) -> str | None:
@@ -73,33 +78,55 @@ def _when(ms: int | None) -> str | None:
     return for_machines(ms, millis=False)
 
 
-def collect(manifest: Manifest) -> StatusReport:
-    journals = manifest.server.journals
-    view = read_view(manifest.server)
-    state, me = view.state, this_instance(manifest.server)
-    pid = server_pid(journals)
-    waiting = read_waiting(manifest.server)
-    shared = manifest.server.store is not None
-    runs = tuple(_run(entry, journals, pid is not None, waiting.get(entry.run), shared)
-                 if view.owners.get(entry.run, me) == me
-                 else _elsewhere(entry, view.owners[entry.run], waiting.get(entry.run))
-                 for entry in state.unsettled())
-    now = ledger_now_ms(state)
-    quotas = tuple(_quota(state.quota_use(tool.name, tool.quota, now)) for tool in manifest.tools
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """What status reads beside the ledger to tell an unfinished run's
+    state: this instance, its server's pid, and the waiting records."""
+
+    journals: Path
+    me: str | None
+    pid: int | None
+    waiting: AllWaiting
+    shared: bool
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Beside:
+        server = manifest.server
+        return cls(server.journals, this_instance(server), server_pid(server.journals),
+                   read_waiting(server), server.store is not None)
+
+    def unfinished(self, entry: RunEntry, owners: Mapping[str, str]) -> UnfinishedRun:
+        """The unfinished run `entry` as status shows it."""
+        record = self.waiting.get(entry.run)
+        owner = owners.get(entry.run)
+        if owner is not None and owner != self.me:
+            return _elsewhere(entry, owner, record)
+        return _run(entry, self.journals, self.pid is not None, record, self.shared)
+
+
+def collect(manifest: Manifest, view: LedgerView | None = None) -> StatusReport:
+    """The report, read from `view` (by default the store's, opened for it)."""
+    if view is None:
+        with read_ledger_view(manifest.server) as opened:
+            return collect(manifest, opened)
+    beside = Beside.of(manifest)
+    owners = view.owners()
+    runs = tuple(beside.unfinished(entry, owners) for entry in view.unsettled())
+    now = ledger_now_ms(view)
+    quotas = tuple(_quota(quota_use(view, tool.name, tool.quota, now)) for tool in manifest.tools
                    if tool.quota is not None)
-    server = ServerStatus(running=pid is not None, pid=pid, journals=str(journals),
-                          store=describe_store(manifest.server))
-    instances = tuple(_instance(i, me, view.owners, state, now) for i in view.instances) \
-        if view.instances else None
-    return StatusReport(server, runs, quotas, _callers(manifest, state, now), _forgotten(state),
-                        instances)
+    server = ServerStatus(running=beside.pid is not None, pid=beside.pid,
+                          journals=str(beside.journals), store=describe_store(manifest.server))
+    instances = tuple(_instance(i, beside.me, owners, now) for i in view.instances())
+    return StatusReport(server, runs, quotas, _callers(manifest, view, now), _forgotten(view),
+                        instances or None)
 
 
-def _forgotten(state: LedgerState) -> tuple[ForgottenRun, ...]:
+def _forgotten(view: LedgerView) -> tuple[ForgottenRun, ...]:
     """Ended runs whose once key an operator released (`staal-supervisor
     forget`), while the ledger still holds them."""
     return tuple(ForgottenRun(e.run, e.tool, e.outcome, _when(e.ended_ms), _when(e.forgotten_ms))
-                 for e in state.runs() if e.forgotten_ms is not None)
+                 for e in view.forgotten())
 
 
 def _elsewhere(entry: RunEntry, owner: str, record: WaitingRecord | None) -> UnfinishedRun:
@@ -116,9 +143,9 @@ def _elsewhere(entry: RunEntry, owner: str, record: WaitingRecord | None) -> Unf
 
 
 def _instance(instance: Instance, me: str | None, owners: Mapping[str, str],
-              state: LedgerState, now: int) -> InstanceStatus:
+              now: int) -> InstanceStatus:
     """One instance; its lease is live while it renews it (supervisor/recovery/lease.py)."""
-    unsettled = sum(1 for e in state.unsettled() if owners.get(e.run) == instance.instance)
+    unsettled = sum(1 for owner in owners.values() if owner == instance.instance)
     until = instance.lease_until_ms
     return InstanceStatus(
         instance.instance, instance.instance == me, instance.fence, _when(instance.started_ms),
@@ -126,30 +153,27 @@ def _instance(instance: Instance, me: str | None, owners: Mapping[str, str],
         "released" if until is None else "live" if until > now else "expired", unsettled)
 
 
-def _callers(manifest: Manifest, state: LedgerState, now: int) -> tuple[CallerStatus, ...]:
+def _callers(manifest: Manifest, view: LedgerView, now: int) -> tuple[CallerStatus, ...]:
     """Each caller the ledger holds runs of: its profile (as of its latest
     run), its runs, and its use of its profile's rate and quotas."""
-    callers: dict[str, CallerStatus] = {}
-    for entry in state.runs():
-        if entry.caller is None:
-            continue
-        was = callers.get(entry.caller) or CallerStatus(entry.caller, 0, 0, None)
-        callers[entry.caller] = replace(was, profile=entry.profile, runs=was.runs + 1,
-                                        unsettled_runs=was.unsettled_runs + entry.unsettled)
     profiles = {profile.name: profile for profile in manifest.callers or ()}
-    for identity, caller in callers.items():
-        profile = profiles.get(caller.profile) if caller.profile is not None else None
-        if profile is None:
-            continue
-        rate = None
-        if profile.rate is not None:
-            limit = QuotaConfig(profile.rate.window, calls=profile.rate.calls)
-            use = state.quota_use(caller_key(identity), limit, now)
-            rate = RateStatus(use.calls, use.calls_limit, use.window_ms, _when(use.calls_frees_at_ms))
-        quotas = tuple(_quota(state.quota_use(caller_key(identity, name), allowed.quota, now))
-                       for name, allowed in profile.tools.items() if allowed.quota is not None)
-        callers[identity] = replace(caller, rate=rate, quotas=quotas)
-    return tuple(callers.values())
+    callers = []
+    for count in view.callers():
+        caller = CallerStatus(count.caller, count.runs, count.unsettled, count.profile)
+        profile = profiles.get(count.profile) if count.profile is not None else None
+        if profile is not None:
+            rate = None
+            if profile.rate is not None:
+                limit = QuotaConfig(profile.rate.window, calls=profile.rate.calls)
+                use = quota_use(view, caller_key(count.caller), limit, now)
+                rate = RateStatus(use.calls, use.calls_limit, use.window_ms,
+                                  _when(use.calls_frees_at_ms))
+            quotas = tuple(
+                _quota(quota_use(view, caller_key(count.caller, name), allowed.quota, now))
+                for name, allowed in profile.tools.items() if allowed.quota is not None)
+            caller = replace(caller, rate=rate, quotas=quotas)
+        callers.append(caller)
+    return tuple(callers)
 
 
 def _run(entry: RunEntry, journals: Path, serving: bool, record: WaitingRecord | None,

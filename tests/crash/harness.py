@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 
 from staal.journal.records import JOURNAL, End
 from staal.money import Money
 from staal.records.appendlog import read_log
-from staal.supervisor.store.ledger import read_ledger
-from staal.supervisor.store.postgres.view import read_postgres
+from staal.supervisor.store.ledger import RunEntry, read_ledger
+from staal.supervisor.store.postgres.events import entries_where
 from tests.helpers.payments import Payments
 from tests.helpers.servers import Stderr
 
@@ -572,10 +573,16 @@ def recovery(stderr: Path) -> tuple[list[tuple[str, str]], list[dict]]:
     return found, started
 
 
+def every_run(dsn: str) -> tuple[RunEntry, ...]:
+    """Every run a PostgreSQL store holds, in the ledger's order (the test
+    reads the whole ledger; status and the console never do)."""
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        return tuple(entries_where(cur, "true", {}))
+
+
 def gather_files(journals: Path, observed: Observed, store_dsn: str | None = None) -> None:
-    state = (read_ledger(journals / "server.ledger") if store_dsn is None
-             else read_postgres(store_dsn).state)
-    runs = state.runs()
+    runs = (read_ledger(journals / "server.ledger").runs() if store_dsn is None
+            else every_run(store_dsn))
     observed.runs = [e.run for e in runs]
     observed.unsettled = [e.run for e in runs if e.state == "unsettled"]
     charged = Money.zero("USD")

@@ -18,7 +18,8 @@ the first version, so leases and takeover (issue 15 item 3) add no column
 that existing rows lack. Version 5 (issue 27) adds what decisions per key
 read by index (each run's caller, whether it ended) and drops the head row;
 version 6 indexes each caller's runs in the ledger's order, for their pages;
-version 7 (issue 28) keeps each cancelled task's cancel (`staal_cancels`).
+version 7 (issue 28) keeps each cancelled task's cancel (`staal_cancels`);
+version 8 indexes every run by its reserve time, for status and the console.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycop
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Migration i takes the schema from version i to i + 1.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -146,6 +147,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TABLE staal_cancels (
             run text PRIMARY KEY REFERENCES staal_runs ON DELETE CASCADE,
             cancelled_ms bigint NOT NULL)""",
+    ),
+    (
+        # Version 8 (issue 27): every run by its reserve time, newest first:
+        # status's and the console's latest time and newest runs read the
+        # index's end (supervisor/store/postgres/view.py), not every run.
+        "CREATE INDEX staal_runs_time ON staal_runs (reserved_ms, run)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

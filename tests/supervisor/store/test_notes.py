@@ -103,7 +103,7 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     before = pg_store.rows("SELECT run, line, record FROM staal_journal")
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 2
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(7,)]
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(8,)]
     assert pg_store.rows("SELECT run, line, record FROM staal_journal") == before
     assert pg_store.rows("SELECT run, owner FROM staal_runs") == [(run, "a")]
     pg_store.execute("INSERT INTO staal_waiting VALUES (%s, 'a', '{}')", (run,))

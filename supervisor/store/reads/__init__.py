@@ -1,0 +1,1 @@
+"""What `staal-supervisor status` and the console read of a ledger, beside the servers."""
