@@ -7,11 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
-import orjson
-
-from staal.protocol.http.messages import EVENT_STREAM, HttpResponse, json_response
+from staal.protocol.http.messages import KEEPALIVE, STREAM_HEADERS, HttpResponse, json_response
+from staal.protocol.http.messages import event as _event
 from staal.protocol.mcp.dispatch import CallTool, Dispatcher
 from staal.protocol.mcp.jsonrpc import notification_message, result_message
 from staal.protocol.mcp.results import CallOutcome
@@ -38,9 +36,6 @@ TRANSITIONS: Mapping[tuple[CallState, str], CallState] = {
     (CallState.ANSWERED, "close"): CallState.ANSWERED,
 }
 
-STREAM_HEADERS = (("content-type", EVENT_STREAM), ("cache-control", "no-cache"),
-                  ("x-accel-buffering", "no"))
-KEEPALIVE = b": keep-alive\n\n"
 
 
 @dataclass
@@ -111,8 +106,4 @@ class HttpCall:
     def close(self) -> None:
         """The client closed the request before its answer."""
         self._to("close")
-
-
-def _event(message: dict[str, Any]) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
 

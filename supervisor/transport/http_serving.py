@@ -39,6 +39,7 @@ from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tools import ToolDescriptor
+from staal.protocol.subscriptions.listen import Listen
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Authenticator, Lifecycle
@@ -54,6 +55,7 @@ from staal.supervisor.transport.http_exchange import (
     respond,
 )
 from staal.supervisor.transport.listeners import InLoopUvicorn, bind
+from staal.supervisor.transport.listening import listen_over_http
 from staal.supervisor.transport.not_ready import answering_not_ready
 
 
@@ -169,6 +171,8 @@ class McpApp:
         elif isinstance(reply, AskTask):  # tasks/*: the caller's own tasks only
             answer = await self.server.answer_task(reply.request, admitted)
             await respond(send, endpoint.task_response(reply.request, answer))
+        elif isinstance(reply, Listen):  # an event stream; the caller's own tasks only
+            await listen_over_http(self.server, reply, admitted, receive, send)
         else:
             await respond(send, reply)
 
