@@ -4,7 +4,8 @@ listens for its tasks with subscriptions/listen (the tasks extension's
 first, naming the tasks it follows; then each task comes as it stands
 (`notifications/tasks`, the DetailedTask tasks/get answers), in order:
 working, then completed with its result or cancelled, every message tagged
-with the stream's id. Over authenticated HTTP a task is followed only for
+with the stream's id; a stream the client cancelled hears nothing more.
+Over authenticated HTTP a task is followed only for
 the caller that created it: another caller's stream leaves it out of its
 acknowledgement and receives nothing of it. When the server stops, a stream
 still open ends with the listen request's result."""
@@ -75,6 +76,11 @@ def test_a_stdio_listener_hears_each_of_its_tasks_working_then_completed_or_canc
         while len(heard) < 3:
             hear()
         assert statuses(heard, finishing) == statuses(heard, cancelled) == ["working"]
+        dropped = server.request("subscriptions/listen", {
+            **WITH_TASKS, "notifications": {"taskIds": [finishing]}}, modern=True)
+        for _ in range(2):  # its acknowledgement, then the task working
+            server.next_message(lambda m: on_stream(m, dropped), "the second stream's message")
+        server.notify("notifications/cancelled", {"requestId": dropped})  # read before what follows
         server.call("tasks/cancel", {"taskId": cancelled, **WITH_TASKS}, modern=True)
         server.stderr.wait_event("run_cancel_asked", run=cancelled)
         payments.release()
@@ -91,6 +97,8 @@ def test_a_stdio_listener_hears_each_of_its_tasks_working_then_completed_or_canc
         assert end["id"] == listen and end["result"]["resultType"] == "complete"
         assert server.wait_exit() == 0
     assert all(m["method"] in (ACKNOWLEDGED, "notifications/tasks") for m in heard[:-1])
+    on_dropped = [m for m in server.messages() if isinstance(m, dict) and on_stream(m, dropped)]
+    assert [m.get("method") for m in on_dropped] == [ACKNOWLEDGED, "notifications/tasks"]
 
 
 class Listener:
