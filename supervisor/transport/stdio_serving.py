@@ -42,6 +42,8 @@ class StdioServing:
         self.tasks: dict[RequestId, asyncio.Task[None]] = {}
         self.states: dict[RequestId, CallState] = {}
         self.task_requests: dict[tuple[str, RequestId], asyncio.Task[None]] = {}
+        # 2025-11-25 tasks whose status is still told, until each ends or serving does.
+        self.status_followers: set[asyncio.Future[None]] = set()
         # subscriptions/listen streams open, until cancelled or serving ends.
         self.listens: dict[RequestId, tuple[ListenStream, asyncio.Task[None]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -83,6 +85,8 @@ class StdioServing:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         for waiting in list(self.task_requests.values()):
             waiting.cancel()  # a tasks/result still waiting: its client is gone
+        for following in list(self.status_followers):
+            following.cancel()
         self.end_listens()
 
     def dispatch(self, event: Event) -> None:
@@ -177,10 +181,14 @@ class StdioServing:
             self.send(message)
 
     async def _status_changed(self, run: str) -> None:
-        """notifications/tasks/status once a task's call has its outcome."""
+        """notifications/tasks/status (2025-11-25) from a task's call's
+        outcome on: the task then, and each change after it until it ends
+        (a run that stopped for an operator, resolved and resumed)."""
         view = await self.server.task_view(run)
-        if view is not None:
-            self.send(self.connection.task_status(view))
+        if view is None:
+            return
+        async for now in self.server.follow_task(view, LOCAL):
+            self.send(self.connection.task_status(now))
 
     async def run_call(self, call: CallTool, state: CallState) -> None:
         try:
@@ -188,8 +196,10 @@ class StdioServing:
             if outcome is not None and call.task is not None and state.run is not None:
                 # Answered at its reserve already; 2026-07-28 sends task
                 # notifications only on the listen streams that follow it.
-                if call.revision == LEGACY:
-                    await self._status_changed(state.run)
+                if call.revision == LEGACY:  # followed apart: serving's end does not wait for it
+                    following = asyncio.ensure_future(self._status_changed(state.run))
+                    self.status_followers.add(following)
+                    following.add_done_callback(self.status_followers.discard)
             elif outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")
