@@ -1,5 +1,6 @@
 """What goes in and out of the Streamable HTTP endpoint, sans I/O: a
-request's head, an answer, and an answer written below the HTTP server."""
+request's head, an answer, an answer written below the HTTP server, and
+the events of an event stream."""
 
 from __future__ import annotations
 

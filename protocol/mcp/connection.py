@@ -12,8 +12,10 @@ section 3, "Cancellation"). `progress` gives the one notifications/progress
 a call that asked for progress gets when its run starts.
 
 The connection's only state is whether `initialize` was seen, which calls
-are in flight and which listen streams are open; both move through the transition tables below, and a
-transition the tables do not hold raises `IllegalTransition`. It does no I/O
+are in flight and which listen streams are open; the first two move through
+the transition tables below (a listen stream's own life is
+protocol/subscriptions/listen.py's), and a transition the tables do not
+hold raises `IllegalTransition`. It does no I/O
 and takes no lock: an application with several threads calls it under one.
 """
 
