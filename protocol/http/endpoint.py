@@ -261,6 +261,10 @@ class Endpoint:
         return self._answer(request.revision, request.request_id,  # type: ignore[return-value]
                             self.dispatcher.task_result(request, answer))
 
+    def listen_refused(self, listen: Listen, error: RpcError) -> HttpResponse:
+        """A listen request refused by the application (too many open)."""
+        return self._answer(MODERN, listen.request_id, error)  # type: ignore[return-value]
+
     def _answer(self, revision: str, request_id: RequestId, answer: Answer) -> Reply:
         if isinstance(answer, CallTool):
             return Call(HttpCall(self.dispatcher, answer))
