@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
-import orjson
-
-from staal.protocol.http.messages import EVENT_STREAM, HttpResponse, json_response
+from staal.protocol.http.messages import (
+    KEEPALIVE,
+    STREAM_HEADERS,
+    HttpResponse,
+    event,
+    json_response,
+)
 from staal.protocol.mcp.dispatch import CallTool, Dispatcher
 from staal.protocol.mcp.jsonrpc import notification_message, result_message
 from staal.protocol.mcp.results import CallOutcome
@@ -37,10 +40,6 @@ TRANSITIONS: Mapping[tuple[CallState, str], CallState] = {
     (CallState.CLOSED, "close"): CallState.CLOSED,
     (CallState.ANSWERED, "close"): CallState.ANSWERED,
 }
-
-STREAM_HEADERS = (("content-type", EVENT_STREAM), ("cache-control", "no-cache"),
-                  ("x-accel-buffering", "no"))
-KEEPALIVE = b": keep-alive\n\n"
 
 
 @dataclass
@@ -81,7 +80,7 @@ class HttpCall:
         params = self.dispatcher.progress(self.call, message, value)
         if params is None:  # only a call with a progress token is streamed
             raise IllegalTransition("a call without progress is answered as JSON")
-        return _event(notification_message("notifications/progress", params))
+        return event(notification_message("notifications/progress", params))
 
     def keepalive(self) -> bytes | None:
         if self.closed:
@@ -97,7 +96,7 @@ class HttpCall:
         streaming = self.state is CallState.STREAMING
         self._to("answer")
         message = result_message(self.call.request_id, self.dispatcher.call_result(self.call, outcome))
-        return _event(message) if streaming else json_response(200, message)
+        return event(message) if streaming else json_response(200, message)
 
     def created(self, view: TaskView) -> HttpResponse | None:
         """The CreateTaskResult of a call answered as a task, as JSON (its
@@ -111,8 +110,3 @@ class HttpCall:
     def close(self) -> None:
         """The client closed the request before its answer."""
         self._to("close")
-
-
-def _event(message: dict[str, Any]) -> bytes:
-    return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"
-

@@ -56,6 +56,7 @@ from staal.protocol.mcp.revisions import (
     unsupported_version,
 )
 from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest
+from staal.protocol.subscriptions.listen import Listen
 from staal.records.record import Json
 from staal.runtime.tracecontext import parse_traceparent, tracestate_of
 
@@ -126,7 +127,8 @@ class AskTask:
     request: TaskRequest
 
 
-Reply = HttpResponse | Call | Cancel | Read | AskTask
+# A Listen: a subscriptions/listen stream to serve (answered as an event stream).
+Reply = HttpResponse | Call | Cancel | Read | AskTask | Listen
 
 
 def _refused(status: int, code: int, text: str, request_id: RequestId | None = None,
@@ -259,6 +261,10 @@ class Endpoint:
         return self._answer(request.revision, request.request_id,  # type: ignore[return-value]
                             self.dispatcher.task_result(request, answer))
 
+    def listen_refused(self, listen: Listen, error: RpcError) -> HttpResponse:
+        """A listen request refused by the application (too many open)."""
+        return self._answer(MODERN, listen.request_id, error)  # type: ignore[return-value]
+
     def _answer(self, revision: str, request_id: RequestId, answer: Answer) -> Reply:
         if isinstance(answer, CallTool):
             return Call(HttpCall(self.dispatcher, answer))
@@ -266,6 +272,8 @@ class Endpoint:
             return Read(answer)
         if isinstance(answer, TaskRequest):
             return AskTask(answer)
+        if isinstance(answer, Listen):
+            return answer
         if isinstance(answer, Result):
             return json_response(200, result_message(request_id, answer.result))
         return json_response(_status_of(revision, answer), answer.to_message(request_id))

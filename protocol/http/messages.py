@@ -1,5 +1,6 @@
 """What goes in and out of the Streamable HTTP endpoint, sans I/O: a
-request's head, an answer, and an answer written below the HTTP server."""
+request's head, an answer, an answer written below the HTTP server, and
+the events of an event stream."""
 
 from __future__ import annotations
 
@@ -64,3 +65,13 @@ def json_response(status: int, message: dict[str, Any] | None,
     body = b"" if message is None else orjson.dumps(message)
     kind = (("content-type", JSON),) if message is not None else ()
     return HttpResponse(status, (*kind, ("content-length", str(len(body))), *headers), body)
+
+
+STREAM_HEADERS = (("content-type", EVENT_STREAM), ("cache-control", "no-cache"),
+                  ("x-accel-buffering", "no"))
+KEEPALIVE = b": keep-alive\n\n"
+
+
+def event(message: dict[str, Any]) -> bytes:
+    """One JSON-RPC message as a server-sent event."""
+    return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"

@@ -3,16 +3,19 @@ events out; outcomes in, messages out.
 
 `receive` turns one incoming line into events: `Send` (a message to write
 now: an error, or the answer to initialize, ping, server/discover or
-tools/list), `CallTool` (a tool call for the application to run) or `Cancel`
-(the client cancelled a call in flight). The application answers a call
+tools/list), `CallTool` (a tool call for the application to run), `Listen`
+(a subscriptions/listen stream for it to serve) or `Cancel` (the client
+cancelled a call in flight, or a listen stream). The application answers a call
 with `answer_call`, which gives the message to write, or None when the call
 was cancelled: the server then sends nothing more for that request (seed 000
 section 3, "Cancellation"). `progress` gives the one notifications/progress
 a call that asked for progress gets when its run starts.
 
-The connection's only state is whether `initialize` was seen and which calls
-are in flight; both move through the transition tables below, and a
-transition the tables do not hold raises `IllegalTransition`. It does no I/O
+The connection's only state is whether `initialize` was seen, which calls
+are in flight and which listen streams are open; the first two move through
+the transition tables below (a listen stream's own life is
+protocol/subscriptions/listen.py's), and a transition the tables do not
+hold raises `IllegalTransition`. It does no I/O
 and takes no lock: an application with several threads calls it under one.
 """
 
@@ -46,6 +49,7 @@ from staal.protocol.mcp.revisions import ServerInfo
 from staal.protocol.mcp.tasks import TaskAnswer, TaskRequest, TaskView
 from staal.protocol.mcp.tools import ToolDescriptor
 from staal.protocol.prompts.catalogue import PromptCatalogue
+from staal.protocol.subscriptions.listen import Listen
 from staal.records.record import Json
 from staal.runtime.transitions import IllegalTransition as IllegalTransition
 from staal.runtime.transitions import advance
@@ -67,7 +71,7 @@ class Cancel:
     request_id: RequestId
 
 
-Event = Send | CallTool | ReadResource | Cancel | TaskRequest
+Event = Send | CallTool | ReadResource | Cancel | TaskRequest | Listen
 
 
 # -- states and their transitions ---------------------------------------
@@ -126,6 +130,9 @@ class Connection:
                                      cache_scope=cache_scope, resources=resources, prompts=prompts)
         self._phase = Phase.AWAITING_INITIALIZE
         self._calls: dict[RequestId, _InFlight] = {}
+        # subscriptions/listen streams open: each until the client cancels it
+        # (a Cancel event) or the application ends it (`listen_ended`).
+        self._listens: set[RequestId] = set()
         self._reader = LineReader()
 
     @property
@@ -160,6 +167,9 @@ class Connection:
         if notification.method != "notifications/cancelled":
             return []  # notifications/initialized included: nothing to do
         request_id = notification.params.get("requestId")
+        if is_request_id(request_id) and request_id in self._listens:
+            self._listens.discard(request_id)
+            return [Cancel(request_id)]  # the client ends its listen stream
         if not is_request_id(request_id) or request_id not in self._calls:
             return []  # already answered, or never ours
         entry = self._calls[request_id]
@@ -167,7 +177,7 @@ class Connection:
         return [Cancel(request_id)]
 
     def _on_request(self, request: Request) -> list[Event]:
-        if request.id in self._calls:
+        if request.id in self._calls or request.id in self._listens:
             error = RpcError(INVALID_REQUEST, "a request with this id is still in progress")
             return [Send(error.to_message(request.id))]
         if request.method == "initialize":
@@ -182,6 +192,9 @@ class Connection:
             return [answer]
         if isinstance(answer, TaskRequest):
             return [answer]  # answered by the application (answer_task)
+        if isinstance(answer, Listen):
+            self._listens.add(request.id)
+            return [answer]  # a stream the application serves (subscriptions/listen.py)
         return [Send(result_message(request.id, answer.result))]
 
     def _initialize(self, request: Request) -> Send:
@@ -218,6 +231,10 @@ class Connection:
         """notifications/tasks/status for a task whose status changed."""
         return notification_message("notifications/tasks/status",
                                     self.dispatcher.task_status(view))
+
+    def listen_ended(self, listen: Listen) -> None:
+        """The application ended the listen stream (the server is stopping)."""
+        self._listens.discard(listen.request_id)
 
     def answer_read(self, read: ReadResource, answer: ReadAnswer) -> dict[str, Json] | None:
         """The answer to a resources/read, or None if the client cancelled it."""

@@ -41,6 +41,7 @@ from staal.protocol.mcp.tasks import (
 from staal.protocol.mcp.tools import CallRequest, ToolCatalogue, ToolDescriptor
 from staal.protocol.prompts.catalogue import PromptCatalogue
 from staal.protocol.prompts.completion import Completer
+from staal.protocol.subscriptions.listen import LISTEN, Listen, read_listen
 from staal.records.record import Json
 from staal.runtime.tracecontext import TraceParent
 
@@ -70,7 +71,7 @@ class Result:
     result: dict[str, Json]
 
 
-Answer = Result | RpcError | CallTool | ReadResource | TaskRequest
+Answer = Result | RpcError | CallTool | ReadResource | TaskRequest | Listen
 RESOURCE_METHODS = frozenset({"resources/list", "resources/templates/list", "resources/read"})
 # What resources/list and resources/templates/list may be kept for: the runs
 # among them are the caller's own, and a restarted server may list others.
@@ -140,6 +141,8 @@ class Dispatcher:
             if revision == MODERN and not has_tasks_extension(params):
                 return missing_extension(method)
             return read_task_request(request_id, method, params, revision)
+        if method == LISTEN and revision == MODERN:
+            return read_listen(request_id, params)  # served by the application (a Listen)
         reply = self._handlers[revision].handle(method, params)
         if isinstance(reply, RpcError):
             return reply

@@ -22,7 +22,7 @@ import shutil
 import signal
 import socket
 import traceback
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import staal
@@ -146,6 +146,15 @@ class Server:
 
     async def task_view(self, run: str, admitted: Admitted = LOCAL) -> TaskView | None:
         return await asyncio.to_thread(self.tasks.view, run, admitted)
+
+    async def task_views(self, task_ids: Sequence[str], admitted: Admitted) -> list[TaskView]:
+        def read() -> list[TaskView]:
+            return [view for task_id in task_ids
+                    if (view := self.tasks.view(task_id, admitted)) is not None]
+        return await asyncio.to_thread(read)
+
+    def follow_task(self, view: TaskView, admitted: Admitted) -> AsyncIterator[TaskView]:
+        return self.tasks.follow(view, admitted)
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed:
         """An unexpected error in a call, logged with its traceback; the

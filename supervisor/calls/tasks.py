@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from staal.manifest.model import ServerConfig
 from staal.protocol.mcp.cursors import CursorSigner
@@ -144,6 +144,33 @@ class Tasks:
         event = self._changes.pop(run, None)
         if event is not None:
             event.set()
+
+    async def follow(self, view: TaskView, admitted: Admitted = LOCAL) -> AsyncIterator[TaskView]:
+        """The caller's task as it changes, for a listen stream: `view`, then
+        each new way it stands, read from the store when its run reaches an
+        answer in this process (`changed`) or at a bounded poll (a run
+        another instance resumed, or an operator resolved), until it ends,
+        is no longer the caller's to see, or the server stops."""
+        backoff = Backoff(RESULT_POLL.first, RESULT_POLL.cap, at_once=RESULT_POLL.at_once)
+        last = view
+        yield last
+        while not last.terminal and not self.stopping.is_set():
+            # Taken before the read: a change after it sets this event.
+            event = self._changes.setdefault(last.task_id, asyncio.Event())
+            now = await off_loop(self.view, last.task_id, admitted)
+            if now is None:
+                return
+            if now != last:
+                last = now
+                yield last
+                continue
+            waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
+            try:
+                await asyncio.wait(waits, timeout=backoff.strike(time.monotonic()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     async def answer(self, request: TaskRequest, admitted: Admitted = LOCAL) -> TaskAnswer:
         if request.method == "tasks/list":

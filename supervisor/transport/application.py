@@ -6,7 +6,7 @@ the transports and never the reverse."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol
 
 from staal.manifest.model import Manifest
@@ -55,6 +55,14 @@ class Application(Protocol):
 
     async def task_view(self, run: str, admitted: Admitted = LOCAL) -> TaskView | None:
         """How the caller's task stands now (None: no such task of theirs)."""
+
+    async def task_views(self, task_ids: Sequence[str], admitted: Admitted) -> list[TaskView]:
+        """The caller's tasks among `task_ids`, as they stand now (another
+        caller's, and unknown ones, are left out)."""
+
+    def follow_task(self, view: TaskView, admitted: Admitted) -> AsyncIterator[TaskView]:
+        """The caller's task `view` as it changes, until it ends or the
+        server stops (supervisor/calls/tasks.py `Tasks.follow`)."""
 
     def internal_failure(self, call: CallTool, state: CallState, error: Exception) -> Failed: ...
 

@@ -39,6 +39,7 @@ from staal.protocol.mcp.jsonrpc import INTERNAL_ERROR, RequestId, RpcError
 from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tools import ToolDescriptor
+from staal.protocol.subscriptions.listen import Listen
 from staal.supervisor.auth.callers import LOCAL, Admitted
 from staal.supervisor.auth.guard import Guard
 from staal.supervisor.auth.principal import Authenticator, Lifecycle
@@ -54,6 +55,7 @@ from staal.supervisor.transport.http_exchange import (
     respond,
 )
 from staal.supervisor.transport.listeners import InLoopUvicorn, bind
+from staal.supervisor.transport.listening import listen_over_http
 from staal.supervisor.transport.not_ready import answering_not_ready
 
 
@@ -127,6 +129,9 @@ class McpApp:
         self.endpoint = next(iter(endpoints.values()))
         self.guard = guard
         self.in_progress = 0
+        # Listen streams open: each holds a request in progress for as long
+        # as it is open, so they are bounded apart, to a quarter of those.
+        self.listening = 0
         # 2025-11-25 calls in flight, for notifications/cancelled: by the
         # client's address, its caller identity and the call's id (no
         # session tells clients apart).
@@ -169,6 +174,8 @@ class McpApp:
         elif isinstance(reply, AskTask):  # tasks/*: the caller's own tasks only
             answer = await self.server.answer_task(reply.request, admitted)
             await respond(send, endpoint.task_response(reply.request, answer))
+        elif isinstance(reply, Listen):  # an event stream; the caller's own tasks only
+            await self.listen(reply, endpoint, admitted, receive, send)
         else:
             await respond(send, reply)
 
@@ -206,6 +213,19 @@ class McpApp:
         finally:
             self.in_progress -= 1
 
+    async def listen(self, listen: Listen, endpoint: Endpoint, admitted: Admitted,
+                     receive: Receive, send: Send) -> None:
+        if self.listening >= requests_bound(self.server.manifest.server.max_concurrent_runs) // 4:
+            await respond(send, endpoint.listen_refused(listen, RpcError(
+                INTERNAL_ERROR, f"{self.listening} listen streams are open, the most this server "
+                "keeps open at once: close one, or poll tasks/get")))
+            return
+        self.listening += 1
+        try:
+            await listen_over_http(self.server, listen, admitted, receive, send)
+        finally:
+            self.listening -= 1
+
     async def read(self, reply: Read, endpoint: Endpoint, admitted: Admitted, send: Send) -> None:
         """A resources/read, within the bound on calls in progress (it may be a run)."""
         busy = self.server.busy(self.in_progress)
@@ -231,6 +251,11 @@ class McpApp:
         finally:
             if legacy:
                 del self.legacy[key]
+
+
+def requests_bound(max_runs: int) -> int:
+    """How many requests may be in progress at once (past it: 503)."""
+    return 4 * (4 * max_runs + 16)
 
 
 def listen(address: Address) -> socket.socket:
@@ -276,7 +301,7 @@ async def _serve_app(server: Application, sock: socket.socket, app: McpApp) -> N
     http = server.manifest.server.http
     # Requests in progress (a whole head each), not connections: a socket
     # waiting for a request has bounds of its own (http_connections.py).
-    requests = 4 * (4 * server.manifest.server.max_concurrent_runs + 16)
+    requests = requests_bound(server.manifest.server.max_concurrent_runs)
     config = uvicorn.Config(app, loop="none", http=gated_protocol(requests), lifespan="off",
                             log_config=None, access_log=False, server_header=False,
                             proxy_headers=False, timeout_keep_alive=5,

@@ -22,10 +22,12 @@ from staal.protocol.mcp.resources import ReadAnswer, ReadResource
 from staal.protocol.mcp.results import CallOutcome
 from staal.protocol.mcp.revisions import LEGACY
 from staal.protocol.mcp.tasks import TaskRequest
+from staal.protocol.subscriptions.listen import Listen
 from staal.runtime.killpoints import kill_point
 from staal.supervisor.auth.callers import LOCAL
 from staal.supervisor.calls.pipeline import CallState
 from staal.supervisor.transport.application import Application, Transport, prompt_catalogue
+from staal.supervisor.transport.listening import ListenStream
 from staal.supervisor.transport.stdio import LineWriter, Stdio, read_chunks
 
 
@@ -40,6 +42,10 @@ class StdioServing:
         self.tasks: dict[RequestId, asyncio.Task[None]] = {}
         self.states: dict[RequestId, CallState] = {}
         self.task_requests: dict[tuple[str, RequestId], asyncio.Task[None]] = {}
+        # 2025-11-25 tasks whose status is still told, until each ends or serving does.
+        self.status_followers: set[asyncio.Future[None]] = set()
+        # subscriptions/listen streams open, until cancelled or serving ends.
+        self.listens: dict[RequestId, tuple[ListenStream, asyncio.Task[None]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self) -> None:
@@ -79,6 +85,9 @@ class StdioServing:
             await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         for waiting in list(self.task_requests.values()):
             waiting.cancel()  # a tasks/result still waiting: its client is gone
+        for following in list(self.status_followers):
+            following.cancel()
+        self.end_listens()
 
     def dispatch(self, event: Event) -> None:
         if isinstance(event, Send):
@@ -89,10 +98,16 @@ class StdioServing:
             self.start_read(event)
         elif isinstance(event, TaskRequest):
             self.start_task_request(event)
+        elif isinstance(event, Listen):
+            self.start_listen(event)
         elif isinstance(event, Cancel):
             state = self.states.get(event.request_id)
             if state is not None:
                 state.cancelled = True
+            listening = self.listens.pop(event.request_id, None)
+            if listening is not None:  # the client ends its listen stream: nothing more on it
+                listening[0].cancel()
+                listening[1].cancel()
 
     def start_call(self, call: CallTool) -> None:
         busy = self.server.busy(len(self.tasks), call.name)
@@ -142,6 +157,23 @@ class StdioServing:
         finally:
             self.task_requests.pop(key, None)
 
+    def start_listen(self, listen: Listen) -> None:
+        """A listen stream: its messages are lines among the others, each
+        tagged with its id. stdio has no principal: the local client's."""
+        stream = ListenStream(self.server, listen, LOCAL, self.send)
+        self.listens[listen.request_id] = (stream, asyncio.ensure_future(stream.serve()))
+
+    def end_listens(self) -> None:
+        """Serving ends: each listen stream still open is answered with its
+        result (the server ends it), and nothing more is sent on it."""
+        for stream, serving in self.listens.values():
+            serving.cancel()
+            self.connection.listen_ended(stream.listen)
+            message = stream.end()
+            if message is not None:
+                self.send(message)
+        self.listens.clear()
+
     def _created(self, call: CallTool, run: str, reserved_ms: int) -> None:
         """A call asked as a task is answered once its run is reserved."""
         message = self.connection.answer_created(call, self.server.created_task(run, reserved_ms))
@@ -149,19 +181,25 @@ class StdioServing:
             self.send(message)
 
     async def _status_changed(self, run: str) -> None:
-        """notifications/tasks/status once a task's call has its outcome."""
+        """notifications/tasks/status (2025-11-25) from a task's call's
+        outcome on: the task then, and each change after it until it ends
+        (a run that stopped for an operator, resolved and resumed)."""
         view = await self.server.task_view(run)
-        if view is not None:
-            self.send(self.connection.task_status(view))
+        if view is None:
+            return
+        async for now in self.server.follow_task(view, LOCAL):
+            self.send(self.connection.task_status(now))
 
     async def run_call(self, call: CallTool, state: CallState) -> None:
         try:
             outcome = await self.server.outcome_of(call, state)
             if outcome is not None and call.task is not None and state.run is not None:
                 # Answered at its reserve already; 2026-07-28 sends task
-                # notifications only on a subscription, which staal has not.
-                if call.revision == LEGACY:
-                    await self._status_changed(state.run)
+                # notifications only on the listen streams that follow it.
+                if call.revision == LEGACY:  # followed apart: serving's end does not wait for it
+                    following = asyncio.ensure_future(self._status_changed(state.run))
+                    self.status_followers.add(following)
+                    following.add_done_callback(self.status_followers.discard)
             elif outcome is not None:
                 self.answer(call, outcome)
                 kill_point("supervisor", "answer")

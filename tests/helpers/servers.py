@@ -364,15 +364,22 @@ class RawServer:
 
     def answer(self, request_id: Any, timeout: float = WAIT) -> dict[str, Any]:
         """The answer to `request_id`; other lines read meanwhile stay readable."""
+        return self.next_message(lambda message: "method" not in message
+                                 and message.get("id") == request_id,
+                                 f"the answer to {request_id!r}", timeout)
+
+    def next_message(self, matches: Callable[[dict[str, Any]], bool], what: str,
+                     timeout: float = WAIT) -> dict[str, Any]:
+        """The next message `matches` accepts; other lines read meanwhile
+        stay readable."""
         skipped: list[Line] = []
         try:
             while True:
                 line = self.next_line(timeout)
-                assert line is not None, (f"stdout ended before the answer to {request_id!r}; "
+                assert line is not None, (f"stdout ended before {what}; "
                                           f"stderr:\n{self.stderr.text}")
                 message = line.message
-                if (isinstance(message, dict) and "method" not in message
-                        and message.get("id") == request_id):
+                if isinstance(message, dict) and matches(message):
                     return message
                 skipped.append(line)
         finally:
