@@ -159,13 +159,18 @@ def no_such_task(task_id: str | None) -> RpcError:
     return RpcError(INVALID_PARAMS, f"no task {shown} of yours is known here")
 
 
-def not_cancellable(view: TaskView) -> RpcError:
+def not_cancellable(view: TaskView, recorded: bool = False) -> RpcError:
+    """A 2025-11-25 cancel that cannot answer the task cancelled; `recorded`:
+    the cancel was recorded before the run stopped in doubt, and still
+    stops it before its next action once an operator has settled it."""
     if view.terminal:
         return RpcError(INVALID_PARAMS, f"task {view.task_id} is already {view.status}: "
                         "it cannot be cancelled")
     # Waiting for an operator: a cancel does not settle a doubt.
-    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled: its run "
-                    "stopped with an action in doubt and waits for an operator to settle it")
+    later = ("; the cancel is recorded: once it is settled, the run stops before its "
+             "next action" if recorded else "")
+    return RpcError(INVALID_PARAMS, f"task {view.task_id} cannot be cancelled now: its run "
+                    f"stopped with an action in doubt and waits for an operator to settle it{later}")
 
 
 @dataclass(frozen=True, slots=True)

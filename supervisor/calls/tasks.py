@@ -191,26 +191,31 @@ class Tasks:
         a worker is never sent, its reservation given back. The cancel is
         durable first (supervisor/store/notes.py): a run resumed at start or
         by a takeover resumes cancelled, and the instance that runs it learns
-        it after its next renewal when another instance was asked. One
-        waiting for an operator is not running. 2026-07-28 acknowledges at
-        once (cooperative), and an ended task idempotently; 2025-11-25
-        answers with the task cancelled, so once its run has stopped, and
-        refuses an ended one."""
+        it after its next renewal when another instance was asked. A cancel
+        never settles a doubt: a run waiting for an operator takes a
+        2026-07-28 cancel (cooperative: acknowledged, recorded) and stops
+        before its next action once the operator has settled it, as a
+        resumed run does; 2025-11-25 must answer with the task cancelled, so
+        it refuses one waiting (nothing recorded) or an ended one, and
+        answers once the run has stopped."""
         run = view.task_id
-        stoppable = not view.terminal and not view.waiting
+        legacy = request.revision == LEGACY
+        stoppable = not view.terminal and not (view.waiting and legacy)
         if stoppable:
             await off_loop(self._record_cancel, run)
             kill_point("supervisor", "cancel")
             if self.calls.in_flight.holder(run) is not Holder.FREE:
                 self.calls.pool.cancel(run)
             self.calls.log("run_cancel_asked", run=run)
-        if request.revision != LEGACY:
+        if not legacy:
             return view
         if not stoppable:
             return not_cancellable(view)
         ended = await self.result(run, admitted, until=lambda v: v.terminal or v.waiting)
         if isinstance(ended, TaskView) and ended.status != "cancelled":
-            return not_cancellable(ended)  # it ended first, or stopped in doubt
+            # It ended first, or stopped in doubt before it saw the cancel:
+            # recorded, the cancel then stops it once the doubt is settled.
+            return not_cancellable(ended, recorded=True)
         return ended
 
     def _record_cancel(self, run: str) -> None:

@@ -282,3 +282,22 @@ async def _stops(monkeypatch):
     answer = await asyncio.wait_for(waiting, 30)
     assert isinstance(answer, RpcError) and "stopping" in answer.message
     assert tasks.view(RUN).status == "working"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
+def test_a_cancel_of_a_task_waiting_for_an_operator_never_settles_the_doubt(monkeypatch, revision):
+    asyncio.run(_waiting(monkeypatch, revision))
+
+
+async def _waiting(monkeypatch, revision):
+    tasks = service([ENTRY], monkeypatch)
+    stand[RUN] = RunStatus(RUN, "waiting_for_operator", op=2,
+                          message="op 2 (stripe.refund) may or may not have happened")
+    answer = await tasks.answer(TaskRequest(1, "tasks/cancel", revision, task_id=RUN))
+    assert tasks.calls.pool.cancelled == []  # nothing runs: an operator settles the doubt
+    if revision == "2025-11-25":  # it cannot answer the task cancelled: refused, nothing recorded
+        assert isinstance(answer, RpcError) and "waits for an operator" in answer.message
+        assert "recorded" not in answer.message and tasks.calls.waiting.notes.cancels == []
+    else:  # acknowledged and recorded: once settled, the resumed run stops before its next action
+        assert not isinstance(answer, RpcError) and answer.status == "working"
+        assert tasks.calls.waiting.notes.cancels == [RUN]
