@@ -194,7 +194,7 @@ class Startup:
         tools, problems = await check_tools(self.manifest, pool)
         if problems:
             raise StartupFailed("; ".join(problems))
-        in_flight, logs = RunsInFlight(), RunLogs()
+        in_flight, logs = RunsInFlight(on_let_go=pool.cancels.done), RunLogs()
         calls = Calls(self.manifest, tools, ledger, pool, self.log, waiting,
                       tracing=self.tracing, metrics=self.observer, run_journals=run_journals,
                       logs=logs, in_flight=in_flight)

@@ -44,8 +44,11 @@ TRANSITIONS = {
 class RunsInFlight:
     """Used from the event loop and from the threads reservations run in."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_let_go: Callable[[str], None] = lambda run: None) -> None:
         self._held: dict[str, Holder] = {}
+        # What else forgets a run once nothing here holds it (the pool's
+        # note of a cancel asked: supervisor/workers/pool_states.py Cancels).
+        self._on_let_go = on_let_go
         self._reserving = 0
         self._claiming = False
         self._changed = threading.Condition()
@@ -95,7 +98,10 @@ class RunsInFlight:
                 self._changed.notify_all()
 
     def let_go(self, runs: Iterable[str]) -> None:
-        self._move(list(runs), "let_go")
+        runs = list(runs)
+        self._move(runs, "let_go")
+        for run in runs:
+            self._on_let_go(run)
 
     def _move(self, runs: list[str], event: str) -> None:
         with self._changed:

@@ -79,5 +79,10 @@ class LeaseKeeper:
             return state
         self.readiness.note("renewed")
         if state is LeaseState.HELD and self.after_renewal is not None:
-            await self.after_renewal(self.lease)
+            try:
+                await self.after_renewal(self.lease)
+            except Exception as exc:  # noqa: BLE001 - a bug there must not end the renewals
+                # (the lease would run out under the runs this instance still runs)
+                self.log("after_renewal_failed", level="error",
+                         error=f"{type(exc).__name__}: {exc}")
         return state

@@ -134,6 +134,10 @@ def open_view(dsn: str) -> Iterator[LedgerView]:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
             with conn.transaction(), conn.cursor() as cur:
+                # The snapshot stays open while its readers read journals and
+                # waiting records beside it: not the serving connections'
+                # bound on an idle transaction (it holds no lock, writes nothing).
+                cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
                 try:
                     cur.execute("SELECT version FROM staal_schema")
                 except psycopg.errors.UndefinedTable:

@@ -66,3 +66,11 @@ def test_an_unattended_claim_gives_up_on_a_reservation_that_does_not_end_and_cla
     with flying.reserving() as hold:  # reservations go on after it
         hold("next")
     assert flying.claim_unattended(["left"], BOUND) == ["left"]
+
+
+def test_a_run_let_go_by_its_holder_is_forgotten_by_what_else_noted_it():
+    forgotten: list[str] = []
+    runs = RunsInFlight(on_let_go=forgotten.append)
+    assert runs.claim(["a", "b"]) == ["a", "b"]  # recovery's: it may settle them, not resume
+    runs.let_go(["a"])
+    assert forgotten == ["a"] and runs.holder("b") is Holder.RECOVERY

@@ -164,3 +164,19 @@ def test_a_lease_lost_or_a_store_out_of_reach_while_starting_is_told_once_the_in
     assert unreachable.readiness.state is Readiness.STORE_UNREACHABLE
     asyncio.run(unreachable.keeper.renew())
     assert unreachable.readiness.ready and unreachable.renewals_held == [0.0]
+
+
+def test_a_failure_after_a_renewal_is_logged_and_the_renewals_go_on():
+    keeping = Keeping(True, True, False)
+    turns: list[float] = []
+
+    async def after_renewal(lease: Lease) -> None:
+        turns.append(keeping.clock.monotonic())
+        raise RuntimeError("a bug in the takeover")
+
+    keeping.keeper.after_renewal = after_renewal
+    asyncio.run(asyncio.wait_for(keeping.keeper.keep(), 5))
+    assert keeping.store.renewed_at == [10.0, 20.0, 30.0]  # the lease kept until it was lost
+    assert turns == [10.0, 20.0]
+    failed = [fields for event, fields in keeping.logged if event == "after_renewal_failed"]
+    assert failed == [{"level": "error", "error": "RuntimeError: a bug in the takeover"}] * 2
