@@ -33,6 +33,11 @@ meanwhile is the test's: a task's cancel before its run is sent, say).
 keeps `n` fresh workers on their way instead of the pool's own number
 (`pool_ahead`): with one, a second call of a tool waits in the pool's line
 for a worker, as the crash matrix's concurrent cell needs.
+
+`STAAL_TEST_LOCK_WAIT_S=<s>`, honoured only with `STAAL_TEST_KILL_POINTS=1`,
+is how long a server waits for its journal directory's lock instead of
+5 s (`lock_wait_s`): a test of what happens while it waits needs the wait to
+outlast a loaded machine's delays, one of the refusal none.
 """
 
 from __future__ import annotations
@@ -86,3 +91,17 @@ def pool_ahead(usual: int) -> int:
         raise ValueError(f"STAAL_TEST_POOL_AHEAD must be a whole number of at least 1, "
                          f"not {value!r}")
     return int(value)
+
+
+def lock_wait_s(usual: float) -> float:
+    """How long a starting server waits for the journal directory's lock:
+    `usual`, unless a test sets it (a test-only variable, ignored in production)."""
+    if os.environ.get("STAAL_TEST_KILL_POINTS") != "1":
+        return usual
+    value = os.environ.get("STAAL_TEST_LOCK_WAIT_S", "")
+    if not value:
+        return usual
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"STAAL_TEST_LOCK_WAIT_S must be a number of seconds, not {value!r}") from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from staal.records.fsio import make_private_dir
 from staal.records.runconfig import config_key, from_tool, tool_of_key
 from staal.runtime.budgets import CPU_GRACE_SECONDS
 from staal.runtime.clock import SYSTEM_CLOCK
-from staal.runtime.killpoints import pool_ahead
+from staal.runtime.killpoints import lock_wait_s, pool_ahead
 from staal.supervisor.app.startup import check_tools
 from staal.supervisor.calls.in_flight import RunsInFlight
 from staal.supervisor.calls.pipeline import Calls
@@ -50,7 +51,7 @@ from staal.supervisor.store.choice import open_journals, open_ledger, open_notes
 from staal.supervisor.store.files import RunFiles, make_run_folders
 from staal.supervisor.store.journals import RunJournals
 from staal.supervisor.store.ledger import Ledger
-from staal.supervisor.store.lockfile import ServerLock
+from staal.supervisor.store.lockfile import DEFAULT_WAIT_S, LOCK_FILE, ServerLock
 from staal.supervisor.telemetry.log import Log
 from staal.supervisor.telemetry.metrics import Observer
 from staal.supervisor.telemetry.tracing import Tracing
@@ -154,9 +155,7 @@ class Startup:
     async def run(self) -> Parts:
         server = self.manifest.server
         make_private_dir(server.journals)
-        lock = await asyncio.to_thread(
-            ServerLock.acquire, server.journals, 5.0,
-            lambda: self.log("waiting_for_lock", path=str(server.journals / "server.lock")))
+        lock = await self.server_lock()
         ledger = await asyncio.to_thread(
             open_ledger, server, SYSTEM_CLOCK,
             lambda text: self.log("clock_behind", level="warning", message=text),
@@ -213,6 +212,21 @@ class Startup:
                      catalogue, resources, Tasks(calls, catalogue.signer), recovery, retention,
                      descriptors, ServerInfo(server.name, staal.__version__), keeper,
                      self.keeping)
+
+    async def server_lock(self) -> ServerLock:
+        """The journal directory's lock, waited for (5 s) in a thread; a
+        start interrupted meanwhile (Ctrl-C) stops that wait at once, so the
+        process exits without waiting it out (asyncio waits for its threads)."""
+        journals = self.manifest.server.journals
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                ServerLock.acquire, journals, lock_wait_s(DEFAULT_WAIT_S),
+                lambda: self.log("waiting_for_lock", path=str(journals / LOCK_FILE)),
+                stop=stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
 
     async def resource_catalogue(self, tools: dict[str, ToolRuntime]) -> ResourceCatalogue:
         """The resources served (supervisor/calls/resources.py): the runs, and each

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,13 @@ class ServerLockHeld(SupervisorError):
         self.waited_s = waited_s
 
 
+class LockWaitStopped(SupervisorError):
+    """The wait for the lock was given up from outside (the start was
+    interrupted): nothing is held."""
+
+    kind = "lock_wait_stopped"
+
+
 class ServerLock:
     """The held lock; made by `acquire`, freed by `release` or process exit."""
 
@@ -54,16 +62,19 @@ class ServerLock:
     @classmethod
     def acquire(cls, journals_dir: str | os.PathLike[str], wait_s: float = DEFAULT_WAIT_S,
                 on_wait: Callable[[], None] | None = None,
-                syncer: Syncer = OS_SYNC) -> ServerLock:
+                syncer: Syncer = OS_SYNC,
+                stop: threading.Event | None = None) -> ServerLock:
         """Lock `<journals_dir>/server.lock`, creating it (0600, in a 0700
         directory) if needed. While another process holds it, retry until
-        `wait_s` has passed, then raise `ServerLockHeld`. `on_wait` is called
-        once, when the lock is first found held (the server logs it)."""
+        `wait_s` has passed, then raise `ServerLockHeld`; `LockWaitStopped`
+        at once if `stop` is set meanwhile (a thread's wait the start gave
+        up: a Ctrl-C must not wait for it). `on_wait` is called once, when
+        the lock is first found held (the server logs it)."""
         directory = make_private_dir(journals_dir, syncer)
         path = directory / LOCK_FILE
         fd = _open_lock_file(path)
         try:
-            _lock_within(fd, path, wait_s, on_wait)
+            _lock_within(fd, path, wait_s, on_wait, stop or threading.Event())
             _write_holder(fd)
         except BaseException:
             os.close(fd)
@@ -116,7 +127,7 @@ def _try_lock(fd: int) -> bool:
 
 
 def _lock_within(fd: int, path: Path, wait_s: float,
-                 on_wait: Callable[[], None] | None) -> None:
+                 on_wait: Callable[[], None] | None, stop: threading.Event) -> None:
     if _try_lock(fd):
         return
     if on_wait is not None:
@@ -133,7 +144,8 @@ def _lock_within(fd: int, path: Path, wait_s: float,
         left = deadline - now
         if left <= 0:
             raise ServerLockHeld(path, wait_s, _read_holder(fd))
-        time.sleep(min(pauses.strike(now), left))
+        if stop.wait(min(pauses.strike(now), left)):
+            raise LockWaitStopped(f"the wait for {path} was given up")
 
 
 def _write_holder(fd: int) -> None:

@@ -204,9 +204,12 @@ def test_ctrl_c_before_the_server_serves_stops_it_at_once_without_a_traceback(
     from staal.supervisor.store.lockfile import ServerLock
 
     site = lookup_site(tmp_path, service)
+    # A wait for the lock far longer than a loaded machine's delays, so the
+    # Ctrl-C comes while it waits; it must not wait that wait out.
+    env = {"STAAL_TEST_KILL_POINTS": "1", "STAAL_TEST_LOCK_WAIT_S": "600"}
     with ServerLock.acquire(site.journals, wait_s=0):
-        server = (RawServer(site, new_session=True) if transport == "stdio"
-                  else HttpServer(site, new_session=True))
+        server = (RawServer(site, env, new_session=True) if transport == "stdio"
+                  else HttpServer(site, env, new_session=True))
         try:
             server.stderr.wait_event("waiting_for_lock")
             zygote = zygote_of(server.process)  # started early, before the lock

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from staal.errors import StaalError
-from staal.supervisor.store.lockfile import LOCK_FILE, ServerLock, ServerLockHeld
+from staal.supervisor.store.lockfile import LOCK_FILE, LockWaitStopped, ServerLock, ServerLockHeld
 
 BOUND = 10.0  # seconds any wait in these tests may take before it fails
 
@@ -133,3 +134,15 @@ def test_an_existing_lock_file_left_by_a_dead_server_is_taken(tmp_path: Path) ->
     (tmp_path / LOCK_FILE).write_text("999999\n")
     with ServerLock.acquire(tmp_path, wait_s=0) as lock:
         assert lock.path.read_text() == f"{os.getpid()}\n"
+
+
+def test_a_wait_given_up_from_another_thread_ends_at_once_holding_nothing(tmp_path: Path) -> None:
+    stop = threading.Event()
+    with ServerLock.acquire(tmp_path):
+        waited = threading.Timer(0.05, stop.set)
+        waited.start()
+        with pytest.raises(LockWaitStopped):
+            ServerLock.acquire(tmp_path, wait_s=3600, stop=stop)  # not its hour: the stop ends it
+        waited.join(BOUND)
+    with ServerLock.acquire(tmp_path, wait_s=0):  # the given-up wait kept nothing
+        pass
