@@ -22,7 +22,7 @@ from staal.errors import RecordError
 from staal.journal.records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.records.appendlog import read_log
 from staal.runtime.clock import FixedClock
-from staal.supervisor.recovery.lease import DEFAULT_LEASE
+from staal.supervisor.recovery.lease import LeaseTiming
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
@@ -223,10 +223,15 @@ from staal.caps import HttpGet
 def main(order: str, get: HttpGet) -> dict:
     return {"status": get.get(BASE + "/v1/orders/" + order).status_code}
 """
-# An instance's lease runs out a lease after its last renewal; another
-# notices at its next renewal, a third of a lease later at most; then it
-# resumes (a bound on the waits, never a timing asserted).
-TAKEOVER_BOUND_S = DEFAULT_LEASE.takeover_bound_s + WAIT * 3
+# The takeover tests' instances hold a short lease (`lease_s` 6 instead of
+# 15, renewed every 2 s, as tests/deployment/test_fleet_takeover.py's), so a
+# dead or paused instance's run is taken over sooner. An instance's lease
+# runs out a lease after its last renewal; another notices at its next
+# renewal, a third of a lease later at most; then it resumes (a bound on the
+# waits, never a timing asserted).
+LEASE = LeaseTiming(6000)
+LEASED_STORE = {"postgres": {"dsn": {"env": ENV}, "lease_s": LEASE.lease_ms / 1000}}
+TAKEOVER_BOUND_S = LEASE.takeover_bound_s + WAIT * 3
 
 
 def lookup_site(root: Path, program: Path, service: Any) -> Site:
@@ -234,7 +239,7 @@ def lookup_site(root: Path, program: Path, service: Any) -> Site:
     root.mkdir()
     site = Site(root)
     grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
-    site.write([{"name": "lookup", "program": str(program), "grants": grants}], store=STORE)
+    site.write([{"name": "lookup", "program": str(program), "grants": grants}], store=LEASED_STORE)
     return site
 
 
@@ -371,7 +376,7 @@ def ticket_site(root: Path, program: Path, service: Any) -> Site:
     grants = {"post": {"cap": "net.http.post", "only": [service.base + "/v1/tickets"]}}
     site.write([{"name": "ticket", "program": str(program), "grants": grants,
                  "once": {"by": ["order"], "keep": "1h"},
-                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=STORE)
+                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=LEASED_STORE)
     return site
 
 
