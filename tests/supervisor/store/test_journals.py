@@ -27,7 +27,7 @@ from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
 from tests.docs.test_operators import POST, waiting_manifest
-from tests.helpers.http_servers import HttpServer
+from tests.helpers.http_servers import HttpServer, started_together
 from tests.helpers.pg_store import CommitCutter, PgStore
 from tests.helpers.recorder import WAIT
 from tests.helpers.servers import Site
@@ -275,8 +275,8 @@ def test_a_dead_instances_unfinished_run_is_taken_over_and_resumed_from_its_rows
     program = lookup_program(tmp_path, service)
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
-    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(lookup_site(tmp_path / "a", program, service), env),
+                          HttpServer(lookup_site(tmp_path / "b", program, service), env)) as (a, b):
         def call_a() -> None:
             with contextlib.suppress(httpx.HTTPError):  # a dies before it answers
                 a.modern("tools/call", {"name": "lookup", "arguments": {"order": "o1"}})
@@ -337,8 +337,8 @@ def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_w
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
     answers: list[httpx.Response] = []
-    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(lookup_site(tmp_path / "a", program, service), env),
+                          HttpServer(lookup_site(tmp_path / "b", program, service), env)) as (a, b):
         calling = threading.Thread(target=lambda: answers.append(a.modern(
             "tools/call", {"name": "lookup", "arguments": {"order": "o1"}},
             timeout=TAKEOVER_BOUND_S * 2)), daemon=True)
@@ -392,8 +392,8 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
     program.write_text(f"BASE = {service.base!r}\n" + POST)
     service.hold("/v1/tickets")
     env = {ENV: pg_store.dsn}
-    with HttpServer(ticket_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(ticket_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(ticket_site(tmp_path / "a", program, service), env),
+                          HttpServer(ticket_site(tmp_path / "b", program, service), env)) as (a, b):
         first = structured(a, "ticket", {"order": "o1"})
         run = the_run(pg_store)
         assert run in json.dumps(first) and "may or may not have happened" in json.dumps(first)
