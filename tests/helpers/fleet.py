@@ -44,11 +44,13 @@ ManifestWriter = Callable[[Site, dict[str, Any]], object]
 class Instance:
     """One staal process, its site (manifest, journals, stderr.log) and port."""
 
-    def __init__(self, name: str, site: Site, env: dict[str, str] | None) -> None:
+    def __init__(self, name: str, site: Site, env: dict[str, str] | None,
+                 spawned: HttpServer | None = None) -> None:
+        """`spawned`: its process, already started on `site` and `env`."""
         self.name = name
         self.site = site
         self.env = env
-        self.server = HttpServer(site, env=env).started()
+        self.server = (spawned or HttpServer(site, env=env)).started()
         self.port = int(self.server.url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
 
     @property
@@ -99,6 +101,7 @@ class Fleet:
         self.url = f"http://127.0.0.1:{front.getsockname()[1]}/mcp"
         self.instances: list[Instance] = []
         self.balancer: Balancer | None = None
+        spawned: list[tuple[str, Site, HttpServer]] = []
         try:
             # Audience: the URL clients use (the manifest's default, public_url).
             self.headers = {"authorization": "Bearer " + authorization.token(
@@ -107,11 +110,17 @@ class Fleet:
                 site = Site(_directory(root / f"i{i}"))
                 write(site, {"http": {"public_url": self.url}})
                 with_auth(site, authorization.issuer)
-                self.instances.append(Instance(f"i{i}", site, env))
+                spawned.append((f"i{i}", site, HttpServer(site, env=env)))
+            # Every process is started before the first is waited for, as
+            # a fleet's machines start: their start-ups overlap.
+            for name, site, server in spawned:
+                self.instances.append(Instance(name, site, env, server))
             self.balancer = Balancer(_directory(root / "balancer"), front,
                                      [Backend(i.name, i.port) for i in self.instances], check_ms)
         except BaseException:
             front.close()
+            for _, _, server in spawned[len(self.instances):]:
+                server.stop()
             self.stop()
             raise
 

@@ -9,7 +9,8 @@ import base64
 import signal
 import socket
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -173,6 +174,17 @@ class HttpServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def started_together(*servers: HttpServer) -> Iterator[tuple[HttpServer, ...]]:
+    """Servers whose processes were all started (constructed) before the
+    first is waited for, so their start-ups overlap; each stopped after."""
+    try:
+        yield tuple(server.started() for server in servers)
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def explored_over_http(site: Site, mode: str, explore: Callable[[Any], Awaitable[Any]]) -> Any:

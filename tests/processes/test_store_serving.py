@@ -18,7 +18,7 @@ from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.postgres.instances import instance_name
 from staal.supervisor.store.postgres.ledger import PostgresLedger
 from tests.docs.test_operators import waiting_manifest
-from tests.helpers.http_servers import HttpServer
+from tests.helpers.http_servers import HttpServer, started_together
 from tests.helpers.pg_store import PgStore
 from tests.helpers.recorder import WAIT
 from tests.helpers.servers import Site
@@ -151,8 +151,8 @@ def call(server: HttpServer, n: int) -> dict[str, Any]:
 def test_two_http_instances_on_one_store_share_one_quota_and_one_once_key(
         tmp_path: Path, pg_store: PgStore) -> None:
     env = {ENV: pg_store.dsn}
-    with HttpServer(http_site(tmp_path / "a"), env) as a, \
-            HttpServer(http_site(tmp_path / "b"), env) as b:
+    with started_together(HttpServer(http_site(tmp_path / "a"), env),
+                          HttpServer(http_site(tmp_path / "b"), env)) as (a, b):
         first = call(a, 1)
         assert first["structuredContent"] == {"result": {"n": 1}}
         # b finds a's run and does not run the call again: it answers from

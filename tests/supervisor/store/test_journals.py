@@ -22,12 +22,12 @@ from staal.errors import RecordError
 from staal.journal.records import JOURNAL, End, Header, Intent, OutcomeRecord
 from staal.records.appendlog import read_log
 from staal.runtime.clock import FixedClock
-from staal.supervisor.recovery.lease import DEFAULT_LEASE
+from staal.supervisor.recovery.lease import LeaseTiming
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.postgres.journal_rows import JournalRows
 from staal.supervisor.store.postgres.ledger import Fenced, PostgresLedger
 from tests.docs.test_operators import POST, waiting_manifest
-from tests.helpers.http_servers import HttpServer
+from tests.helpers.http_servers import HttpServer, started_together
 from tests.helpers.pg_store import CommitCutter, PgStore
 from tests.helpers.recorder import WAIT
 from tests.helpers.servers import Site
@@ -223,10 +223,15 @@ from staal.caps import HttpGet
 def main(order: str, get: HttpGet) -> dict:
     return {"status": get.get(BASE + "/v1/orders/" + order).status_code}
 """
-# An instance's lease runs out a lease after its last renewal; another
-# notices at its next renewal, a third of a lease later at most; then it
-# resumes (a bound on the waits, never a timing asserted).
-TAKEOVER_BOUND_S = DEFAULT_LEASE.takeover_bound_s + WAIT * 3
+# The takeover tests' instances hold a short lease (`lease_s` 6 instead of
+# 15, renewed every 2 s, as tests/deployment/test_fleet_takeover.py's), so a
+# dead or paused instance's run is taken over sooner. An instance's lease
+# runs out a lease after its last renewal; another notices at its next
+# renewal, a third of a lease later at most; then it resumes (a bound on the
+# waits, never a timing asserted).
+LEASE = LeaseTiming(6000)
+LEASED_STORE = {"postgres": {"dsn": {"env": ENV}, "lease_s": LEASE.lease_ms / 1000}}
+TAKEOVER_BOUND_S = LEASE.takeover_bound_s + WAIT * 3
 
 
 def lookup_site(root: Path, program: Path, service: Any) -> Site:
@@ -234,7 +239,7 @@ def lookup_site(root: Path, program: Path, service: Any) -> Site:
     root.mkdir()
     site = Site(root)
     grants = {"get": {"cap": "net.http.get", "only": [service.base + "/v1/orders/*"]}}
-    site.write([{"name": "lookup", "program": str(program), "grants": grants}], store=STORE)
+    site.write([{"name": "lookup", "program": str(program), "grants": grants}], store=LEASED_STORE)
     return site
 
 
@@ -270,8 +275,8 @@ def test_a_dead_instances_unfinished_run_is_taken_over_and_resumed_from_its_rows
     program = lookup_program(tmp_path, service)
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
-    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(lookup_site(tmp_path / "a", program, service), env),
+                          HttpServer(lookup_site(tmp_path / "b", program, service), env)) as (a, b):
         def call_a() -> None:
             with contextlib.suppress(httpx.HTTPError):  # a dies before it answers
                 a.modern("tools/call", {"name": "lookup", "arguments": {"order": "o1"}})
@@ -332,8 +337,8 @@ def test_an_instance_paused_past_its_lease_is_fenced_off_its_taken_run_when_it_w
     hold = service.hold("/v1/orders/o1")
     env = {ENV: pg_store.dsn}
     answers: list[httpx.Response] = []
-    with HttpServer(lookup_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(lookup_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(lookup_site(tmp_path / "a", program, service), env),
+                          HttpServer(lookup_site(tmp_path / "b", program, service), env)) as (a, b):
         calling = threading.Thread(target=lambda: answers.append(a.modern(
             "tools/call", {"name": "lookup", "arguments": {"order": "o1"}},
             timeout=TAKEOVER_BOUND_S * 2)), daemon=True)
@@ -371,7 +376,7 @@ def ticket_site(root: Path, program: Path, service: Any) -> Site:
     grants = {"post": {"cap": "net.http.post", "only": [service.base + "/v1/tickets"]}}
     site.write([{"name": "ticket", "program": str(program), "grants": grants,
                  "once": {"by": ["order"], "keep": "1h"},
-                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=STORE)
+                 "net": {"timeout_ms": 300, "connect_timeout_ms": 1000}}], store=LEASED_STORE)
     return site
 
 
@@ -387,8 +392,8 @@ def test_a_waiting_run_is_seen_waiting_from_any_instance_and_still_waits_once_ta
     program.write_text(f"BASE = {service.base!r}\n" + POST)
     service.hold("/v1/tickets")
     env = {ENV: pg_store.dsn}
-    with HttpServer(ticket_site(tmp_path / "a", program, service), env) as a, \
-            HttpServer(ticket_site(tmp_path / "b", program, service), env) as b:
+    with started_together(HttpServer(ticket_site(tmp_path / "a", program, service), env),
+                          HttpServer(ticket_site(tmp_path / "b", program, service), env)) as (a, b):
         first = structured(a, "ticket", {"order": "o1"})
         run = the_run(pg_store)
         assert run in json.dumps(first) and "may or may not have happened" in json.dumps(first)
