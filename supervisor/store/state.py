@@ -105,10 +105,10 @@ class LedgerState:
 
     @classmethod
     def holding(cls, entries: Iterable[RunEntry]) -> LedgerState:
-        """A state of just these runs, for the quota decisions and answers
-        (`over_quota`, `quota_use`): the PostgreSQL store reads a window's
-        runs by query and decides with this same code. `entries` come in
-        the ledger's order; a window's runs are put in reserve-time order."""
+        """A state of just these runs, for the quota answers (`sums`,
+        `quota_use`): status reads a window's runs this way on a PostgreSQL
+        store older than schema version 9, which keeps no sums. `entries`
+        come in the ledger's order; a window's runs are put in reserve-time order."""
         state = cls()
         for entry in sorted(entries, key=lambda e: e.reserved_ms):
             state._runs[entry.run] = entry

@@ -9,8 +9,11 @@ of other tools and callers take other keys and never wait for it. Once a
 key is locked, every run that counts in it was committed before (a reserve
 of that key commits before it lets the key go), so reading the window
 after the lock sees exactly what the decision must count: quotas are exact
-across instances. The once key's holder is the `staal_once` row (its
-primary key: one holder), read after its key's lock.
+across instances. What it reads of a window is its sums (`SqlWindows`: one
+aggregate a key over each run's `calls_used` and `money_used`, which the
+statements writing its reserve and its end keep), not its runs: only a
+refusal walks them, to say when it frees. The once key's holder is the
+`staal_once` row (its primary key: one holder), read after its key's lock.
 
 Time, per key: a reserve is stamped with the latest of the instance's clock,
 the instance's own last stamp, and the last reserve of its tool (and of
