@@ -144,6 +144,7 @@ def test_a_refusal_on_the_postgresql_store_is_the_file_stores_to_the_word_and_fr
         clock.advance(1)
         same(1, usd("6"), None)  # the first runs aged out on both stores
         assert [files.quota_use("t", MONEY)] == [rows.quota_use("t", MONEY)]
+        assert len(files.runs()) == len(rows.runs()) == 7  # the refusals reserved nothing
 
 
 def test_a_store_version_8_wrote_is_upgraded_with_what_each_run_counts_in_every_state(
