@@ -43,16 +43,26 @@ SCHEMA_VERSION = 9
 
 def _backfill_used(cur: Cursor[TupleRow]) -> None:
     """Version 9's backfill: each run's calls and money used, computed from
-    its stored events as `RunEntry.calls_used` and `money_used` count them."""
-    cur.execute(f"{RUN_ROWS} ORDER BY r.seq")
-    used = []
-    for entry in (stored_entry(*row) for row in cur.fetchall()):
-        amounts = {"released": (), "settled": entry.charged}.get(entry.state, entry.money)
-        money = {m.currency: entry.money_used(m.currency) for m in amounts}
-        used.append((entry.calls_used(), json.dumps(money), entry.run))
-    cur.executemany("UPDATE staal_runs SET calls_used = %s, money_used = %s::jsonb "
-                    "WHERE run = %s", used)
+    its stored events as `RunEntry.calls_used` and `money_used` count them,
+    read through a cursor of the database's and written a batch at a time
+    (each statement a batch: the session's statement timeout holds)."""
+    with cur.connection.cursor(name="staal_backfill") as runs:
+        runs.execute(f"{RUN_ROWS} ORDER BY r.seq")
+        while batch := runs.fetchmany(BACKFILL_BATCH):
+            used: tuple[list[str], list[int], list[str]] = ([], [], [])
+            for entry in (stored_entry(*row) for row in batch):
+                amounts = {"released": (), "settled": entry.charged}.get(entry.state,
+                                                                         entry.money)
+                used[0].append(entry.run)
+                used[1].append(entry.calls_used())
+                used[2].append(json.dumps({m.currency: entry.money_used(m.currency)
+                                           for m in amounts}))
+            cur.execute("UPDATE staal_runs r SET calls_used = u.calls, money_used = u.money::jsonb "
+                        "FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(run, calls, money) "
+                        "WHERE r.run = u.run", used)
 
+
+BACKFILL_BATCH = 5000
 
 # A step of a migration: a statement, or a function of the upgrade's cursor.
 Step = str | Callable[["Cursor[TupleRow]"], None]

@@ -24,6 +24,7 @@ from staal.supervisor.calls.quota_text import quota_text
 from staal.supervisor.store.entries import Admission
 from staal.supervisor.store.file_ledger import FileLedger
 from staal.supervisor.store.ledger import OverQuota, Reserved
+from staal.supervisor.store.postgres import schema
 from staal.supervisor.store.postgres.ledger import PostgresLedger
 from staal.supervisor.store.postgres.schema import SCHEMA_VERSION
 from tests.helpers.pg_store import PgStore
@@ -148,7 +149,8 @@ def test_a_refusal_on_the_postgresql_store_is_the_file_stores_to_the_word_and_fr
 
 
 def test_a_store_version_8_wrote_is_upgraded_with_what_each_run_counts_in_every_state(
-        pg_store: PgStore, tmp_path: Path) -> None:
+        pg_store: PgStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schema, "BACKFILL_BATCH", 2)  # its three runs in two batches
     pg_store.at_version(8)
     pg_store.execute("INSERT INTO staal_instances VALUES ('old', 100, 0, NULL, 'old')")
     two = (Money("4", "USD"), Money("300", "JPY"))
