@@ -23,7 +23,8 @@ one real run copied) by W writer processes, each registered as an
 instance, over T tools: `plain` (no quota, no once key: the reserve is one
 statement) and `keyed` (a quota on the tool, its window `--window`, and a
 once key per call: the reserve is a transaction holding both keys' locks,
-and it reads every run in the quota's window, so its cost grows with the
+and it sums the quota's window in one aggregate statement: schema version
+9; before it, it read every run in the window, so its cost grew with the
 window's runs). `keyed` with every writer on one tool is the hot key: its
 reserves wait for each other.
 

@@ -5,9 +5,9 @@ kept. Values only: frozen, with no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from staal.manifest.model import QuotaConfig, Tool
 from staal.money import Money
@@ -192,3 +192,105 @@ class Admission:
 
 ReserveResult = Reserved | Existing | Different | OverQuota
 FilesKept = Collection[str] | Callable[[RunEntry], bool]
+
+
+# -- quota decisions, on sums ---------------------------------------------------
+
+# A window's key: a tool's name; a caller's `("caller", hash)`; a caller's on
+# one tool `("caller", hash, tool)` (supervisor/store/state.py `window_keys`).
+WindowKey = str | tuple[str, ...]
+# One run's use in a window: its reserve time and what it counts (calls, or
+# minor units of the quota's currency).
+Use = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSums:
+    """What a window's runs count against one quota, summed: calls; minor
+    units of the quota's currency held by unsettled runs (their worst case)
+    and counted by ended ones (a settle's charges, a release's nothing);
+    unsettled runs; and the reserve time of the oldest run counting calls,
+    and money (None: none does). A store computes them as it can (in memory,
+    or one SQL aggregate); every decision is made of them by the code below."""
+
+    calls: int
+    held: int
+    charged: int
+    unsettled: int
+    calls_from: int | None
+    money_from: int | None
+
+
+class Windows(Protocol):
+    """Where quota decisions read windows: the sums of a key's window for a
+    quota at `now_ms`, and, only to say when a refused call would fit, the
+    window's uses oldest first (`which`: calls, or money in the quota's currency)."""
+
+    def sums(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> WindowSums: ...
+
+    def uses(self, key: WindowKey, quota: QuotaConfig, now_ms: int,
+             which: QuotaKind) -> Iterable[Use]: ...
+
+
+def window_refusal(windows: Windows, key: WindowKey, quota: QuotaConfig, calls: int,
+                   money: tuple[Money, ...], now_ms: int,
+                   scope: QuotaScope = "tool") -> OverQuota | None:
+    """Why reserving `calls` and `money` now would exceed `quota` over the
+    runs of `key`, or None. Read from the window's sums; its runs are walked
+    only for a refusal, to say when it frees."""
+    window = quota.window.ms
+    sums = windows.sums(key, quota, now_ms)
+
+    def walk(which: QuotaKind) -> Callable[[], Iterable[Use]]:
+        return lambda: windows.uses(key, quota, now_ms, which)
+
+    if quota.calls is not None:
+        refused = refusal(sums.calls, walk("calls"), calls, quota.calls, window)
+        if refused is not None:
+            return OverQuota("calls", quota.calls, refused[0], calls, refused[1], scope)
+    if quota.money is not None:
+        currency = quota.money.currency
+        need = sum(m.minor for m in money if m.currency == currency)
+        refused = refusal(sums.held + sums.charged, walk("money"), need, quota.money.minor,
+                          window)
+        if refused is not None:
+            return OverQuota("money", quota.money, Money.from_minor(refused[0], currency),
+                             Money.from_minor(need, currency), refused[1], scope)
+    return None
+
+
+def window_use(sums: WindowSums, tool: str, quota: QuotaConfig, now_ms: int) -> QuotaUse:
+    """A window's use of `quota` for status and metrics, from its sums."""
+    window = quota.window.ms
+    currency = quota.money.currency if quota.money is not None else None
+    return QuotaUse(
+        tool=tool, window_ms=window, now_ms=now_ms,
+        calls=sums.calls, calls_limit=quota.calls,
+        calls_frees_at_ms=None if sums.calls_from is None else sums.calls_from + window + 1,
+        money_held=None if currency is None else Money.from_minor(sums.held, currency),
+        money_charged=None if currency is None else Money.from_minor(sums.charged, currency),
+        money_limit=quota.money,
+        money_frees_at_ms=(None if currency is None or sums.money_from is None
+                           else sums.money_from + window + 1),
+        unsettled=sums.unsettled,
+    )
+
+
+def refusal(in_use: int, walk: Callable[[], Iterable[Use]], need: int, limit: int,
+            window_ms: int) -> tuple[int, int | None] | None:
+    """(in use, when it frees) if `need` more would pass `limit`, else None.
+
+    `walk` gives the window's uses oldest first, asked only for a refusal:
+    the oldest use ages out first, so walk it until enough has gone for
+    `need` to fit."""
+    excess = in_use + need - limit
+    if excess <= 0:
+        return None
+    if need > limit:
+        return in_use, None
+    freed = 0
+    for reserved_ms, amount in walk():
+        freed += amount
+        if freed >= excess:
+            return in_use, reserved_ms + window_ms + 1
+    return in_use, None  # only when the limit itself is negative

@@ -44,10 +44,12 @@ from staal.supervisor.store.entries import (
     Reserved,
     ReserveResult,
     RunEntry,
+    Windows,
     once_request,
+    window_refusal,
 )
 from staal.supervisor.store.group_commit import LedgerUnusable
-from staal.supervisor.store.state import Event, LedgerState
+from staal.supervisor.store.state import Event, LedgerState, admission_refusal
 
 __all__ = [
     "LEDGER_FILE",
@@ -210,18 +212,19 @@ def once_found(holder: RunEntry | None, once: OnceRequest) -> Existing | Differe
     return Existing(holder) if holder.once.args == once.args else Different(holder)
 
 
-def quota_refusal(state: LedgerState, tool: str, quota: QuotaConfig | None, calls: int,
+def quota_refusal(windows: Windows, tool: str, quota: QuotaConfig | None, calls: int,
                   money: tuple[Money, ...], admission: Admission | None,
                   now: int) -> OverQuota | None:
     """The quota a reservation at `now` would exceed (the tool's, then the
     caller's own), or None: the quota half of `decide`, which the call path
-    also asks before it takes a worker (`Ledger.over_quota`)."""
+    also asks before it takes a worker (`Ledger.over_quota`). `windows` is a
+    state (the file store's) or the PostgreSQL store's sums by query."""
     if quota is not None:
-        over = state.over_quota(tool, quota, calls, tuple(money), now)
+        over = window_refusal(windows, tool, quota, calls, tuple(money), now)
         if over is not None:
             return over
     if admission is not None:
-        return state.over_admission(tool, admission, calls, tuple(money), now)
+        return admission_refusal(windows, tool, admission, calls, tuple(money), now)
     return None
 
 

@@ -29,9 +29,16 @@ from staal.supervisor.store.entries import (
     FilesKept,
     LedgerBug,
     OverQuota,
+    QuotaKind,
     QuotaScope,
     QuotaUse,
     RunEntry,
+    Use,
+    WindowKey,
+    Windows,
+    WindowSums,
+    window_refusal,
+    window_use,
 )
 
 
@@ -98,10 +105,10 @@ class LedgerState:
 
     @classmethod
     def holding(cls, entries: Iterable[RunEntry]) -> LedgerState:
-        """A state of just these runs, for the quota decisions and answers
-        (`over_quota`, `quota_use`): the PostgreSQL store reads a window's
-        runs by query and decides with this same code. `entries` come in
-        the ledger's order; a window's runs are put in reserve-time order."""
+        """A state of just these runs, for the quota answers (`sums`,
+        `quota_use`): status reads a window's runs this way on a PostgreSQL
+        store older than schema version 9, which keeps no sums. `entries`
+        come in the ledger's order; a window's runs are put in reserve-time order."""
         state = cls()
         for entry in sorted(entries, key=lambda e: e.reserved_ms):
             state._runs[entry.run] = entry
@@ -136,63 +143,40 @@ class LedgerState:
         start = bisect.bisect_left(times, now_ms - window_ms)
         return [self._runs[r] for r in self._ids[key][start:]] if times else []
 
+    def sums(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> WindowSums:
+        """`key`'s window for `quota` at `now_ms`, summed (`Windows`)."""
+        entries = self.in_window(key, quota.window.ms, now_ms)
+        currency = quota.money.currency if quota.money is not None else None
+        money = [(e, 0 if currency is None else e.money_used(currency)) for e in entries]
+        return WindowSums(
+            calls=sum(e.calls_used() for e in entries),
+            held=sum(m for e, m in money if e.unsettled),
+            charged=sum(m for e, m in money if not e.unsettled),
+            unsettled=sum(1 for e in entries if e.unsettled),
+            calls_from=next((e.reserved_ms for e in entries if e.calls_used() > 0), None),
+            money_from=next((e.reserved_ms for e, m in money if m > 0), None))
+
+    def uses(self, key: WindowKey, quota: QuotaConfig, now_ms: int,
+             which: QuotaKind) -> list[Use]:
+        """`key`'s window's uses of `which`, oldest first (`Windows`)."""
+        entries = self.in_window(key, quota.window.ms, now_ms)
+        if which == "calls" or quota.money is None:
+            return [(e.reserved_ms, e.calls_used() if which == "calls" else 0) for e in entries]
+        return [(e.reserved_ms, e.money_used(quota.money.currency)) for e in entries]
+
     def over_quota(self, key: WindowKey, quota: QuotaConfig, calls: int, money: tuple[Money, ...],
                    now_ms: int, scope: QuotaScope = "tool") -> OverQuota | None:
         """Why reserving `calls` and `money` now would exceed `quota` over
-        the runs of `key`, or None."""
-        window = quota.window.ms
-        entries = self.in_window(key, window, now_ms)
-        if quota.calls is not None:
-            used = [(e.reserved_ms, e.calls_used()) for e in entries]
-            refused = _refusal(used, calls, quota.calls, window)
-            if refused is not None:
-                return OverQuota("calls", quota.calls, refused[0], calls, refused[1], scope)
-        if quota.money is not None:
-            currency = quota.money.currency
-            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
-            need = sum(m.minor for m in money if m.currency == currency)
-            refused = _refusal(used, need, quota.money.minor, window)
-            if refused is not None:
-                return OverQuota("money", quota.money, Money.from_minor(refused[0], currency),
-                                 Money.from_minor(need, currency), refused[1], scope)
-        return None
+        the runs of `key`, or None (`window_refusal`, on this state)."""
+        return window_refusal(self, key, quota, calls, money, now_ms, scope)
 
     def over_admission(self, tool: str, admission: Admission, calls: int,
                        money: tuple[Money, ...], now_ms: int) -> OverQuota | None:
-        """Why the caller's own limits refuse this reservation: its rate
-        over all its calls, then its quota on this tool; or None."""
-        if admission.rate is not None:
-            refused = self.over_quota(caller_key(admission.caller), admission.rate, calls, (),
-                                      now_ms, "rate")
-            if refused is not None:
-                return refused
-        if admission.quota is not None:
-            return self.over_quota(caller_key(admission.caller, tool), admission.quota, calls,
-                                   money, now_ms, "caller")
-        return None
+        return admission_refusal(self, tool, admission, calls, money, now_ms)
 
     def quota_use(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> QuotaUse:
         tool = key if isinstance(key, str) else key[-1]
-        window = quota.window.ms
-        entries = self.in_window(key, window, now_ms)
-        calls = [(e.reserved_ms, e.calls_used()) for e in entries]
-        held = charged = None
-        money_frees = None
-        if quota.money is not None:
-            currency = quota.money.currency
-            used = [(e.reserved_ms, e.money_used(currency)) for e in entries]
-            held = _sum_money((e.money_used(currency) for e in entries if e.unsettled), currency)
-            charged = _sum_money((e.money_used(currency) for e in entries if not e.unsettled),
-                                 currency)
-            money_frees = _next_frees(used, window)
-        return QuotaUse(
-            tool=tool, window_ms=window, now_ms=now_ms,
-            calls=sum(n for _, n in calls), calls_limit=quota.calls,
-            calls_frees_at_ms=_next_frees(calls, window),
-            money_held=held, money_charged=charged, money_limit=quota.money,
-            money_frees_at_ms=money_frees,
-            unsettled=sum(1 for e in entries if e.unsettled),
-        )
+        return window_use(self.sums(key, quota, now_ms), tool, quota, now_ms)
 
     # -- compaction ---------------------------------------------------------
 
@@ -277,12 +261,24 @@ def _reserve_of(entry: RunEntry) -> Reserve:
                    profile=entry.profile, grants=entry.grants)
 
 
-WindowKey = str | tuple[str, ...]
-
-
 def caller_key(caller: str, tool: str | None = None) -> WindowKey:
     """The window key of a caller's runs, or of its runs of one tool."""
     return ("caller", caller) if tool is None else ("caller", caller, tool)
+
+
+def admission_refusal(windows: Windows, tool: str, admission: Admission, calls: int,
+                      money: tuple[Money, ...], now_ms: int) -> OverQuota | None:
+    """Why the caller's own limits refuse this reservation: its rate over
+    all its calls, then its quota on this tool; or None."""
+    if admission.rate is not None:
+        refused = window_refusal(windows, caller_key(admission.caller), admission.rate, calls,
+                                 (), now_ms, "rate")
+        if refused is not None:
+            return refused
+    if admission.quota is not None:
+        return window_refusal(windows, caller_key(admission.caller, tool), admission.quota,
+                              calls, money, now_ms, "caller")
+    return None
 
 
 def window_keys(tool: str, caller: str | None) -> tuple[WindowKey, ...]:
@@ -300,34 +296,3 @@ def _end_of(entry: RunEntry) -> Settle | Release:
     assert entry.outcome is not None
     return Settle(run=entry.run, time=entry.ended_ms, outcome=entry.outcome,
                   charged=entry.charged)
-
-
-def _sum_money(minors: Iterable[int], currency: str) -> Money:
-    return Money.from_minor(sum(minors), currency)
-
-
-def _refusal(used: list[tuple[int, int]], need: int, limit: int,
-             window_ms: int) -> tuple[int, int | None] | None:
-    """(in use, when it frees) if `need` more would pass `limit`, else None.
-
-    `used` is (reserve time, amount), oldest first: the oldest use ages out
-    first, so walk it until enough has gone for `need` to fit."""
-    in_use = sum(amount for _, amount in used)
-    excess = in_use + need - limit
-    if excess <= 0:
-        return None
-    if need > limit:
-        return in_use, None
-    freed = 0
-    for reserved_ms, amount in used:
-        freed += amount
-        if freed >= excess:
-            return in_use, reserved_ms + window_ms + 1
-    return in_use, None  # only when the limit itself is negative
-
-
-def _next_frees(used: list[tuple[int, int]], window_ms: int) -> int | None:
-    for reserved_ms, amount in used:
-        if amount > 0:
-            return reserved_ms + window_ms + 1
-    return None

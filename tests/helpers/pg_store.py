@@ -38,15 +38,14 @@ class PgStore:
     def at_version(self, version: int) -> None:
         """The schema as an older staal left it: its migrations up to
         `version`, and that version recorded."""
-        from staal.supervisor.store.postgres.schema import MIGRATIONS
+        from staal.supervisor.store.postgres.schema import MIGRATIONS, migrate
 
         with psycopg.connect(self.dsn) as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute("CREATE TABLE staal_schema (one boolean PRIMARY KEY DEFAULT true "
                         "CHECK (one), version integer NOT NULL CHECK (version >= 0))")
             cur.execute("INSERT INTO staal_schema (version) VALUES (%s)", (version,))
             for steps in MIGRATIONS[:version]:
-                for statement in steps:
-                    cur.execute(statement)
+                migrate(cur, steps)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from staal.supervisor.store.entries import (
     Reserved,
     ReserveResult,
     RunEntry,
+    window_use,
 )
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.ledger import (
@@ -60,11 +61,13 @@ from staal.supervisor.store.postgres.connection import (
     secrets_of,
 )
 from staal.supervisor.store.postgres.decisions import (
+    SqlWindows,
     decision_keys,
     latest,
+    latest_of,
     lock_keys,
+    money_map,
     once_holder,
-    window,
 )
 from staal.supervisor.store.postgres.events import caller_page, entries_where, entry_where_run
 from staal.supervisor.store.postgres.instances import register_instance
@@ -203,12 +206,11 @@ class PostgresLedger(EndsRuns):
             now = self._stamped(latest(cur, tool, caller))
             if once is not None:
                 holder = self._holder(cur, tool, once.key)
-                now = self._stamped(now if holder is None else _latest_of(holder))
+                now = self._stamped(now if holder is None else latest_of(holder))
                 found = once_found(holder if holder and holder.holds_key(now) else None, once)
                 if found is not None:
                     return found
-            refused = quota_refusal(window(cur, tool, quota, admission, now), tool, quota, calls,
-                                    money, admission, now)
+            refused = quota_refusal(SqlWindows(cur), tool, quota, calls, money, admission, now)
             if refused is not None:
                 return refused
             return self._insert(cur, made, new_reserve(tool, now, calls, money, once, admission),
@@ -221,7 +223,8 @@ class PostgresLedger(EndsRuns):
         made[:] = [event]
         cur.execute(RESERVE, {"run": event.run, "tool": event.tool, "caller": caller,
                                "event": Jsonb(checked_encoding(event)), "me": self.instance,
-                               "fence": self.fence, "now": event.time})
+                               "fence": self.fence, "now": event.time, "calls": event.calls,
+                               "money": Jsonb(money_map(event))})
         time = int(one_row(cur)[0])
         if time != event.time:  # a later reserve of its tool: stamped with that time
             event = replace(event, time=self._stamped(time))
@@ -244,7 +247,8 @@ class PostgresLedger(EndsRuns):
             ended[:] = [event]
             params = {"run": event.run, "me": self.instance, "fence": self.fence}
             cur.execute(END, {**params, "kind": event.TYPE, "now": event.time,
-                               "event": Jsonb(checked_encoding(event))})
+                               "event": Jsonb(checked_encoding(event)),
+                               "money": Jsonb(money_map(event))})
             row = cur.fetchone()
             if row is None:
                 raise self._not_ended(cur, event, params)
@@ -300,7 +304,7 @@ class PostgresLedger(EndsRuns):
             holder = self._holder(cur, tool, key)
             if holder is None:
                 return None
-            return holder if holder.holds_key(self._stamped(_latest_of(holder))) else None
+            return holder if holder.holds_key(self._stamped(latest_of(holder))) else None
 
         return self._read(query)
 
@@ -324,7 +328,7 @@ class PostgresLedger(EndsRuns):
     def quota_use(self, tool: str, quota: QuotaConfig, now: int | None = None) -> QuotaUse:
         def use(cur: psycopg.Cursor[Any]) -> QuotaUse:
             at = self._stamped(latest(cur, tool, None)) if now is None else now
-            return window(cur, tool, quota, None, at).quota_use(tool, quota, at)
+            return window_use(SqlWindows(cur).sums(tool, quota, at), tool, quota, at)
 
         return self._read(use)
 
@@ -335,8 +339,7 @@ class PostgresLedger(EndsRuns):
         the call on to `reserve_call`, which decides holding the keys."""
         def query(cur: psycopg.Cursor[Any]) -> OverQuota | None:
             now = self._stamped(latest(cur, tool, admission.caller if admission else None))
-            return quota_refusal(window(cur, tool, quota, admission, now), tool, quota, calls,
-                                 money, admission, now)
+            return quota_refusal(SqlWindows(cur), tool, quota, calls, money, admission, now)
 
         return self._read(query)
 
@@ -393,7 +396,3 @@ class PostgresLedger(EndsRuns):
 # Compaction's rule is the state's; it reads nothing of the state itself.
 _KEEPS = LedgerState()
 
-
-def _latest_of(entry: RunEntry) -> int:
-    """The latest time among a run's events."""
-    return max(entry.reserved_ms, entry.ended_ms or 0, entry.forgotten_ms or 0)

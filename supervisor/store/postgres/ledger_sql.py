@@ -8,15 +8,21 @@ from staal.supervisor.store.postgres.decisions import LATEST
 
 # A reserve no key decides on: stamped in the statement that inserts it.
 RESERVE = (
-    "INSERT INTO staal_runs (run, tool, reserved_ms, seq, event, owner, fence, caller) "
+    "INSERT INTO staal_runs (run, tool, reserved_ms, seq, event, owner, fence, caller, "
+    "calls_used, money_used) "
     "SELECT %(run)s, %(tool)s, t, nextval('staal_event_seq'), "
-    "jsonb_set(%(event)s, '{time}', to_jsonb(t)), %(me)s, %(fence)s, %(caller)s "
+    "jsonb_set(%(event)s, '{time}', to_jsonb(t)), %(me)s, %(fence)s, %(caller)s, "
+    "%(calls)s, %(money)s "
     f"FROM (SELECT greatest(%(now)s, ({LATEST})) AS t) AS stamp RETURNING reserved_ms")
 # A run's end, only by its owner under its current token: the run's row is
-# marked ended (locking it, so a takeover waits) and the end inserted, in one
-# statement stamped no earlier than its reserve nor its tool's last reserve.
+# marked ended (locking it, so a takeover waits), what it counts in its
+# windows set (a settle: its charges; a release: nothing) and the end
+# inserted, in one statement stamped no earlier than its reserve nor its
+# tool's last reserve.
 END = (
-    "WITH owned AS (UPDATE staal_runs r SET ended = true FROM staal_instances i "
+    "WITH owned AS (UPDATE staal_runs r SET ended = true, "
+    "calls_used = CASE WHEN %(kind)s = 'release' THEN 0 ELSE r.calls_used END, "
+    "money_used = %(money)s FROM staal_instances i "
     "WHERE r.run = %(run)s AND NOT r.ended AND r.owner = %(me)s AND i.instance = r.owner "
     "AND i.fence = %(fence)s RETURNING r.run, r.event, greatest(%(now)s, r.reserved_ms, "
     "(SELECT max(reserved_ms) FROM staal_runs t WHERE t.tool = r.tool)) AS t) "

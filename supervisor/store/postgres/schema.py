@@ -19,24 +19,56 @@ that existing rows lack. Version 5 (issue 27) adds what decisions per key
 read by index (each run's caller, whether it ended) and drops the head row;
 version 6 indexes each caller's runs in the ledger's order, for their pages;
 version 7 (issue 28) keeps each cancelled task's cancel (`staal_cancels`);
-version 8 indexes every run by its reserve time, for status and the console.
+version 8 indexes every run by its reserve time, for status and the console;
+version 9 keeps what each run counts in its quota windows (its calls and
+money used), so a decision sums them instead of reading every run's events.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import staal
 from staal.supervisor.store.errors import StoreError
+from staal.supervisor.store.postgres.events import RUN_ROWS, stored_entry
 
 if TYPE_CHECKING:  # the file store's call path imports StoreError, never psycopg
     from psycopg import Cursor
     from psycopg.rows import TupleRow
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
+
+
+def _backfill_used(cur: Cursor[TupleRow]) -> None:
+    """Version 9's backfill: each run's calls and money used, computed from
+    its stored events as `RunEntry.calls_used` and `money_used` count them,
+    read through a cursor of the database's and written a batch at a time
+    (each statement a batch: the session's statement timeout holds)."""
+    with cur.connection.cursor(name="staal_backfill") as runs:
+        runs.execute(f"{RUN_ROWS} ORDER BY r.seq")
+        while batch := runs.fetchmany(BACKFILL_BATCH):
+            used: tuple[list[str], list[int], list[str]] = ([], [], [])
+            for entry in (stored_entry(*row) for row in batch):
+                amounts = {"released": (), "settled": entry.charged}.get(entry.state,
+                                                                         entry.money)
+                used[0].append(entry.run)
+                used[1].append(entry.calls_used())
+                used[2].append(json.dumps({m.currency: entry.money_used(m.currency)
+                                           for m in amounts}))
+            cur.execute("UPDATE staal_runs r SET calls_used = u.calls, money_used = u.money::jsonb "
+                        "FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(run, calls, money) "
+                        "WHERE r.run = u.run", used)
+
+
+BACKFILL_BATCH = 5000
+
+# A step of a migration: a statement, or a function of the upgrade's cursor.
+Step = str | Callable[["Cursor[TupleRow]"], None]
 
 # Migration i takes the schema from version i to i + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (
         """CREATE TABLE staal_head (
             one boolean PRIMARY KEY DEFAULT true CHECK (one),
@@ -154,6 +186,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # index's end (supervisor/store/postgres/view.py), not every run.
         "CREATE INDEX staal_runs_time ON staal_runs (reserved_ms, run)",
     ),
+    (
+        # Version 9: what each run counts in its windows, kept by the
+        # statements that write its reserve and its end (ledger_sql.py):
+        # its calls (none once released) and its money by currency in minor
+        # units (its worst case until settled, then its charges; none once
+        # released). A decision sums them by its window's index, one
+        # aggregate per key (decisions.py `SqlWindows`), and walks the
+        # window's runs only to say when a refused call would fit.
+        "ALTER TABLE staal_runs ADD COLUMN calls_used bigint NOT NULL DEFAULT 0, "
+        "ADD COLUMN money_used jsonb NOT NULL DEFAULT '{}'",
+        _backfill_used,
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -196,10 +240,18 @@ def ensure_schema(cur: Cursor[TupleRow]) -> int:
                          "its schema is damaged")
     check_version(found)
     for steps in MIGRATIONS[found:]:
-        for statement in steps:
-            cur.execute(statement)
+        migrate(cur, steps)
     cur.execute("UPDATE staal_schema SET version = %s", (SCHEMA_VERSION,))
     return found
+
+
+def migrate(cur: Cursor[TupleRow], steps: tuple[Step, ...]) -> None:
+    """One migration's steps, in order, in the caller's transaction."""
+    for step in steps:
+        if isinstance(step, str):
+            cur.execute(step)
+        else:
+            step(cur)
 
 
 def _first(cur: Cursor[TupleRow]) -> object:

@@ -22,9 +22,11 @@ from typing import Any
 
 import psycopg
 
-from staal.supervisor.store.entries import RunEntry
+from staal.manifest.model import QuotaConfig
+from staal.supervisor.store.entries import RunEntry, WindowKey, WindowSums
 from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres.connection import connect, one_row, reason, secrets_of
+from staal.supervisor.store.postgres.decisions import SqlWindows
 from staal.supervisor.store.postgres.events import entries_where, entry_where_run, stored_entry
 from staal.supervisor.store.postgres.schema import check_version
 from staal.supervisor.store.reads.view import (
@@ -35,10 +37,12 @@ from staal.supervisor.store.reads.view import (
     LedgerView,
     StateView,
 )
-from staal.supervisor.store.state import LedgerState, WindowKey
+from staal.supervisor.store.state import LedgerState
 
 # The oldest schema whose rows say each run's caller and whether it ended.
 READABLE_FROM = 5
+# The oldest whose rows say what each run counts in its windows.
+SUMS_FROM = 9
 # An ended run's state as `reads.view.ended_state` says it, in SQL (`e` its end).
 ENDED_STATE = ("CASE WHEN e.kind = 'release' THEN %(released)s "
                "ELSE coalesce(e.event->>'outcome', 'settled') END")
@@ -61,8 +65,9 @@ CALLERS = (
 class PostgresView:
     """A `LedgerView` on one open snapshot (`open_view` makes it)."""
 
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+    def __init__(self, cur: psycopg.Cursor[Any], version: int) -> None:
         self._cur = cur
+        self._version = version
         self._unsettled: tuple[tuple[RunEntry, str], ...] | None = None
 
     def latest_reserve_ms(self) -> int:
@@ -101,6 +106,14 @@ class PostgresView:
                 where, params["tool"] = f"{where} AND r.tool = %(tool)s", key[2]
         return entries_where(self._cur, f"{where} AND r.reserved_ms >= %(from)s", params,
                              "r.reserved_ms, r.seq")
+
+    def sums(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> WindowSums:
+        """By one aggregate from version 9 (each run's derived counts), by
+        the window's runs before it (a store no instance upgraded yet)."""
+        if self._version >= SUMS_FROM:
+            return SqlWindows(self._cur).sums(key, quota, now_ms)
+        window = LedgerState.holding(self.in_window(key, quota.window.ms, now_ms))
+        return window.sums(key, quota, now_ms)
 
     def callers(self) -> tuple[CallerCount, ...]:
         self._cur.execute(CALLERS)
@@ -150,7 +163,7 @@ def open_view(dsn: str) -> Iterator[LedgerView]:
                         f"the PostgreSQL store's schema is version {version}, which status "
                         f"and the console cannot read (they need version {READABLE_FROM} or "
                         "later): start an instance of this staal on it once to upgrade it")
-                yield PostgresView(cur)
+                yield PostgresView(cur, version)
     except psycopg.Error as exc:
         raise StoreError(f"the PostgreSQL store could not be read: "
                          f"{reason(exc, secrets_of(dsn))}") from None

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from staal.manifest.model import QuotaConfig
-from staal.supervisor.store.entries import QuotaUse, RunEntry
-from staal.supervisor.store.state import LedgerState, WindowKey
+from staal.supervisor.store.entries import QuotaUse, RunEntry, WindowKey, WindowSums, window_use
+from staal.supervisor.store.state import LedgerState
 
 RELEASED = "released: never started"
 
@@ -96,6 +96,11 @@ class LedgerView(Protocol):
         reserved at or after `now_ms - window_ms`, oldest first."""
         ...
 
+    def sums(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> WindowSums:
+        """What `key`'s window for `quota` at `now_ms` counts, summed
+        (`entries.Windows`)."""
+        ...
+
     def callers(self) -> tuple[CallerCount, ...]:
         """Each caller the ledger holds runs of, in the order of its first."""
         ...
@@ -110,10 +115,10 @@ class LedgerView(Protocol):
 
 
 def quota_use(view: LedgerView, key: WindowKey, quota: QuotaConfig, now_ms: int) -> QuotaUse:
-    """`key`'s use of `quota` over its window ending at `now_ms`, decided by
-    the state's own code over the window's runs alone."""
-    window = LedgerState.holding(view.in_window(key, quota.window.ms, now_ms))
-    return window.quota_use(key, quota, now_ms)
+    """`key`'s use of `quota` over its window ending at `now_ms`, from the
+    window's sums, as the ledger's own `quota_use` reports it."""
+    tool = key if isinstance(key, str) else key[-1]
+    return window_use(view.sums(key, quota, now_ms), tool, quota, now_ms)
 
 
 class StateView:
@@ -139,6 +144,9 @@ class StateView:
 
     def in_window(self, key: WindowKey, window_ms: int, now_ms: int) -> list[RunEntry]:
         return self.state.in_window(key, window_ms, now_ms)
+
+    def sums(self, key: WindowKey, quota: QuotaConfig, now_ms: int) -> WindowSums:
+        return self.state.sums(key, quota, now_ms)
 
     def callers(self) -> tuple[CallerCount, ...]:
         counts: dict[str, CallerCount] = {}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
+from staal.records.ledger_records import LEDGER, Reserve
 from staal.records.waiting import WaitingRecord
 from staal.supervisor.store.files import RunFiles
 from staal.supervisor.store.notes import FileNotes, StoreNotes
@@ -97,13 +98,14 @@ def test_an_upgrade_from_schema_version_2_keeps_every_row_and_adds_the_waiting_a
     pg_store.at_version(2)
     pg_store.execute("INSERT INTO staal_instances VALUES ('a', 1, 0, NULL, 'old')")
     run = "a" * 32
-    pg_store.execute("INSERT INTO staal_runs VALUES (%s, 't', 0, 1, '{}', 'a', 1)", (run,))
+    reserve = Jsonb(LEDGER.encode(Reserve(run=run, tool="t", time=0, calls=1)))
+    pg_store.execute("INSERT INTO staal_runs VALUES (%s, 't', 0, 1, %s, 'a', 1)", (run, reserve))
     pg_store.execute("INSERT INTO staal_journal VALUES (%s, 1, %s)",
                      (run, Jsonb(dict(HEADER, run=run))))
     before = pg_store.rows("SELECT run, line, record FROM staal_journal")
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 2
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(8,)]
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(9,)]
     assert pg_store.rows("SELECT run, line, record FROM staal_journal") == before
     assert pg_store.rows("SELECT run, owner FROM staal_runs") == [(run, "a")]
     pg_store.execute("INSERT INTO staal_waiting VALUES (%s, 'a', '{}')", (run,))

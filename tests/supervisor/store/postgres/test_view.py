@@ -24,6 +24,7 @@ from staal.supervisor.store.errors import StoreError
 from staal.supervisor.store.postgres import view as postgres_view
 from staal.supervisor.store.postgres.events import entries_where
 from staal.supervisor.store.postgres.ledger import PostgresLedger
+from staal.supervisor.store.postgres.schema import SCHEMA_VERSION
 from staal.supervisor.store.postgres.view import open_view
 from staal.supervisor.store.reads.view import StateView
 from staal.supervisor.store.state import LedgerState, caller_key
@@ -209,7 +210,7 @@ def test_a_store_an_older_schema_wrote_gains_the_index_of_reserve_times(
         pg_store: PgStore) -> None:
     pg_store.at_version(7)
     with PostgresLedger.open(pg_store.dsn, "new", FixedClock(T0), [].append):
-        assert pg_store.rows("SELECT version FROM staal_schema") == [(8,)]
+        assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)]
         assert pg_store.rows("SELECT indexdef FROM pg_indexes WHERE indexname = "
                              "'staal_runs_time'")[0][0].endswith("(reserved_ms, run)")
 
