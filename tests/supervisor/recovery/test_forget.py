@@ -244,7 +244,7 @@ def test_an_upgrade_from_schema_version_3_keeps_every_row_and_forget_waits_for_i
     assert before == {t: pg_store.rows(f"SELECT * FROM {t}") for t in tables}
     with connect(pg_store.dsn) as conn, conn.transaction(), conn.cursor() as cur:
         assert ensure_schema(cur) == 3
-    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(8,)]
+    assert pg_store.rows("SELECT version FROM staal_schema") == [(SCHEMA_VERSION,)] == [(9,)]
     assert before == {t: pg_store.rows(f"SELECT {KEPT_COLUMNS.get(t, '*')} FROM {t}")
                       for t in tables}
     assert pg_store.rows("SELECT caller, ended FROM staal_runs") == [(None, True)]
