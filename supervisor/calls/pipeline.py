@@ -204,8 +204,7 @@ class Calls:
                                                admitted)
         finally:
             if state.run is not None:
-                self.in_flight.let_go([state.run])
-                self.pool.cancels.done(state.run)
+                self.in_flight.let_go([state.run])  # and the pool forgets its cancel (parts.py)
 
     async def _reserve_and_run(self, runtime: ToolRuntime, values: dict[str, object],
                                once: OnceRequest | None, call: CallTool, state: CallState,
@@ -263,12 +262,9 @@ class Calls:
         grants = None if entry is None else entry.grants  # the grant set it was reserved with
         if await off_loop(self.waiting.notes.cancelled, files):
             self.pool.cancel(files.run)  # resumed cancelled: what it did replays, nothing new starts
-        try:
-            final = await self.crashes.execute_with_recovery(tool, files, resume=True,
-                                                             grants=grants)
-            return await self.conclude(tool, files, final)
-        finally:
-            self.pool.cancels.done(files.run)
+        # Recovery holds the run: letting it go drops its cancel (parts.py).
+        final = await self.crashes.execute_with_recovery(tool, files, resume=True, grants=grants)
+        return await self.conclude(tool, files, final)
 
     async def execute(self, tool: Tool, files: RunFiles, resume: bool,
                       progress: Progress | None = None, lease: Lease | None = None,

@@ -164,13 +164,19 @@ class Tasks:
                 last = now
                 yield last
                 continue
-            waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
-            try:
-                await asyncio.wait(waits, timeout=backoff.strike(time.monotonic()),
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
+            await self._changed_or_polled(event, backoff)
+
+    async def _changed_or_polled(self, event: asyncio.Event, backoff: Backoff) -> None:
+        """Until the run's answer reaches this process (`event`), the server
+        stops, or the next poll is due (a change elsewhere: another
+        instance, an operator)."""
+        waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
+        try:
+            await asyncio.wait(waits, timeout=backoff.strike(time.monotonic()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def answer(self, request: TaskRequest, admitted: Admitted = LOCAL) -> TaskAnswer:
         if request.method == "tasks/list":
@@ -240,13 +246,7 @@ class Tasks:
                 return RpcError(INTERNAL_ERROR, f"the server is stopping while task {view.task_id} "
                                 "is still working; ask again (tasks/get tells how it stands)")
             event = self._changes.setdefault(view.task_id, asyncio.Event())
-            waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())]
-            try:
-                await asyncio.wait(waits, timeout=backoff.strike(time.monotonic()),
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
+            await self._changed_or_polled(event, backoff)
 
     def page(self, cursor: str | None, admitted: Admitted) -> TaskAnswer:
         """The caller's tasks, newest first, TASKS_PAGE at a time; the cursor

@@ -95,6 +95,13 @@ class Site:
         self.manifest.write_text(json.dumps(data, indent=2))
         return self.manifest
 
+    def set_tool(self, name: str, **fields: Any) -> None:
+        """The manifest written again with `fields` set on the tool `name`."""
+        data = json.loads(self.manifest.read_text())
+        (tool,) = [t for t in data["tools"] if t["name"] == name]
+        tool.update(fields)
+        self.manifest.write_text(json.dumps(data, indent=2))
+
     # -- what the server left on disk
 
     @property

@@ -17,7 +17,6 @@ next start, and the run's next action never starts."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -138,11 +137,7 @@ def test_a_2026_07_28_cancel_is_acknowledged_and_the_run_ends_cancelled_before_i
 def test_another_callers_cancel_of_a_running_task_is_answered_as_unknown_and_changes_nothing(
         tmp_path, service, authorization):
     site = tasks_site(tmp_path, service, authorization.issuer)
-    manifest = json.loads(site.manifest.read_text())
-    for tool in manifest["tools"]:
-        if tool["name"] == "lookup":
-            tool["task"] = "optional"
-    site.manifest.write_text(json.dumps(manifest))
+    site.set_tool("lookup", task="optional")
     hold = service.hold("/orders/1")
     with HttpServer(site) as http:
         owner, other = ops(http, authorization), support(http, authorization)

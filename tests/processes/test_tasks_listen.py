@@ -151,11 +151,7 @@ class Listener:
 def test_over_authenticated_http_only_the_tasks_creator_hears_it_working_then_completed(
         tmp_path, service, authorization):
     site = callers_site(tmp_path, service, authorization.issuer)
-    manifest = orjson.loads(site.manifest.read_text())
-    for tool in manifest["tools"]:
-        if tool["name"] == "lookup":
-            tool["task"] = "optional"
-    site.manifest.write_bytes(orjson.dumps(manifest))
+    site.set_tool("lookup", task="optional")
     held = service.hold("/orders/1")
     with HttpServer(site) as http:
         owner, other = ops(http, authorization), support(http, authorization)
